@@ -1,0 +1,13 @@
+"""Bayesian wind tunnels: tasks whose exact posterior is known at every position.
+
+``make(name, **params)`` builds a task, ``names()`` lists them, ``oracle(task)`` is the
+Bayes-optimal predictor packaged as a model.
+"""
+
+from .base import IGNORE, BayesOracle, Episodes, Task, defaults, entropy_bits, get, make, names, oracle, register
+from . import bijection  # noqa: F401  (registers)
+
+__all__ = [
+    "IGNORE", "BayesOracle", "Episodes", "Task", "defaults", "entropy_bits", "get", "make", "names",
+    "oracle", "register",
+]

@@ -1,0 +1,297 @@
+"""The wind-tunnel contract: ``Task``, ``Episodes``, the registry and the Bayes oracle.
+
+A *task* is a frozen dataclass of its parameters.  ``task.sample(n, seed)`` draws ``n``
+independent episodes, vectorised over the batch, and attaches the exact Bayesian predictive
+distribution (float64) at every scored position.  Conventions shared by every task:
+
+* the network reads ``tokens[:, :t+1]`` (and ``features[:, :t+1]``) and its logits at position
+  ``t`` are scored against ``posterior[:, t]`` and ``targets[:, t]``: nothing at or before ``t``
+  reveals the target of ``t``;
+* ``mask[:, t]`` marks the scored positions, ``targets`` is ``-100`` elsewhere and ``posterior``
+  is a uniform placeholder row there (so every row is a distribution and logs stay finite);
+* a task whose target is soft (the papers' HMM) sets ``soft_targets`` and is trained against
+  ``posterior`` instead of ``targets``.
+
+The posterior is always computed from the *model inputs alone* (``task.posterior(tokens,
+features)``): the Bayes oracle is then a genuine model that sees what the network sees, and
+``sample`` cannot accidentally leak latent information into the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, Iterator
+
+import torch
+
+IGNORE = -100
+"""Target value at unscored positions (the ``ignore_index`` of ``torch.nn.functional.cross_entropy``)."""
+
+
+@dataclass
+class Episodes:
+    """A batch of sampled episodes (torch tensors, batch first).
+
+    ``tokens [B,T] long``, ``targets [B,T] long`` (``IGNORE`` off the mask), ``posterior
+    [B,T,C] float64``, ``mask [B,T] bool``, ``latent`` (the hidden truth, task specific) and, for
+    real-valued inputs, ``features [B,T,F] float32``.
+    """
+
+    tokens: torch.Tensor
+    targets: torch.Tensor
+    posterior: torch.Tensor
+    mask: torch.Tensor
+    latent: dict[str, Any] = field(default_factory=dict)
+    features: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword arguments for a model's forward: ``tokens`` and, where present, ``features``."""
+        out = {"tokens": self.tokens}
+        if self.features is not None:
+            out["features"] = self.features
+        return out
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Episodes":
+        def lat(v: Any) -> Any:
+            return fn(v) if isinstance(v, torch.Tensor) else v
+
+        return Episodes(
+            tokens=fn(self.tokens),
+            targets=fn(self.targets),
+            posterior=fn(self.posterior),
+            mask=fn(self.mask),
+            latent={k: lat(v) for k, v in self.latent.items()},
+            features=None if self.features is None else fn(self.features),
+        )
+
+    def to(self, device: torch.device | str) -> "Episodes":
+        return self._map(lambda t: t.to(device))
+
+    def __getitem__(self, index: slice | torch.Tensor) -> "Episodes":
+        """Select sequences (a slice or an index tensor); latent tensors batch-first are sliced too."""
+        n = len(self)
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t[index] if t.dim() > 0 and t.shape[0] == n else t
+
+        return self._map(pick)
+
+    def chunks(self, size: int) -> Iterator["Episodes"]:
+        for i in range(0, len(self), size):
+            yield self[i : i + size]
+
+    @staticmethod
+    def cat(parts: list["Episodes"]) -> "Episodes":
+        first = parts[0]
+        latent: dict[str, Any] = {}
+        for k, v in first.latent.items():
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == len(first):
+                latent[k] = torch.cat([p.latent[k] for p in parts])
+            else:
+                latent[k] = v
+        return Episodes(
+            tokens=torch.cat([p.tokens for p in parts]),
+            targets=torch.cat([p.targets for p in parts]),
+            posterior=torch.cat([p.posterior for p in parts]),
+            mask=torch.cat([p.mask for p in parts]),
+            latent=latent,
+            features=None if first.features is None else torch.cat([p.features for p in parts]),
+        )
+
+
+def check(condition: bool, parameter: str, allowed: str) -> None:
+    """Raise ``ValueError`` naming ``parameter`` and its allowed values unless ``condition``."""
+    if not condition:
+        raise ValueError(f"invalid {parameter}: must be {allowed}")
+
+
+def generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded deterministically (sampling is always on CPU: reproducible everywhere)."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"invalid seed: must be an integer, got {seed!r}")
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def entropy_bits(p: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in bits along the last axis, ``H(p) = -sum p log2 p`` with ``0 log 0 = 0``."""
+    p = p.double()
+    logp = torch.where(p > 0, torch.log2(p.clamp_min(1e-300)), torch.zeros_like(p))
+    return -(p * logp).sum(-1)
+
+
+@dataclass(frozen=True)
+class Task:
+    """Base class for a wind tunnel.  Subclasses are frozen dataclasses of their parameters.
+
+    Subclasses implement ``validate``, ``sample``, ``posterior`` and the size properties.
+    """
+
+    name: ClassVar[str] = ""
+    #: one line on what the task measures (shown by ``windtunnel tasks``)
+    summary: ClassVar[str] = ""
+    #: train against ``posterior`` (soft labels) instead of ``targets``
+    soft_targets: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # --- contract -------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the parameter and its allowed range."""
+
+    @property
+    def n_classes(self) -> int:
+        """Number of output classes ``C`` of the predictive distribution."""
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of distinct input token ids."""
+        raise NotImplementedError
+
+    @property
+    def seq_len(self) -> int:
+        """Length ``T`` of a sampled episode."""
+        raise NotImplementedError
+
+    @property
+    def n_features(self) -> int:
+        """Width ``F`` of real-valued ``features`` (0 when inputs are tokens only)."""
+        return 0
+
+    def sample(self, n: int, seed: int) -> Episodes:
+        """Draw ``n`` episodes, deterministic in ``seed``, with exact float64 posteriors."""
+        raise NotImplementedError
+
+    def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """Exact predictive ``[B,T,C]`` float64 from the model inputs (uniform rows off the mask)."""
+        raise NotImplementedError
+
+    def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """Which positions are scored, ``[B,T]`` bool, from the inputs alone."""
+        raise NotImplementedError
+
+    def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
+        """Human-readable rendering of each input position of one episode."""
+        return [str(int(t)) for t in episodes.tokens[index]]
+
+    # --- conveniences ---------------------------------------------------------------------
+    def params(self) -> dict[str, Any]:
+        """The constructor parameters as a plain dict (what ``make`` needs to rebuild the task)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes: Any) -> "Task":
+        """A copy with some parameters changed (validated), e.g. ``task.replace(K=50)``."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def length_param(self) -> str | None:
+        """Name of the parameter that sets the episode length (for length generalisation)."""
+        return None
+
+    def with_length(self, length: int) -> "Task":
+        """The same task at another episode length (``ValueError`` if the task has no such knob)."""
+        if self.length_param is None:
+            raise ValueError(f"invalid lengths: task {self.name!r} has no length parameter")
+        return self.replace(**{self.length_param: length})
+
+    def bayes_entropy(self, episodes: Episodes) -> torch.Tensor:
+        """Entropy of the exact posterior in bits ``[B,T]`` (0 off the mask)."""
+        return entropy_bits(episodes.posterior) * episodes.mask
+
+
+# --- registry ------------------------------------------------------------------------------
+_REGISTRY: dict[str, type[Task]] = {}
+_PRESETS: dict[str, dict[str, Any]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task constructible by ``make(cls.name, ...)``."""
+    if not cls.name:
+        raise TypeError(f"{cls.__name__} needs a class attribute `name`")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def register_preset(preset: str, task: str, **params: Any) -> None:
+    """Name a parameter set of a task, e.g. the authors' recall sizes (``make('recall_paper')``)."""
+    _PRESETS[preset] = {"task": task, **params}
+
+
+def names() -> list[str]:
+    """Registered task names (presets included)."""
+    return sorted(_REGISTRY) + sorted(_PRESETS)
+
+
+def get(name: str) -> type[Task]:
+    if name in _PRESETS:
+        return _REGISTRY[_PRESETS[name]["task"]]
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown task {name!r}: choose from {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def make(name: str, **params: Any) -> Task:
+    """Build a task by name: ``make('bijection', V=10)``.  Unknown names/parameters raise ``ValueError``."""
+    cls = get(name)
+    base: dict[str, Any] = {}
+    if name in _PRESETS:
+        base = {k: v for k, v in _PRESETS[name].items() if k != "task"}
+    allowed = {f.name for f in fields(cls)}
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown parameter {unknown[0]!r} for task {cls.name!r}: allowed {', '.join(sorted(allowed)) or 'none'}"
+        )
+    return cls(**{**base, **params})
+
+
+def defaults(name: str) -> dict[str, Any]:
+    """The default parameters of a task (or preset)."""
+    return make(name).params()
+
+
+# --- the Bayes-optimal answer as one more model ----------------------------------------------
+class BayesOracle(torch.nn.Module):
+    """The exact posterior, packaged with a network's call signature.
+
+    ``oracle(tokens, features=None) -> logits [B,T,C]`` with ``logits = log posterior``
+    (``-inf`` replaced by a large negative number so softmax gives exact zeros).  It has no
+    parameters; evaluated like any network it scores 0 on every metric.
+    """
+
+    NEG = -1e30
+
+    def __init__(self, task: Task):
+        super().__init__()
+        self.task = task
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        post = self.task.posterior(tokens.cpu(), None if features is None else features.cpu())
+        logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
+        return logits.to(tokens.device)
+
+    def n_params(self) -> int:
+        return 0
+
+
+def oracle(task: Task) -> BayesOracle:
+    """The Bayes-optimal predictor for ``task`` as a model (Garg et al.'s 'optimal' row)."""
+    return BayesOracle(task)
+
+
+def uniform_rows(shape: tuple[int, ...], n_classes: int) -> torch.Tensor:
+    """Uniform placeholder distributions for unscored positions."""
+    return torch.full((*shape, n_classes), 1.0 / n_classes, dtype=torch.float64)
+
+
+def log2(x: float) -> float:
+    return math.log2(x)

@@ -1,0 +1,121 @@
+"""Bijection elimination (Paper I §"bijection"; papers.md §1.1): belief *accumulation*.
+
+A fresh permutation ``π`` of ``[V]`` per episode.  Tokens ``[k1, v1, k2, v2, …, kL]`` with keys in
+ids ``0..V-1`` and values in ids ``V..2V-1`` (separate ranges; the final value is never shown
+because nothing after it is scored).  At the ``t``-th key position the model predicts ``π(k_t)``.
+
+Exact posterior after the pairs ``(k_j, π(k_j))_{j<t}``:
+
+* ``k_t`` seen before → one-hot on its value (entropy 0; only possible with ``replacement``);
+* otherwise uniform over the values not yet seen: ``p(π(k_t)=y) = 1/(V - m_t)`` for unseen ``y``
+  where ``m_t`` is the number of distinct values shown so far.
+
+Without replacement ``m_t = t - 1`` and ``H_Bayes(t) = log2(V - t + 1)``: the staircase.  With
+replacement a repeated key drops to 0 bits: the sawtooth (accumulation plus binding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import IGNORE, Episodes, Task, check, generator, register, uniform_rows
+
+
+@register
+@dataclass(frozen=True)
+class Bijection(Task):
+    """Bijection elimination with ``V`` values and ``L`` key→value pairs per episode."""
+
+    name = "bijection"
+    summary = "fresh random bijection per episode; predict each key's value (accumulation)"
+
+    V: int = 20
+    L: int = 19
+    replacement: bool = False
+
+    def validate(self) -> None:
+        check(isinstance(self.V, int) and 2 <= self.V <= 1024, "V", "an integer in [2, 1024]")
+        check(isinstance(self.replacement, bool), "replacement", "true or false")
+        hi = 4096 if self.replacement else self.V
+        check(isinstance(self.L, int) and 1 <= self.L <= hi, "L", f"an integer in [1, {hi}]")
+
+    @property
+    def n_classes(self) -> int:
+        return self.V
+
+    @property
+    def vocab_size(self) -> int:
+        return 2 * self.V
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.L - 1
+
+    @property
+    def length_param(self) -> str:
+        return "L"
+
+    def sample(self, n: int, seed: int) -> Episodes:
+        check(isinstance(n, int) and n >= 1, "n", "a positive integer")
+        g = generator(seed)
+        V, L = self.V, self.L
+        perm = torch.argsort(torch.rand(n, V, generator=g), dim=1)  # perm[b, key] = value index
+        if self.replacement:
+            keys = torch.randint(0, V, (n, L), generator=g)
+        else:
+            keys = torch.argsort(torch.rand(n, V, generator=g), dim=1)[:, :L]
+        values = perm.gather(1, keys)
+        tokens = torch.empty(n, 2 * L, dtype=torch.long)
+        tokens[:, 0::2] = keys
+        tokens[:, 1::2] = values + V
+        tokens = tokens[:, : 2 * L - 1]
+        mask = self.scored_mask(tokens)
+        targets = torch.full(tokens.shape, IGNORE, dtype=torch.long)
+        targets[:, 0::2] = values
+        return Episodes(
+            tokens=tokens,
+            targets=targets,
+            posterior=self.posterior(tokens),
+            mask=mask,
+            latent={"perm": perm, "keys": keys},
+        )
+
+    def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        mask[:, 0::2] = True
+        return mask
+
+    def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        V = self.V
+        B, T = tokens.shape
+        keys = tokens[:, 0::2]  # [B, Lk]
+        Lk = keys.shape[1]
+        values = torch.full((B, Lk), -1, dtype=torch.long)
+        shown = tokens[:, 1::2] - V  # [B, Lk-1] (or Lk when T is even)
+        values[:, : shown.shape[1]] = shown[:, : Lk]
+        # seen[b, t, y]: value y was shown before key t (strictly earlier pairs)
+        onehot = torch.zeros(B, Lk, V, dtype=torch.float64)
+        valid = values >= 0
+        onehot[valid.nonzero(as_tuple=True) + (values[valid],)] = 1.0
+        seen = torch.cumsum(onehot, dim=1) - onehot  # exclusive prefix
+        seen = seen > 0
+        unseen = (~seen).double()
+        post = unseen / unseen.sum(-1, keepdim=True)
+        # a key shown before pins its value
+        earlier = torch.ones(Lk, Lk, dtype=torch.bool).tril(-1)  # j < t
+        match = (keys[:, :, None] == keys[:, None, :]) & earlier & valid[:, None, :]  # [B, t, j]
+        repeat = match.any(-1)
+        if repeat.any():
+            j = match.double().argmax(-1)  # first earlier occurrence
+            pinned = values.gather(1, j)
+            one = torch.zeros(B, Lk, V, dtype=torch.float64).scatter_(2, pinned.clamp_min(0)[..., None], 1.0)
+            post = torch.where(repeat[..., None], one, post)
+        out = uniform_rows((B, T), V)
+        out[:, 0::2] = post
+        return out
+
+    def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
+        V = self.V
+        return [f"k{int(t)}" if t < V else f"→v{int(t) - V}" for t in episodes.tokens[index]]
