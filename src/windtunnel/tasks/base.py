@@ -137,8 +137,6 @@ class Task:
     name: ClassVar[str] = ""
     #: one line on what the task measures (shown by ``windtunnel tasks``)
     summary: ClassVar[str] = ""
-    #: train against ``posterior`` (soft labels) instead of ``targets``
-    soft_targets: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -161,6 +159,11 @@ class Task:
     def seq_len(self) -> int:
         """Length ``T`` of a sampled episode."""
         raise NotImplementedError
+
+    @property
+    def soft_targets(self) -> bool:
+        """Train against ``posterior`` (soft labels, the papers' HMM) instead of ``targets``."""
+        return False
 
     @property
     def n_features(self) -> int:
