@@ -11,3 +11,5 @@ __all__ = [
     "IGNORE", "BayesOracle", "Episodes", "Task", "defaults", "entropy_bits", "get", "make", "names",
     "oracle", "register",
 ]
+from . import recall, regression, coin  # noqa
+from . import hmm, sticky  # noqa: F401  (registers)

@@ -1,0 +1,201 @@
+"""Crash-safe checkpoints: safetensors weights + JSON state, written atomically.
+
+Layout inside a run folder::
+
+    checkpoints/
+      step_00000500/  model.safetensors  optimizer.safetensors  state.json
+      step_00001000/  ...
+      latest          (text: the name of the newest *complete* checkpoint)
+
+A checkpoint is first written to ``checkpoints/.tmp-step_…`` (files fsynced), then renamed into
+place, and only then does ``latest`` move (write-to-temp + ``os.replace``).  A process killed at
+any instant therefore leaves either the previous complete checkpoint or the new one, never a
+half-written one that ``latest`` points to.  ``find_latest`` also verifies the files and falls
+back to the newest checkpoint that loads.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+LATEST = "latest"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing or unreadable."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically (temp file in the same folder, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    _write_bytes(tmp, text.encode())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _optimizer_tensors(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split ``optimizer.state_dict()`` into flat tensors (safetensors) and a JSON skeleton."""
+    tensors: dict[str, torch.Tensor] = {}
+    skeleton: dict[str, Any] = {"param_groups": opt_state["param_groups"], "state": {}}
+    for pid, st in opt_state["state"].items():
+        entry: dict[str, Any] = {}
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor):
+                key = f"{pid}.{k}"
+                tensors[key] = v.detach().cpu().contiguous()
+                entry[k] = {"tensor": key}
+            else:
+                entry[k] = v
+        skeleton["state"][str(pid)] = entry
+    return tensors, skeleton
+
+
+def _optimizer_state(tensors: dict[str, torch.Tensor], skeleton: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for pid, entry in skeleton["state"].items():
+        state[int(pid)] = {k: (tensors[v["tensor"]] if isinstance(v, dict) and "tensor" in v else v) for k, v in entry.items()}
+    return {"state": state, "param_groups": skeleton["param_groups"]}
+
+
+def rng_state() -> dict[str, str]:
+    out = {"torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
+    if torch.cuda.is_available():
+        out["cuda"] = [base64.b64encode(s.numpy().tobytes()).decode() for s in torch.cuda.get_rng_state_all()]  # type: ignore[assignment]
+    return out
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    raw = np.frombuffer(base64.b64decode(state["torch"]), dtype=np.uint8).copy()
+    torch.set_rng_state(torch.from_numpy(raw))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(
+            [torch.from_numpy(np.frombuffer(base64.b64decode(s), dtype=np.uint8).copy()) for s in state["cuda"]]
+        )
+
+
+def save(
+    ckpt_root: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict[str, Any],
+) -> Path:
+    """Write checkpoint ``step`` atomically and point ``latest`` at it.  Returns its folder."""
+    ckpt_root = Path(ckpt_root)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:08d}"
+    final = ckpt_root / name
+    tmp = ckpt_root / f".tmp-{name}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(weights, str(tmp / "model.safetensors"))
+    full_state = dict(state, step=step, rng=rng_state())
+    if optimizer is not None:
+        tensors, skeleton = _optimizer_tensors(optimizer.state_dict())
+        save_file(tensors, str(tmp / "optimizer.safetensors"))
+        full_state["optimizer"] = skeleton
+    _write_bytes(tmp / "state.json", json.dumps(full_state, indent=1).encode())
+    for f in tmp.iterdir():  # weights were written by safetensors: flush them too
+        with open(f, "rb+") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(ckpt_root)
+    write_text_atomic(ckpt_root / LATEST, name + "\n")
+    return final
+
+
+def complete(path: Path) -> bool:
+    """Whether a checkpoint folder holds readable weights and state."""
+    try:
+        json.loads((path / "state.json").read_text())
+        load_file(str(path / "model.safetensors"))
+        return True
+    except Exception:
+        return False
+
+
+def list_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Complete-looking checkpoint folders, oldest first (temporaries excluded)."""
+    ckpt_root = Path(ckpt_root)
+    if not ckpt_root.is_dir():
+        return []
+    return sorted(p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith("step_"))
+
+
+def find_latest(ckpt_root: Path) -> Path | None:
+    """The newest checkpoint that loads: ``latest`` if valid, else the newest complete folder."""
+    ckpt_root = Path(ckpt_root)
+    pointer = ckpt_root / LATEST
+    if pointer.is_file():
+        cand = ckpt_root / pointer.read_text().strip()
+        if cand.is_dir() and complete(cand):
+            return cand
+    for cand in reversed(list_checkpoints(ckpt_root)):
+        if complete(cand):
+            return cand
+    return None
+
+
+def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
+    """Load weights (and optimizer state) from a checkpoint folder; returns its JSON state."""
+    path = Path(path)
+    try:
+        state = json.loads((path / "state.json").read_text())
+        weights = load_file(str(path / "model.safetensors"))
+    except Exception as exc:  # corrupt or missing files
+        raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path} does not match the model (missing {list(missing)[:3]}, unexpected {list(unexpected)[:3]})"
+        )
+    if optimizer is not None and "optimizer" in state:
+        tensors = load_file(str(path / "optimizer.safetensors"))
+        optimizer.load_state_dict(_optimizer_state(tensors, state["optimizer"]))
+    return state
+
+
+def prune(ckpt_root: Path, keep_last: int, keep_steps: set[int]) -> None:
+    """Delete old checkpoints, keeping the newest ``keep_last`` and any step in ``keep_steps``."""
+    ckpts = list_checkpoints(ckpt_root)
+    latest = find_latest(ckpt_root)
+    for p in ckpts[:-keep_last] if keep_last > 0 else ckpts:
+        step = int(p.name.split("_")[1])
+        if step in keep_steps or p == latest:
+            continue
+        shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,380 @@
+"""The ``windtunnel`` command.
+
+``windtunnel run [TASK]`` is the main job (train → evaluate → report); ``tasks``, ``train``,
+``eval``, ``report``, ``analyze`` and ``table`` expose the steps.  Every user error — an unknown
+name, an impossible parameter, a missing or corrupt checkpoint, a run folder that would be
+overwritten — prints one line on stderr and exits with status 2; earlier results are never
+destroyed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A user error: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not the usage block
+        raise UsageError(message)
+
+
+def _value(text: str) -> Any:
+    """Parse a command-line parameter value: int, float, bool, or string."""
+    low = text.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _params(extra: Sequence[str]) -> dict[str, Any]:
+    """``--V 6 --replacement true`` (or ``--V=6``) → ``{"V": 6, "replacement": True}``."""
+    out: dict[str, Any] = {}
+    items = list(extra)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if not item.startswith("--") or item == "--":
+            raise UsageError(f"unexpected argument {item!r}: task parameters look like --NAME VALUE")
+        key = item[2:]
+        if "=" in key:
+            key, val = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(items):
+                raise UsageError(f"task parameter --{key} needs a value")
+            val = items[i + 1]
+            i += 2
+        out[key.replace("-", "_")] = _value(val)
+    return out
+
+
+# --- tasks ----------------------------------------------------------------------------------
+
+
+def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
+    from . import tasks
+    from .tasks.base import entropy_bits
+
+    if args.action is None:
+        if extra:
+            raise UsageError(f"unexpected argument {extra[0]!r}")
+        for name in tasks.names():
+            cls = tasks.get(name)
+            params = ", ".join(f"{k}={v!r}" for k, v in tasks.defaults(name).items())
+            print(f"{name:22s} {cls.summary}")
+            print(f"{'':22s}   {params}")
+        return 0
+    if args.action != "show":
+        raise UsageError(f"unknown action {args.action!r}: use `windtunnel tasks` or `windtunnel tasks show NAME`")
+    if not args.name:
+        raise UsageError("`windtunnel tasks show` needs a task name")
+    task = tasks.make(args.name, **_params(extra))
+    ep = task.sample(1, args.seed)
+    decoded = task.decode(ep, 0)
+    H = entropy_bits(ep.posterior[0])
+    print(f"# {task.name}  {task.params()}")
+    print(f"# {task.seq_len} positions, {task.n_classes} classes; seed {args.seed}")
+    C = task.n_classes
+    show = C <= 12
+    header = f"{'pos':>4}  {'input':<14} {'target':>6}  {'H_Bayes':>8}"
+    if show:
+        header += "  posterior"
+    print(header)
+    for t, label in enumerate(decoded):
+        if not bool(ep.mask[0, t]):
+            print(f"{t:>4}  {label:<14}")
+            continue
+        target = int(ep.targets[0, t])
+        line = f"{t:>4}  {label:<14} {target if target >= 0 else '':>6}  {float(H[t]):8.4f}"
+        if show:
+            line += "  " + " ".join(f"{float(p):.3f}" for p in ep.posterior[0, t])
+        else:
+            top = ep.posterior[0, t].topk(3)
+            line += "  top: " + ", ".join(f"{int(i)}:{float(v):.3f}" for v, i in zip(top.values, top.indices))
+        print(line)
+    return 0
+
+
+# --- train / run ----------------------------------------------------------------------------
+
+
+def _check_out(out: Path, resume: bool, force: bool) -> None:
+    if out.exists() and any(out.iterdir()) and not (resume or force):
+        raise UsageError(f"{out} already exists; pass --resume to continue it or --force to start over")
+    if force and out.exists():
+        import shutil
+
+        if not (out / "config.json").exists() and any(out.iterdir()):
+            raise UsageError(f"refusing to --force over {out}: it is not a windtunnel run folder")
+        shutil.rmtree(out)
+
+
+def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
+    from .train import TrainConfig, load_config_file
+
+    d: dict[str, Any] = {}
+    if args.config:
+        d.update(load_config_file(args.config))
+    for key in ("task", "arch", "params", "steps", "seed", "batch_size", "lr"):
+        val = getattr(args, key, None)
+        if val is not None:
+            d[key] = val
+    if extra:
+        d["task_params"] = {**d.get("task_params", {}), **_params(extra)}
+    if getattr(args, "no_progress", False):
+        d["progress"] = False
+    return TrainConfig.from_dict(d)
+
+
+def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from .train import TrainConfig, train
+
+    if args.resume:
+        run = Path(args.resume)
+        cfg_path = run / "config.json"
+        if not cfg_path.is_file():
+            raise UsageError(f"cannot resume {run}: no config.json there")
+        cfg = TrainConfig.from_dict(json.loads(cfg_path.read_text())["train"])
+        if args.steps is not None:
+            cfg.steps = args.steps
+        train(cfg, run, resume=True)
+        print(f"resumed and finished {run}")
+        return 0
+    if not args.out:
+        raise UsageError("train needs --out DIR (or --resume DIR)")
+    cfg = _train_config(args, extra)
+    out = Path(args.out)
+    _check_out(out, False, args.force)
+    train(cfg, out)
+    print(f"trained {cfg.arch} on {cfg.task}: {out}")
+    return 0
+
+
+def _evaluate_run(run: Path, n: int, lengths: list[int] | None, seed: int) -> "Any":
+    from .evaluate import evaluate
+    from .report import figures
+    from .train import load
+    from .checkpoint import write_text_atomic
+
+    task, model = load(run)
+    result = evaluate(model, task, n=n, seed=seed, lengths=lengths)
+    write_text_atomic(run / "eval.json", json.dumps(result.to_dict(), indent=1))
+    figs = run / "figures"
+    figs.mkdir(exist_ok=True)
+    figures.entropy_curve(result, figs / "entropy.png")
+    figures.kl_curve(result, figs / "kl.png")
+    if (run / "metrics.jsonl").exists():
+        figures.training_curves(run / "metrics.jsonl", figs / "training.png")
+    import torch
+
+    ep = task.sample(min(n, 512), seed)
+    with torch.no_grad():
+        logits = model(**ep.inputs)
+    figures.calibration(logits, ep, figs / "calibration.png")
+    return result
+
+
+def _print_metrics(result: Any) -> None:
+    for name, m in result.metrics.items():
+        ci = m.get("ci")
+        ci_s = f"  [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
+        print(f"  {name:18s} {m['value']:.6g}{ci_s}")
+
+
+def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}")
+    run = Path(args.run)
+    result = _evaluate_run(run, args.n, args.lengths, args.seed)
+    print(f"evaluated {run} on {args.n} sequences:")
+    _print_metrics(result)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
+    from .report import write_report
+
+    run = Path(args.run)
+    if not (run / "config.json").is_file():
+        raise UsageError(f"{run} is not a run folder (no config.json)")
+    path = write_report(run)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    """The main job: train → evaluate → report.  Re-running the same command resumes it."""
+    from . import presets
+    from .report import write_report
+    from .train import TrainConfig, train
+
+    task_name = args.task or presets.DEFAULT_TASK
+    fields = presets.preset(args.preset, task_name, args.arch)
+    if extra:
+        fields["task_params"] = {**fields["task_params"], **_params(extra)}
+    if args.steps is not None:
+        fields["steps"] = args.steps
+    if args.seed is not None:
+        fields["seed"] = args.seed
+    if args.params is not None:
+        fields["params"] = args.params
+    fields["progress"] = not args.no_progress
+    cfg = TrainConfig.from_dict(fields)
+    out = Path(args.out or f"runs/{task_name}-{args.arch}-{args.preset}")
+    resume = False
+    if out.exists() and any(out.iterdir()):
+        cfg_path = out / "config.json"
+        if args.force:
+            _check_out(out, False, True)
+        elif not cfg_path.is_file():
+            raise UsageError(f"{out} exists and is not a windtunnel run folder; choose another --out")
+        else:
+            old = json.loads(cfg_path.read_text())["train"]
+            if {k: v for k, v in old.items() if k != "progress"} != {k: v for k, v in cfg.to_dict().items() if k != "progress"}:
+                raise UsageError(f"{out} holds a run with a different configuration; pass --force to replace it or choose another --out")
+            resume = True
+    t0 = time.perf_counter()
+    train(cfg, out, resume=resume)
+    t_train = time.perf_counter() - t0
+    lengths = None
+    if cfg.task == "hmm":
+        k = cfg.task_params.get("K", 20)
+        lengths = sorted({k, 30, 50})
+    result = _evaluate_run(out, args.n, lengths, 12345)
+    (out / "timings.json").write_text(json.dumps({"train_s": t_train, "total_s": time.perf_counter() - t0}))
+    report = write_report(out)
+    print(f"\n{cfg.arch} on {cfg.task} {cfg.task_params}: {cfg.steps} steps in {t_train:.0f} s")
+    _print_metrics(result)
+    print(f"report: {report}")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
+    from .geometry import analyze_run
+
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}")
+    path = analyze_run(Path(args.run), n=args.n)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
+    from .table import run_table
+
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}")
+    path = run_table(
+        preset=args.preset, seeds=args.seeds, archs=args.archs, tasks=args.tasks, params=args.params,
+        out=Path(args.out) if args.out else None, workers=args.workers,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="windtunnel", description="Bayesian wind tunnels: is a sequence model exactly Bayesian? In bits.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    t = sub.add_parser("tasks", help="list tasks, or show one sampled episode with its posterior")
+    t.add_argument("action", nargs="?", choices=None)
+    t.add_argument("name", nargs="?")
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=cmd_tasks)
+
+    def train_args(q: argparse.ArgumentParser, task_positional: bool = False) -> None:
+        q.add_argument("--arch", default="transformer", choices=["transformer", "mamba", "lstm", "mlp"])
+        q.add_argument("--params", type=int, help="size the model to this many parameters (±3%%)")
+        q.add_argument("--steps", type=int)
+        q.add_argument("--seed", type=int)
+        q.add_argument("--out", help="run folder")
+        q.add_argument("--force", action="store_true", help="replace an existing run folder")
+        q.add_argument("--no-progress", action="store_true")
+
+    tr = sub.add_parser("train", help="train one model (extra --NAME VALUE pairs are task parameters)")
+    tr.add_argument("--task")
+    tr.add_argument("--config", help="TOML or JSON file of TrainConfig fields")
+    tr.add_argument("--resume", metavar="DIR", help="continue a run from its last checkpoint")
+    tr.add_argument("--batch-size", dest="batch_size", type=int)
+    tr.add_argument("--lr", type=float)
+    train_args(tr)
+    tr.set_defaults(func=cmd_train)
+
+    r = sub.add_parser("run", help="the main job: train → evaluate → report")
+    r.add_argument("task", nargs="?")
+    r.add_argument("--preset", default="quick", choices=["quick", "paper"])
+    r.add_argument("--n", type=int, default=2000, help="evaluation sequences")
+    train_args(r)
+    r.set_defaults(func=cmd_run)
+
+    e = sub.add_parser("eval", help="evaluate a run against the exact posterior")
+    e.add_argument("run")
+    e.add_argument("--n", type=int, default=2000)
+    e.add_argument("--lengths", type=int, nargs="+")
+    e.add_argument("--seed", type=int, default=12345)
+    e.set_defaults(func=cmd_eval)
+
+    rp = sub.add_parser("report", help="(re)write a run's report.html and summary.md")
+    rp.add_argument("run")
+    rp.set_defaults(func=cmd_report)
+
+    a = sub.add_parser("analyze", help="geometric diagnostics of a trained run (geometry.json)")
+    a.add_argument("run")
+    a.add_argument("--n", type=int, default=512)
+    a.set_defaults(func=cmd_analyze)
+
+    tb = sub.add_parser("table", help="the architecture × inference-primitive table")
+    tb.add_argument("--preset", default="quick", choices=["quick", "paper"])
+    tb.add_argument("--seeds", type=int, default=1)
+    tb.add_argument("--archs", nargs="+")
+    tb.add_argument("--tasks", nargs="+")
+    tb.add_argument("--params", type=int)
+    tb.add_argument("--out")
+    tb.add_argument("--workers", type=int)
+    tb.set_defaults(func=cmd_table)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .checkpoint import CheckpointError
+    from .train import ConfigError, TrainingDiverged
+
+    parser = make_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help()
+            return 0
+        if extra and args.command not in ("tasks", "train", "run"):
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+        return int(args.func(args, extra) or 0)
+    except (UsageError, ValueError, ConfigError, CheckpointError, FileNotFoundError, FileExistsError) as exc:
+        print(f"windtunnel: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TrainingDiverged as exc:
+        print(f"windtunnel: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("windtunnel: interrupted; rerun the same command (or --resume) to continue from the last checkpoint", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

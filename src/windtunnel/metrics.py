@@ -1,0 +1,234 @@
+"""Distance, in bits, between a model's predictive distribution and the exact Bayesian posterior.
+
+``compute(logits, episodes)`` is a pure function: it never runs a model.  The model distribution
+is ``q = softmax(logits)`` over the ``C = task.n_classes`` output classes, taken in float64; the
+reference is ``p = episodes.posterior`` (exact, float64).  Everything is measured over the
+*scored* positions (``episodes.mask``), in bits (``log2``) unless stated otherwise.
+
+Definitions (the contract of DESIGN.md "Metrics"; papers.md §3 and authors-code-audit.md §3 list
+the four entropy-MAE variants and two KL directions of the original code — these are ours):
+
+* ``entropy_mae_curve`` — the papers' published number (their ``evaluate_entropy_calibration``
+  order): average over sequences first, ``H̄_q(t) = mean_b H(q_bt)``, ``H̄_p(t) = mean_b H(p_bt)``
+  over the sequences scored at ``t``, then ``mean_t |H̄_q(t) − H̄_p(t)|`` over the positions scored in
+  at least one sequence.  Errors of opposite sign in different sequences cancel.
+* ``entropy_mae`` — ``mean_(b,t) |H(q_bt) − H(p_bt)|`` over all scored (sequence, position) pairs
+  (stricter; cannot hide cancelling errors).  When every scored position is scored in the same
+  number of sequences (every task here: the mask depends on the position only),
+  ``entropy_mae_curve ≤ entropy_mae`` by the triangle inequality.
+* ``kl`` — ``mean KL(p ‖ q) = Σ_c p_c (log2 p_c − log2 q_c)`` with ``0·log 0 = 0``; the Bayes side
+  is never clipped, the model side is clipped at ``q ≥ 1e-300`` only to stay finite.  This is the
+  excess cross-entropy over the Bayes optimum (``bayes_gap``).
+* ``tv`` — total variation ``½ Σ_c |p_c − q_c|``.
+* ``infeasible_mass`` — ``Σ_{c : p_c = 0} q_c``: model probability on classes the posterior rules
+  out exactly (a support error that entropy cannot see).
+* ``accuracy`` — ``argmax_c logits == target``, over scored positions with a valid target.
+* ``nll`` — ``−log2 q(target)``; ``bayes_nll`` — ``−log2 p(target)`` (its Bayes-optimal value on the
+  same targets; ``nll − bayes_nll`` is a sampled estimate of ``kl``).
+
+The first five are *errors*: the Bayes oracle scores 0 on them (``ERROR_METRICS``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .tasks.base import IGNORE, Episodes
+
+__all__ = [
+    "ERROR_METRICS",
+    "METRICS",
+    "SCORE_METRICS",
+    "bayes_gap",
+    "compute",
+    "entropy_bits",
+    "kl_bits",
+    "pooled_mean",
+]
+
+ERROR_METRICS: tuple[str, ...] = ("entropy_mae_curve", "entropy_mae", "kl", "tv", "infeasible_mass")
+"""Metrics that are 0 for the Bayes oracle (distances to the posterior)."""
+
+SCORE_METRICS: tuple[str, ...] = ("accuracy", "nll", "bayes_nll")
+"""Metrics against the sampled targets (the oracle scores ``nll == bayes_nll``, not 0)."""
+
+METRICS: tuple[str, ...] = ERROR_METRICS + SCORE_METRICS
+"""Every scalar metric ``compute`` returns, in display order."""
+
+_LN2 = math.log(2.0)
+_LOG_FLOOR = math.log(1e-300)  # model probabilities are clipped here (natural log)
+
+
+# --- small helpers -------------------------------------------------------------------------------
+def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in bits along the last axis: ``H(p) = −Σ_c p_c log2 p_c`` with ``0·log 0 = 0``.
+
+    Computed in float64; ``probs [..., C]`` → ``[...]``.
+    """
+    p = probs.double()
+    logp = torch.where(p > 0, torch.log2(p.clamp_min(1e-300)), torch.zeros_like(p))
+    return -(p * logp).sum(-1)
+
+
+def _kl_from_log(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """``KL(p ‖ q)`` in bits from probabilities ``p`` and natural-log ``log_q`` (clipped at log 1e-300)."""
+    log_q = log_q.double().clamp_min(_LOG_FLOOR)
+    pos = p > 0
+    log_p = torch.where(pos, p.clamp_min(1e-300).log(), torch.zeros_like(p))
+    terms = torch.where(pos, p * (log_p - log_q), torch.zeros_like(p))
+    return terms.sum(-1) / _LN2
+
+
+def kl_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``KL(p ‖ q) = Σ_c p_c (log2 p_c − log2 q_c)`` in bits along the last axis.
+
+    ``0·log 0 = 0`` (classes with ``p_c = 0`` contribute nothing, whatever ``q_c`` is); ``p`` is
+    never clipped, ``q`` is clipped at ``1e-300`` so the result stays finite (at most ~997 bits per
+    unit of mass on a class the model rules out).  Float64; ``[..., C]`` → ``[...]``.
+    """
+    p = p.double()
+    q = q.double()
+    return _kl_from_log(p, q.clamp_min(1e-300).log())
+
+
+def pooled_mean(values: torch.Tensor, weights: torch.Tensor) -> float:
+    """``Σ w·x / Σ w`` ignoring entries with zero weight (NaN if the total weight is 0)."""
+    w = weights.double()
+    x = torch.where(w > 0, values.double(), torch.zeros_like(w))
+    total = w.sum()
+    return float((x * w).sum() / total) if total > 0 else math.nan
+
+
+def _check(logits: torch.Tensor, episodes: Episodes) -> None:
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dim() != 3 or tuple(logits.shape) != tuple(episodes.posterior.shape):
+        raise ValueError(
+            f"logits shape {tuple(logits.shape)} does not match the posterior's "
+            f"{tuple(episodes.posterior.shape)} ([B, T, C] with C = task.n_classes)"
+        )
+
+
+def _log_q(logits: torch.Tensor) -> torch.Tensor:
+    """Natural-log model distribution, float64 softmax over the class axis."""
+    return torch.log_softmax(logits.detach().double(), dim=-1)
+
+
+# --- the main entry point ------------------------------------------------------------------------
+def compute(logits: torch.Tensor, episodes: Episodes) -> dict[str, Any]:
+    """All metrics of ``logits [B,T,C]`` against ``episodes`` (the same batch), in bits.
+
+    Returns a dict (all tensors float64 on CPU)::
+
+        {
+          "values":       {name: float},          # the scalar metrics, names in METRICS
+          "curves":       {name: Tensor[T]},      # per-position value, NaN where no sequence is scored
+          "per_sequence": {name: Tensor[B]},      # per-sequence mean over its scored positions (NaN if none);
+                                                  #   not for entropy_mae_curve, which is not a per-sequence mean
+          "per_position": {name: Tensor[B,T]},    # element values, NaN off the mask: every metric except
+                                                  #   entropy_mae_curve, plus "entropy_model" and "entropy_bayes"
+          "masks":        {"scored": Tensor[B,T] bool,   # episodes.mask
+                           "target": Tensor[B,T] bool},  # scored and target != IGNORE (accuracy, nll, bayes_nll)
+          "entropy_model_curve": Tensor[T],       # H̄_q(t) = mean_b H(q_bt), bits
+          "entropy_bayes_curve": Tensor[T],       # H̄_p(t) = mean_b H(p_bt), bits
+          "n_sequences": int, "n_scored": int,
+        }
+
+    ``values[name]`` is the mean of ``per_position[name]`` over the relevant mask — pooled over
+    (sequence, position) pairs — except ``entropy_mae_curve`` (mean over positions of
+    ``curves["entropy_mae_curve"] = |H̄_q(t) − H̄_p(t)|``).  ``per_position`` and ``masks`` are what
+    ``windtunnel.evaluate`` resamples for bootstrap intervals (curve re-averaged per resample).
+    See the module docstring for the formulas.
+    """
+    _check(logits, episodes)
+    log_q = _log_q(logits).cpu()
+    q = log_q.exp()
+    p = episodes.posterior.detach().double().cpu()
+    mask = episodes.mask.detach().bool().cpu()
+    targets = episodes.targets.detach().long().cpu()
+    tmask = mask & (targets != IGNORE)
+    nan = torch.tensor(math.nan, dtype=torch.float64)
+
+    h_q = -(torch.where(q > 0, q * log_q, torch.zeros_like(q))).sum(-1) / _LN2
+    h_p = entropy_bits(p)
+    kl = _kl_from_log(p, log_q)
+    tv = 0.5 * (p - q).abs().sum(-1)
+    infeasible = torch.where(p == 0, q, torch.zeros_like(q)).sum(-1)
+    safe_t = targets.clamp(0, p.shape[-1] - 1)[..., None]
+    correct = (logits.detach().cpu().argmax(-1) == targets).double()
+    nll = -log_q.gather(-1, safe_t).squeeze(-1).clamp_min(_LOG_FLOOR) / _LN2
+    bayes_nll = -torch.log2(p.gather(-1, safe_t).squeeze(-1).clamp_min(1e-300))
+
+    elementwise = {
+        "entropy_mae": ((h_q - h_p).abs(), mask),
+        "kl": (kl, mask),
+        "tv": (tv, mask),
+        "infeasible_mass": (infeasible, mask),
+        "accuracy": (correct, tmask),
+        "nll": (nll, tmask),
+        "bayes_nll": (bayes_nll, tmask),
+        "entropy_model": (h_q, mask),
+        "entropy_bayes": (h_p, mask),
+    }
+    per_position = {k: torch.where(m, x, nan) for k, (x, m) in elementwise.items()}
+
+    def curve(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        cnt = m.double().sum(0)
+        s = torch.where(m, x, torch.zeros_like(x)).sum(0)
+        return torch.where(cnt > 0, s / cnt.clamp_min(1), nan)
+
+    def per_seq(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        cnt = m.double().sum(1)
+        s = torch.where(m, x, torch.zeros_like(x)).sum(1)
+        return torch.where(cnt > 0, s / cnt.clamp_min(1), nan)
+
+    h_q_curve = curve(h_q, mask)
+    h_p_curve = curve(h_p, mask)
+    mae_curve = (h_q_curve - h_p_curve).abs()
+    curves = {"entropy_mae_curve": mae_curve}
+    curves.update({k: curve(*elementwise[k]) for k in METRICS[1:]})
+    curves["entropy_model"] = h_q_curve
+    curves["entropy_bayes"] = h_p_curve
+
+    values: dict[str, float] = {}
+    scored_t = ~mae_curve.isnan()
+    values["entropy_mae_curve"] = float(mae_curve[scored_t].mean()) if scored_t.any() else math.nan
+    for k in METRICS[1:]:
+        x, m = elementwise[k]
+        values[k] = pooled_mean(x, m.double())
+
+    return {
+        "values": values,
+        "curves": curves,
+        "per_sequence": {k: per_seq(x, m) for k, (x, m) in elementwise.items() if k in METRICS},
+        "per_position": per_position,
+        "masks": {"scored": mask, "target": tmask},
+        "entropy_model_curve": h_q_curve,
+        "entropy_bayes_curve": h_p_curve,
+        "n_sequences": int(mask.shape[0]),
+        "n_scored": int(mask.sum()),
+    }
+
+
+def bayes_gap(logits: torch.Tensor, episodes: Episodes) -> float:
+    """Excess cross-entropy over the Bayes optimum on this batch, in bits (no gradient).
+
+    ``mean over scored (b,t) of CE(p_bt, q_bt) − H(p_bt) = KL(p_bt ‖ q_bt)`` — the ``kl`` metric,
+    computed cheaply on the logits' own device (float64; CPU for backends without float64) so a
+    training loop can show it in its progress bar.  0 for the Bayes oracle.
+    """
+    _check(logits, episodes)
+    device = logits.device
+    if device.type == "mps":  # no float64 there
+        device = torch.device("cpu")
+    log_q = _log_q(logits.to(device))
+    p = episodes.posterior.to(device=device, dtype=torch.float64)
+    mask = episodes.mask.to(device).bool()
+    kl = _kl_from_log(p, log_q)
+    n = mask.sum()
+    if int(n) == 0:
+        return math.nan
+    return float(kl[mask].sum() / n)

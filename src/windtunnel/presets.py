@@ -1,0 +1,96 @@
+"""Named training recipes: ``quick`` (a laptop CPU, minutes) and ``paper`` (the papers' sizes, GPUs).
+
+``preset(name, task, arch)`` returns the ``TrainConfig`` fields for one cell.  The ``quick``
+sizes were measured on 2 CPU cores (see the closing notes and ``benchmarks/``); ``paper`` follows
+papers.md §2: the 6×6×192 transformer (≈2.67M parameters) for bijection and recall, 9 layers for
+HMM, and every other architecture capacity-matched to the transformer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS = ("quick", "paper")
+
+# The main job's default: a transformer on a small bijection, < 10 min on 2 CPU cores.
+DEFAULT_TASK = "bijection"
+
+_QUICK_TASKS: dict[str, dict[str, Any]] = {
+    "bijection": {"V": 10, "L": 9},
+    "bijection_replacement": {"V": 10, "L": 12, "replacement": True},
+    "hmm": {"K": 20},
+    "recall": {},
+    "regression": {"d": 4, "points": 16, "C": 32},
+    "coin": {},
+    "sticky": {},
+}
+
+_PAPER_TASKS: dict[str, dict[str, Any]] = {
+    "bijection": {"V": 20, "L": 19},
+    "bijection_replacement": {"V": 20, "L": 19, "replacement": True},
+    "hmm": {"K": 20},
+    "recall": {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
+    "regression": {},
+    "coin": {},
+    "sticky": {},
+}
+
+# The capacity every architecture is matched to, per preset (parameters).
+_QUICK_PARAMS = 200_000
+_PAPER_PARAMS = {"hmm": 2_680_000}
+
+
+def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:
+    """(registered task name, parameters) of a table column / run task under a preset."""
+    table = _QUICK_TASKS if preset == "quick" else _PAPER_TASKS
+    params = dict(table.get(name, {}))
+    base = "bijection" if name.startswith("bijection") else name
+    return base, params
+
+
+def preset(name: str, task: str, arch: str) -> dict[str, Any]:
+    """``TrainConfig`` fields for ``arch`` on ``task`` under preset ``name``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
+    base, task_params = task_spec(task, name)
+    if name == "quick":
+        cfg: dict[str, Any] = {
+            "task": base,
+            "task_params": task_params,
+            "arch": arch,
+            "params": _QUICK_PARAMS,
+            "model": {"n_layers": 4, "n_heads": 4} if arch == "transformer" else {"n_layers": 4},
+            "steps": 3000,
+            "batch_size": 64,
+            "lr": 2e-3,
+            "min_lr": 2e-5,
+            "warmup": 150,
+            "weight_decay": 0.01,
+            "eval_every": 500,
+            "ckpt_every": 500,
+        }
+        if arch == "mlp":
+            cfg["model"] = {"n_layers": 4}
+        return cfg
+    cfg = {
+        "task": base,
+        "task_params": task_params,
+        "arch": arch,
+        "params": _PAPER_PARAMS.get(base, 2_670_000),
+        "model": {"n_layers": 6, "n_heads": 6} if arch == "transformer" else {"n_layers": 6},
+        "steps": 100_000,
+        "batch_size": 128,
+        "lr": 3e-4,
+        "min_lr": 3e-6,
+        "warmup": 2000,
+        "weight_decay": 0.1,
+        "eval_every": 5000,
+        "ckpt_every": 5000,
+    }
+    if base == "hmm":
+        cfg["model"] = {"n_layers": 9, "n_heads": 8} if arch == "transformer" else {"n_layers": 9}
+        cfg["steps"] = 50_000
+        cfg["batch_size"] = 64
+        cfg["weight_decay"] = 0.01
+        cfg["warmup"] = 1000
+    return cfg

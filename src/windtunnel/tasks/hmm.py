@@ -1,0 +1,221 @@
+"""HMM filtering (Paper I §"HMM"; papers.md §1.2): belief accumulation plus *transport*.
+
+A fresh hidden Markov model per episode: ``S`` states, ``O`` symbols, uniform initial state.
+Every row of the transition matrix ``T`` (``T[i, j] = p(s_{t+1}=j | s_t=i)``) and of the emission
+matrix ``E`` (``E[i, o] = p(o | s=i)``) is drawn from Dirichlet(1), floored at 0.05, renormalised
+and put on the 0.01 grid: integer hundredths, each ``>= 5``, every row summing to exactly 100
+(round half to even, raise entries below 5 to 5, then give the remainder to the row's largest
+entries).  States and observations are sampled from these *discretised* matrices.
+
+Tokens: ids ``0..95`` are the probabilities 0.05, 0.06, …, 1.00 (``id = hundredths - 5``), then
+``[TRANS]=96``, ``[EMIT]=97``, ``[SEP]=98`` and observation ``o`` is ``99 + o``.  An episode is ::
+
+    [TRANS] T (row-major, S*S) [EMIT] E (row-major, S*O) [SEP] o_1 … o_K
+
+a header of ``3 + S*S + S*O`` tokens (53 at the defaults) then one token per observation.  The
+authors interleave an ``[OBS]`` marker before every symbol; it is the same token at every step and
+carries no information, so it is left out (the episode is ``K`` tokens shorter).
+
+The scored positions are the ``K`` observations.  At the ``t``-th the model predicts the filtering
+posterior, by the forward algorithm on the matrices decoded from the header:
+
+    α_1(s) ∝ E(o_1 | s) / S,        α_t(s) ∝ E(o_t | s) Σ_{s'} α_{t-1}(s') T(s' → s)
+
+(normalised every step, float64; all entries are at least 0.05, so nothing underflows).
+``target="posterior"`` trains on ``α_t`` (soft labels, as the authors do); ``target="state"`` on the
+sampled hidden state ``s_t``.  In both cases ``targets`` holds ``s_t``, which is a draw from
+``α_t``, so accuracy against it is meaningful.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .base import IGNORE, Episodes, Task, check, generator, register
+
+TRANS, EMIT, SEP = 96, 97, 98
+OBS0 = 99
+"""Token id of observation symbol 0."""
+MIN_CENTS = 5
+"""The floor, 0.05, in hundredths."""
+
+
+def discretise(p: torch.Tensor) -> torch.Tensor:
+    """Rows of probabilities ``[..., C]`` (each entry about >= 0.05) → integer hundredths.
+
+    Every entry ``>= 5``, every row summing to exactly 100: round, raise to 5, then the remainder
+    goes to the largest entry (a deficit is taken from the largest entries, never below 5).
+    Needs ``5 * C <= 100``.
+    """
+    cents = torch.round(p * 100.0).clamp_min_(MIN_CENTS).to(torch.int64)
+    diff = 100 - cents.sum(-1, keepdim=True)
+    big = cents.argmax(-1, keepdim=True)
+    # a surplus (or an exact row) goes to the largest entry in one step
+    cents.scatter_add_(-1, big, diff.clamp_min(0))
+    deficit = (-diff).clamp_min(0)
+    while bool((deficit > 0).any()):  # rare; at most C passes
+        big = cents.argmax(-1, keepdim=True)
+        take = torch.minimum(deficit, cents.gather(-1, big) - MIN_CENTS)
+        cents.scatter_add_(-1, big, -take)
+        deficit -= take
+    return cents
+
+
+@register
+@dataclass(frozen=True)
+class HMM(Task):
+    """HMM filtering: ``S`` states, ``O`` symbols, ``K`` observations, fresh matrices per episode."""
+
+    name = "hmm"
+    summary = "fresh random HMM per episode given as a header; track p(state | observations) (transport)"
+
+    S: int = 5
+    O: int = 5
+    K: int = 20
+    target: str = "posterior"
+
+    def validate(self) -> None:
+        check(isinstance(self.S, int) and not isinstance(self.S, bool) and 2 <= self.S <= 20,
+              "S", "an integer in [2, 20] (S * 0.05 <= 1)")
+        check(isinstance(self.O, int) and not isinstance(self.O, bool) and 1 <= self.O <= 20,
+              "O", "an integer in [1, 20] (O * 0.05 <= 1)")
+        check(isinstance(self.K, int) and not isinstance(self.K, bool) and 1 <= self.K <= 4096,
+              "K", "an integer in [1, 4096]")
+        check(self.target in ("posterior", "state"), "target", "'posterior' or 'state'")
+
+    # --- sizes ----------------------------------------------------------------------------
+    @property
+    def header_len(self) -> int:
+        return 3 + self.S * self.S + self.S * self.O
+
+    @property
+    def n_classes(self) -> int:
+        return self.S
+
+    @property
+    def vocab_size(self) -> int:
+        return OBS0 + self.O
+
+    @property
+    def seq_len(self) -> int:
+        return self.header_len + self.K
+
+    @property
+    def soft_targets(self) -> bool:
+        return self.target == "posterior"
+
+    @property
+    def length_param(self) -> str:
+        return "K"
+
+    # --- sampling -------------------------------------------------------------------------
+    def sample(self, n: int, seed: int) -> Episodes:
+        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "a positive integer")
+        g = generator(seed)
+        S, O, K, H = self.S, self.O, self.K, self.header_len
+
+        def grid_rows(rows: int, cols: int) -> torch.Tensor:
+            x = torch.empty(n, rows, cols, dtype=torch.float64).exponential_(generator=g)
+            x = x / x.sum(-1, keepdim=True)  # Dirichlet(1)
+            x = x.clamp_min_(0.05)
+            return discretise(x / x.sum(-1, keepdim=True))
+
+        cT = grid_rows(S, S)  # [n,S,S] hundredths
+        cE = grid_rows(S, O)  # [n,S,O]
+
+        # paths by inverse CDF on integer hundredths: exact, p(j) = cents_j / 100
+        uT = torch.randint(0, 100, (n, K), generator=g, dtype=torch.int64)
+        uE = torch.randint(0, 100, (n, K), generator=g, dtype=torch.int64)
+        s0 = torch.randint(0, S, (n,), generator=g, dtype=torch.int64)
+        cumT = cT.cumsum(-1).view(n * S, S)
+        cumE = cE.cumsum(-1).view(n * S, O)
+        rowbase = torch.arange(n, dtype=torch.int64) * S
+        states = torch.empty(n, K, dtype=torch.int64)
+        states[:, 0] = s0
+        s = s0
+        for t in range(1, K):
+            cdf = cumT.index_select(0, rowbase + s)
+            s = (cdf <= uT[:, t : t + 1]).sum(-1)
+            states[:, t] = s
+        cdfE = cumE.index_select(0, (rowbase[:, None] + states).view(-1)).view(n, K, O)
+        obs = (cdfE <= uE[:, :, None]).sum(-1)
+
+        tokens = torch.empty(n, H + K, dtype=torch.int64)
+        tokens[:, 0] = TRANS
+        tokens[:, 1 : 1 + S * S] = cT.view(n, -1) - MIN_CENTS
+        tokens[:, 1 + S * S] = EMIT
+        tokens[:, 2 + S * S : 2 + S * S + S * O] = cE.view(n, -1) - MIN_CENTS
+        tokens[:, H - 1] = SEP
+        tokens[:, H:] = obs + OBS0
+
+        targets = torch.full((n, H + K), IGNORE, dtype=torch.int64)
+        targets[:, H:] = states
+        return Episodes(
+            tokens=tokens,
+            targets=targets,
+            posterior=self.posterior(tokens),
+            mask=self.scored_mask(tokens),
+            latent={
+                "T": cT.double() / 100.0,
+                "E": cE.double() / 100.0,
+                "states": states,
+                "observations": obs,
+            },
+        )
+
+    # --- the exact answer from the inputs -------------------------------------------------
+    def decode_header(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(T [B,S,S], E [B,S,O])`` float64 read off the header tokens (hundredths / 100)."""
+        S, O = self.S, self.O
+        B = tokens.shape[0]
+        T = (tokens[:, 1 : 1 + S * S] + MIN_CENTS).double().div_(100.0).view(B, S, S)
+        E = (tokens[:, 2 + S * S : 2 + S * S + S * O] + MIN_CENTS).double().div_(100.0).view(B, S, O)
+        return T, E
+
+    def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        mask[:, self.header_len :] = True
+        return mask
+
+    def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        S, H = self.S, self.header_len
+        B, L = tokens.shape
+        out = torch.empty(B, L, S, dtype=torch.float64)
+        out[:, : min(H, L)] = 1.0 / S
+        if L <= H:
+            return out
+        T, E = self.decode_header(tokens)
+        obs = tokens[:, H:] - OBS0  # [B,K]
+        # likelihood of each observation under each state: lik[b,t,s] = E[b,s,o_t]
+        lik = E.transpose(1, 2).gather(1, obs[:, :, None].expand(-1, -1, S))
+        alpha = lik[:, 0] / S
+        alpha = alpha / alpha.sum(-1, keepdim=True)
+        out[:, H] = alpha
+        for t in range(1, L - H):
+            alpha = torch.bmm(alpha[:, None, :], T).squeeze(1) * lik[:, t]
+            alpha = alpha / alpha.sum(-1, keepdim=True)
+            out[:, H + t] = alpha
+        return out
+
+    def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
+        S, O, H = self.S, self.O, self.header_len
+        toks = [int(t) for t in episodes.tokens[index]]
+        out = []
+        for pos, tok in enumerate(toks):
+            if pos >= H:
+                out.append(f"o{tok - OBS0}")
+            elif tok == TRANS:
+                out.append("[TRANS]")
+            elif tok == EMIT:
+                out.append("[EMIT]")
+            elif tok == SEP:
+                out.append("[SEP]")
+            elif pos <= S * S:
+                i, j = divmod(pos - 1, S)
+                out.append(f"T{i},{j}={(tok + MIN_CENTS) / 100:.2f}")
+            else:
+                i, j = divmod(pos - 2 - S * S, O)
+                out.append(f"E{i},{j}={(tok + MIN_CENTS) / 100:.2f}")
+        return out

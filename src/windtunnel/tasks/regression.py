@@ -1,0 +1,189 @@
+"""Bayesian linear regression in context (papers.md §1.4; Garg et al. 2022, §9, with a Gaussian prior).
+
+Per episode ``w ~ N(0, σ_w² I_d)``; ``points`` inputs ``x_i ~ N(0, I_d)`` and responses
+``y_i = w·x_i + e_i``, ``e_i ~ N(0, σ²)``.  The model reads real-valued ``features [B, 2·points, d+2]``:
+
+* position ``2i``   (an *x-position*, token id 0): ``(x_i, 0, 0)``;
+* position ``2i+1`` (a *y-position*,  token id 1): ``(0, …, 0, y_i, 1)``.
+
+At x-position ``2i`` the model has seen ``(x_1, y_1, …, x_{i-1}, y_{i-1}, x_i)`` and predicts
+*which bin* ``y_i`` falls in (only x-positions are scored).  The exact posterior predictive is
+
+    y_i | data_{<i}, x_i ~ N(μᵀx_i, σ² + x_iᵀ Σ x_i),
+    Σ = (I/σ_w² + XᵀX/σ²)⁻¹,   μ = Σ Xᵀy / σ²        (X, y: the first i-1 points),
+
+integrated over each bin with the normal CDF in float64 (differences of ``Φ`` below the mean and
+of the survival function ``Φ(-z)`` above it, so tail bins keep full relative precision).
+
+Bins (``C`` classes): with ``R = y_range · sqrt(d σ_w² + σ²)`` (``y_range`` marginal standard
+deviations of ``y``, whose variance is ``E[σ_w²‖x‖² + σ²] = d σ_w² + σ²``), the ``C-1`` inner edges
+``e_0 < … < e_{C-2}`` are ``linspace(-R, R, C-1)``.  Bin 0 is ``(-∞, e_0)``, bin ``k`` for
+``1 ≤ k ≤ C-2`` is ``[e_{k-1}, e_k)`` (``C-2`` equal inner bins) and bin ``C-1`` is ``[e_{C-2}, ∞)``.
+The target is the bin of the sampled ``y_i``.
+
+The posterior is computed from the float32 ``features`` (cast to float64), exactly what a network
+and the Bayes oracle see; ``sample`` computes ``y`` from the float32-rounded ``x``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .base import IGNORE, Episodes, Task, check, generator, register, uniform_rows
+
+
+def _positive_real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def normal_bin_mass(mean: torch.Tensor, std: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+    """Mass of ``N(mean, std²)`` in the bins cut by ``edges`` (``len(edges)+1`` bins, outer ones unbounded).
+
+    ``mean``, ``std`` ``[...]`` float64, ``edges [E]`` increasing; returns ``[..., E+1]`` float64.
+    """
+    z = (edges - mean[..., None]) / std[..., None]  # [..., E]
+    inf = torch.full_like(z[..., :1], math.inf)
+    lo = torch.cat([-inf, z], dim=-1)
+    hi = torch.cat([z, inf], dim=-1)
+    # above the mean take differences of the survival function Φ(-z): no cancellation in the upper tail
+    upper = lo >= 0
+    below = torch.special.ndtr(hi) - torch.special.ndtr(lo)
+    above = torch.special.ndtr(-lo) - torch.special.ndtr(-hi)
+    return torch.where(upper, above, below).clamp_min(0.0)
+
+
+@register
+@dataclass(frozen=True)
+class Regression(Task):
+    """In-context Bayesian linear regression in ``d`` dimensions, ``y`` discretised into ``C`` bins."""
+
+    name = "regression"
+    summary = "Bayesian linear regression in context; predict each y's bin (continuous accumulation)"
+
+    d: int = 8
+    points: int = 32
+    C: int = 64
+    sigma_w: float = 1.0
+    sigma: float = 0.5
+    y_range: float = 4.0
+
+    def validate(self) -> None:
+        check(_is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
+        check(_is_int(self.points) and 1 <= self.points <= 4096, "points", "an integer in [1, 4096]")
+        check(_is_int(self.C) and 3 <= self.C <= 65536, "C", "an integer in [3, 65536]")
+        check(_positive_real(self.sigma_w), "sigma_w", "a finite number > 0")
+        check(_positive_real(self.sigma), "sigma", "a finite number > 0")
+        check(_positive_real(self.y_range), "y_range", "a finite number > 0")
+
+    @property
+    def n_classes(self) -> int:
+        return self.C
+
+    @property
+    def vocab_size(self) -> int:
+        return 2
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.points
+
+    @property
+    def n_features(self) -> int:
+        return self.d + 2
+
+    @property
+    def length_param(self) -> str:
+        return "points"
+
+    def bin_edges(self) -> torch.Tensor:
+        """The ``C-1`` inner bin edges, float64 (see the module docstring)."""
+        R = self.y_range * math.sqrt(self.d * self.sigma_w**2 + self.sigma**2)
+        return torch.linspace(-R, R, self.C - 1, dtype=torch.float64)
+
+    def bin_of(self, y: torch.Tensor) -> torch.Tensor:
+        """Bin index of each value of ``y`` (long, same shape)."""
+        edges = self.bin_edges()
+        return torch.searchsorted(edges, y.double().contiguous(), right=True)
+
+    def sample(self, n: int, seed: int) -> Episodes:
+        check(isinstance(n, int) and n >= 1, "n", "a positive integer")
+        g = generator(seed)
+        d, P = self.d, self.points
+        w = torch.randn(n, d, generator=g, dtype=torch.float64) * self.sigma_w
+        x = torch.randn(n, P, d, generator=g, dtype=torch.float64).float().double()  # float32 values
+        noise = torch.randn(n, P, generator=g, dtype=torch.float64) * self.sigma
+        y = ((x @ w[:, :, None])[..., 0] + noise).float()  # [n, P] float32
+
+        features = torch.zeros(n, 2 * P, d + 2, dtype=torch.float32)
+        features[:, 0::2, :d] = x.float()
+        features[:, 1::2, d] = y
+        features[:, 1::2, d + 1] = 1.0
+        tokens = torch.zeros(n, 2 * P, dtype=torch.long)
+        tokens[:, 1::2] = 1
+        targets = torch.full(tokens.shape, IGNORE, dtype=torch.long)
+        targets[:, 0::2] = self.bin_of(y)
+        return Episodes(
+            tokens=tokens,
+            targets=targets,
+            posterior=self.posterior(tokens, features),
+            mask=self.scored_mask(tokens, features),
+            latent={"w": w, "x": x.float(), "y": y},
+            features=features,
+        )
+
+    def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        mask[:, 0::2] = True
+        return mask
+
+    def predictive(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior-predictive mean and std of ``y_i`` at every x-position, ``[B, n_x]`` float64 each."""
+        d = self.d
+        f = features.double()
+        X = f[:, 0::2, :d]  # [B, nx, d]
+        Y = f[:, 1::2, d]  # [B, ny]
+        B, nx, _ = X.shape
+        s2 = self.sigma**2
+        prec = torch.eye(d, dtype=torch.float64).expand(B, d, d) / self.sigma_w**2  # Σ⁻¹
+        rhs = torch.zeros(B, d, 1, dtype=torch.float64)  # Xᵀy / σ²
+        mean = torch.empty(B, nx, dtype=torch.float64)
+        var = torch.empty(B, nx, dtype=torch.float64)
+        for i in range(nx):
+            L = torch.linalg.cholesky(prec)
+            xi = X[:, i, :, None]  # [B, d, 1]
+            mu = torch.cholesky_solve(rhs, L)  # [B, d, 1]
+            v = torch.linalg.solve_triangular(L, xi, upper=False)  # ‖L⁻¹x‖² = xᵀΣx
+            mean[:, i] = (mu * xi).sum((1, 2))
+            var[:, i] = s2 + (v * v).sum((1, 2))
+            if i < Y.shape[1]:
+                prec = prec + xi @ xi.transpose(1, 2) / s2
+                rhs = rhs + xi * Y[:, i, None, None] / s2
+        return mean, var.sqrt()
+
+    def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        if features is None:
+            raise ValueError("invalid features: the regression task needs real-valued features")
+        B, T = tokens.shape
+        mean, std = self.predictive(features)
+        out = uniform_rows((B, T), self.C)
+        out[:, 0::2] = normal_bin_mass(mean, std, self.bin_edges())
+        return out
+
+    def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
+        assert episodes.features is not None
+        f = episodes.features[index]
+        d = self.d
+        out = []
+        for t in range(f.shape[0]):
+            if t % 2 == 0:
+                out.append("x=(" + ", ".join(f"{float(v):.2f}" for v in f[t, :d]) + ")")
+            else:
+                out.append(f"y={float(f[t, d]):.3f}")
+        return out

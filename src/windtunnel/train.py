@@ -1,0 +1,395 @@
+"""The training loop, readable top to bottom.
+
+``train(config, out_dir)`` trains one model on one wind tunnel:
+
+1. build the task and the model (``models.make``, capacity-matched when ``params`` is set);
+2. every step draws a *fresh* batch, ``task.sample(batch_size, seed=stream(seed, step, rank))``
+   — no fixed dataset, so nothing can be memorised, and the data of step ``s`` is a pure
+   function of ``(seed, s)``, which makes resuming exact;
+3. loss: cross-entropy against ``targets`` or, for soft-target tasks (``loss="posterior"``), the
+   soft cross-entropy ``-Σ_c p*(c) log q(c)`` against the exact posterior (Paper I's HMM loss);
+4. AdamW, linear warmup then cosine decay to ``min_lr``, gradient clipping;
+5. logs ``loss`` and the **Bayes gap** — ``KL(posterior ‖ model)`` in bits on the same batch,
+   i.e. the excess cross-entropy over the Bayes oracle — to ``metrics.jsonl`` and the progress bar;
+6. evaluates on a fixed held-out batch every ``eval_every`` steps;
+7. checkpoints atomically (``checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
+   (kept for the training-dynamics analyses); a NaN/Inf loss stops the run with a clear message
+   and leaves the last good checkpoint in place.
+
+Multi-GPU: launched under ``torchrun`` the same code wraps the model in DDP; rank ``r`` draws the
+stream ``(seed, step, r)`` and only rank 0 writes.  A single process is the degenerate case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from . import checkpoint as ckpt
+from . import models, tasks
+from .tasks.base import Episodes, Task
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+class ConfigError(ValueError):
+    """A bad configuration key or value (the CLI turns it into one line and exit status 2)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything needed to rebuild the task, the model and the optimiser (saved as config.json)."""
+
+    task: str = "bijection"
+    task_params: dict[str, Any] = field(default_factory=dict)
+    arch: str = "transformer"
+    params: int | None = None  # target parameter count (capacity matching); None: arch defaults
+    model: dict[str, Any] = field(default_factory=dict)  # overrides: d_model, n_layers, n_heads, ...
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    warmup: int = 100
+    weight_decay: float = 0.01
+    beta2: float = 0.98
+    grad_clip: float = 1.0
+    loss: str = "auto"  # auto | targets | posterior
+    seed: int = 0
+    log_every: int = 25
+    eval_every: int = 250
+    eval_n: int = 512
+    ckpt_every: int = 250
+    keep_last: int = 2
+    log_checkpoints: bool = True  # keep checkpoints at ~log-spaced steps (training dynamics)
+    device: str = "auto"  # auto | cpu | cuda | mps
+    compile: bool = False
+    bf16: str = "auto"  # auto (on CUDA) | on | off
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def need(cond: bool, key: str, allowed: str) -> None:
+            if not cond:
+                raise ConfigError(f"invalid config value for {key!r}: must be {allowed}, got {getattr(self, key)!r}")
+
+        need(isinstance(self.task, str), "task", "a task name")
+        need(isinstance(self.task_params, dict), "task_params", "a table of task parameters")
+        need(isinstance(self.arch, str), "arch", f"one of {', '.join(models.names())}")
+        need(self.params is None or (isinstance(self.params, int) and self.params >= 1000), "params", "an integer ≥ 1000")
+        need(isinstance(self.model, dict), "model", "a table of model overrides")
+        for key in ("steps", "batch_size", "log_every", "eval_every", "eval_n", "ckpt_every"):
+            need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "a positive integer")
+        need(isinstance(self.warmup, int) and self.warmup >= 0, "warmup", "an integer ≥ 0")
+        need(isinstance(self.keep_last, int) and self.keep_last >= 1, "keep_last", "an integer ≥ 1")
+        need(isinstance(self.lr, (int, float)) and 0 < self.lr < 1, "lr", "a number in (0, 1)")
+        need(isinstance(self.min_lr, (int, float)) and 0 <= self.min_lr <= self.lr, "min_lr", "a number in [0, lr]")
+        need(isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, "weight_decay", "≥ 0")
+        need(isinstance(self.beta2, (int, float)) and 0 < self.beta2 < 1, "beta2", "in (0, 1)")
+        need(isinstance(self.grad_clip, (int, float)) and self.grad_clip > 0, "grad_clip", "a positive number")
+        need(self.loss in ("auto", "targets", "posterior"), "loss", "auto, targets or posterior")
+        need(isinstance(self.seed, int) and 0 <= self.seed < 2**31, "seed", "an integer in [0, 2^31)")
+        need(self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:"), "device", "auto, cpu, cuda or mps")
+        need(self.bf16 in ("auto", "on", "off"), "bf16", "auto, on or off")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        allowed = {f.name for f in dataclasses.fields(cls)}
+        for key in d:
+            if key not in allowed:
+                raise ConfigError(f"unknown config key {key!r}: allowed {', '.join(sorted(allowed))}")
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or JSON config file into a dict (validation happens in ``TrainConfig``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix == ".toml":
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            return tomllib.loads(text)
+        return json.loads(text)
+    except Exception as exc:
+        raise ConfigError(f"config file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from exc
+
+
+# --- pieces of the loop ---------------------------------------------------------------------
+
+
+def stream_seed(seed: int, step: int, rank: int = 0) -> int:
+    """The data seed of one step: disjoint streams per (seed, step, rank); never the eval seed."""
+    return ((seed * 4096 + rank) << 32) + step
+
+
+def eval_seed(seed: int) -> int:
+    return (2**62) + seed
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup for ``warmup`` steps, then cosine from ``lr`` to ``min_lr`` at ``steps``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool) -> torch.Tensor:
+    """Mean cross-entropy (nats) over scored positions, against targets or the soft posterior."""
+    logits = logits.float()
+    if soft:
+        logq = F.log_softmax(logits, dim=-1)
+        ce = -(ep.posterior.to(logq.dtype) * logq).sum(-1)
+        return (ce * ep.mask).sum() / ep.mask.sum()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ep.targets.reshape(-1), ignore_index=-100)
+
+
+@torch.no_grad()
+def bayes_gap_bits(logits: torch.Tensor, ep: Episodes) -> float:
+    """``KL(posterior ‖ model)`` in bits, averaged over scored positions of the batch."""
+    logq = F.log_softmax(logits.double(), dim=-1)
+    p = ep.posterior.to(logq.device)
+    plogp = torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros_like(p))
+    kl = (plogp - p * logq).sum(-1)
+    mask = ep.mask.to(kl.device)
+    return float((kl * mask).sum() / mask.sum()) * LOG2E
+
+
+def log_spaced_steps(total: int) -> set[int]:
+    """Steps 1, 2, 5, 10, 20, 50, … ≤ total: the checkpoints kept for dynamics analyses."""
+    out, base = set(), 1
+    while base <= total:
+        for m in (1, 2, 5):
+            if m * base <= total:
+                out.add(m * base)
+        base *= 10
+    return out
+
+
+def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
+    """The task and the (untrained, seeded) model a config describes."""
+    try:
+        task = tasks.make(cfg.task, **cfg.task_params)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    torch.manual_seed(cfg.seed)
+    try:
+        model = models.make(cfg.arch, task, params=cfg.params, **cfg.model)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return task, model
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """On resume, drop log lines written after the checkpoint we resume from."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+    ckpt.write_text_atomic(path, "".join(k + "\n" for k in keep))
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> Path:
+    """Train (or resume) a run in ``out_dir``; returns the run folder."""
+    out = Path(out_dir)
+    ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if ddp and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    main_proc = rank == 0
+    device = pick_device(cfg.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+    task, model = build(cfg)
+    soft = cfg.loss == "posterior" or (cfg.loss == "auto" and task.soft_targets)
+    model.to(device)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, cfg.beta2),
+    )
+
+    start = 0
+    elapsed = 0.0
+    ckpt_root = out / "checkpoints"
+    metrics_path = out / "metrics.jsonl"
+    if resume:
+        found = ckpt.find_latest(ckpt_root)
+        if found is not None:
+            state = ckpt.load(found, model, optimizer)
+            start = int(state["step"])
+            elapsed = float(state.get("elapsed", 0.0))
+            ckpt.set_rng_state(state["rng"])
+            if main_proc:
+                _truncate_metrics(metrics_path, start)
+    if main_proc:
+        out.mkdir(parents=True, exist_ok=True)
+        config_record = {
+            "train": cfg.to_dict(),
+            "task": {"name": task.name, "params": task.params()},
+            "model": model.config_dict(),
+            "n_params": model.n_params(),
+        }
+        ckpt.write_text_atomic(out / "config.json", json.dumps(config_record, indent=2))
+
+    net: torch.nn.Module = model
+    if cfg.compile:
+        net = torch.compile(model)  # type: ignore[assignment]
+    if ddp:
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
+
+    eval_batch = task.sample(cfg.eval_n, eval_seed(cfg.seed)).to(device)
+    keep_steps = log_spaced_steps(cfg.steps) if cfg.log_checkpoints else set()
+
+    def save(step: int) -> None:
+        if main_proc:
+            ckpt.save(ckpt_root, step, model, optimizer, {"elapsed": elapsed, "config": cfg.to_dict()})
+            ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
+
+    if start == 0 and main_proc and cfg.log_checkpoints and not (ckpt_root / ckpt.LATEST).exists():
+        save(0)  # the untrained model: the origin of every training-dynamics curve
+
+    bar = None
+    if cfg.progress and main_proc:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.arch}/{task.name}", dynamic_ncols=True)
+
+    model.train()
+    t0 = time.perf_counter()
+    for step in range(start, cfg.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        batch = task.sample(cfg.batch_size, stream_seed(cfg.seed, step, rank)).to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            logits = net(**batch.inputs)
+        loss = loss_fn(logits, batch, soft)
+        if not torch.isfinite(loss):
+            if bar is not None:
+                bar.close()
+            raise TrainingDiverged(
+                f"loss became {float(loss)} at step {step}; stopped, last good checkpoint kept in {ckpt_root}"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        done = step + 1
+
+        if main_proc and (done % cfg.log_every == 0 or done == cfg.steps):
+            gap = bayes_gap_bits(logits.detach(), batch)
+            record = {
+                "step": done,
+                "loss": float(loss) * LOG2E,  # bits
+                "bayes_gap": gap,
+                "lr": lr_at(step, cfg),
+                "grad_norm": float(grad_norm),
+                "time": elapsed + time.perf_counter() - t0,
+            }
+            _append_jsonl(metrics_path, record)
+            if bar is not None:
+                bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
+        if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
+            _append_jsonl(metrics_path, {"step": done, "eval": evaluate_batch(model, eval_batch)})
+            model.train()
+        if done % cfg.ckpt_every == 0 or done == cfg.steps or done in keep_steps:
+            elapsed_now = elapsed + time.perf_counter() - t0
+            elapsed, t0 = elapsed_now, time.perf_counter()
+            save(done)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    if ddp:
+        torch.distributed.barrier()
+    return out
+
+
+@torch.no_grad()
+def evaluate_batch(model: torch.nn.Module, ep: Episodes) -> dict[str, float]:
+    """Metrics of ``model`` on a fixed batch (the periodic in-training evaluation)."""
+    from .metrics import compute
+
+    model.eval()
+    logits = model(**ep.inputs).float().cpu()
+    res = compute(logits, ep.to("cpu"))
+    vals = res["values"]
+    return {k: float(vals[k]) for k in ("entropy_mae_curve", "entropy_mae", "kl", "accuracy") if k in vals}
+
+
+def load(run_dir: str | Path, step: int | None = None) -> tuple[Task, torch.nn.Module]:
+    """The task and trained model of a run folder (latest checkpoint, or ``step``)."""
+    run = Path(run_dir)
+    cfg_path = run / "config.json"
+    if not cfg_path.is_file():
+        raise ckpt.CheckpointError(f"{run} is not a run folder (no config.json)")
+    try:
+        record = json.loads(cfg_path.read_text())
+        task = tasks.make(record["task"]["name"], **record["task"]["params"])
+        model = models.build(record["model"])
+    except Exception as exc:
+        raise ckpt.CheckpointError(f"{cfg_path} is unreadable: {exc}") from exc
+    if step is None:
+        found = ckpt.find_latest(run / "checkpoints")
+    else:
+        found = run / "checkpoints" / f"step_{step:08d}"
+        found = found if found.is_dir() else None
+    if found is None:
+        raise ckpt.CheckpointError(f"no complete checkpoint in {run / 'checkpoints'}")
+    ckpt.load(found, model)
+    model.eval()
+    return task, model
