@@ -137,6 +137,20 @@ def test_different_seeds_differ(labels):
     assert not torch.equal(task.sample(16, seed=0).tokens, task.sample(16, seed=1).tokens)
 
 
+@pytest.mark.parametrize("labels", ["flips", "noisy"])
+def test_no_leak_from_the_future(labels):
+    task = make("coin", labels=labels, n=10)
+    ep = task.sample(32, seed=6)
+    g = torch.Generator().manual_seed(0)
+    for t in range(task.n):
+        tokens = ep.tokens.clone()
+        tokens[:, t + 1 :] = torch.randint(0, 2, tokens[:, t + 1 :].shape, generator=g)
+        assert torch.equal(task.posterior(tokens)[:, : t + 1], ep.posterior[:, : t + 1])
+    # and the target of position t is the token at t+1 (flips) or the hidden label (noisy)
+    if labels == "flips":
+        assert torch.equal(ep.targets[:, :-1], ep.tokens[:, 1:])
+
+
 def test_tiny_beta_parameters_stay_finite():
     ep = make("coin", a=0.003, b=0.003, n=4).sample(20000, seed=0)
     assert torch.isfinite(ep.latent["p"]).all() and torch.isfinite(ep.posterior).all()

@@ -147,6 +147,16 @@ def test_oracle_reproduces_posterior():
     assert torch.allclose(probs, ep.posterior, atol=1e-12, rtol=0)
 
 
+def test_no_leak_from_the_future():
+    task = make("recall", pairs=4, n_keys=6, n_values=6, queries=4, filler=1, gap=1)
+    ep = task.sample(32, seed=6)
+    g = torch.Generator().manual_seed(0)
+    for t in ep.mask[0].nonzero().flatten().tolist():
+        tokens = ep.tokens.clone()
+        tokens[:, t + 1 :] = torch.randint(0, task.vocab_size, tokens[:, t + 1 :].shape, generator=g)
+        assert torch.equal(task.posterior(tokens)[:, : t + 1], ep.posterior[:, : t + 1])
+
+
 def test_unstored_query_gives_uniform_row():
     task = make("recall", pairs=2, n_keys=4, n_values=4, queries=1, filler=0)
     tokens = torch.tensor([[0, 4 + 1, 1, 4 + 2, task.QUERY, 3]])

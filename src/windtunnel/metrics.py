@@ -79,7 +79,7 @@ def _kl_from_log(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     pos = p > 0
     log_p = torch.where(pos, p.clamp_min(1e-300).log(), torch.zeros_like(p))
     terms = torch.where(pos, p * (log_p - log_q), torch.zeros_like(p))
-    return terms.sum(-1) / _LN2
+    return (terms.sum(-1) / _LN2).clamp_min(0.0)  # KL ≥ 0: only rounding (~1e-16) is removed
 
 
 def kl_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -87,7 +87,8 @@ def kl_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
     ``0·log 0 = 0`` (classes with ``p_c = 0`` contribute nothing, whatever ``q_c`` is); ``p`` is
     never clipped, ``q`` is clipped at ``1e-300`` so the result stays finite (at most ~997 bits per
-    unit of mass on a class the model rules out).  Float64; ``[..., C]`` → ``[...]``.
+    unit of mass on a class the model rules out).  Float64; ``[..., C]`` → ``[...]``; rounding
+    residue below 0 (~1e-16 for ``q = p``) is clamped to 0.
     """
     p = p.double()
     q = q.double()

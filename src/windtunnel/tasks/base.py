@@ -45,6 +45,8 @@ class Episodes:
     mask: torch.Tensor
     latent: dict[str, Any] = field(default_factory=dict)
     features: torch.Tensor | None = None
+    #: latent entries shared by the whole batch (e.g. fixed symbol means): never sliced or concatenated
+    shared: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -58,20 +60,23 @@ class Episodes:
         return out
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Episodes":
-        def lat(v: Any) -> Any:
-            return fn(v) if isinstance(v, torch.Tensor) else v
+        def lat(k: str, v: Any) -> Any:
+            return fn(v) if isinstance(v, torch.Tensor) and k not in self.shared else v
 
         return Episodes(
             tokens=fn(self.tokens),
             targets=fn(self.targets),
             posterior=fn(self.posterior),
             mask=fn(self.mask),
-            latent={k: lat(v) for k, v in self.latent.items()},
+            latent={k: lat(k, v) for k, v in self.latent.items()},
             features=None if self.features is None else fn(self.features),
+            shared=self.shared,
         )
 
     def to(self, device: torch.device | str) -> "Episodes":
-        return self._map(lambda t: t.to(device))
+        out = self._map(lambda t: t.to(device))
+        out.latent.update({k: self.latent[k].to(device) for k in self.shared if isinstance(self.latent.get(k), torch.Tensor)})
+        return out
 
     def __getitem__(self, index: slice | torch.Tensor) -> "Episodes":
         """Select sequences (a slice or an index tensor); latent tensors batch-first are sliced too."""
@@ -91,7 +96,7 @@ class Episodes:
         first = parts[0]
         latent: dict[str, Any] = {}
         for k, v in first.latent.items():
-            if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == len(first):
+            if isinstance(v, torch.Tensor) and k not in first.shared and v.dim() > 0 and v.shape[0] == len(first):
                 latent[k] = torch.cat([p.latent[k] for p in parts])
             else:
                 latent[k] = v
@@ -102,6 +107,7 @@ class Episodes:
             mask=torch.cat([p.mask for p in parts]),
             latent=latent,
             features=None if first.features is None else torch.cat([p.features for p in parts]),
+            shared=first.shared,
         )
 
 

@@ -12,8 +12,9 @@ At x-position ``2i`` the model has seen ``(x_1, y_1, …, x_{i-1}, y_{i-1}, x_i)
     y_i | data_{<i}, x_i ~ N(μᵀx_i, σ² + x_iᵀ Σ x_i),
     Σ = (I/σ_w² + XᵀX/σ²)⁻¹,   μ = Σ Xᵀy / σ²        (X, y: the first i-1 points),
 
-integrated over each bin with the normal CDF in float64 (differences of ``Φ`` below the mean and
-of the survival function ``Φ(-z)`` above it, so tail bins keep full relative precision).
+integrated over each bin with the normal CDF in float64 (``Φ(z) = erfc(-z/√2)/2``; differences of
+``Φ`` below the mean and of the survival function ``Φ(-z)`` above it, so tail bins keep full
+relative precision).
 
 Bins (``C`` classes): with ``R = y_range · sqrt(d σ_w² + σ²)`` (``y_range`` marginal standard
 deviations of ``y``, whose variance is ``E[σ_w²‖x‖² + σ²] = d σ_w² + σ²``), the ``C-1`` inner edges
@@ -43,6 +44,12 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _ndtr(z: torch.Tensor) -> torch.Tensor:
+    """Standard normal CDF with full relative precision in the lower tail (``torch.special.ndtr``
+    computes ``(1 + erf)/2`` and underflows to 0 below about -8.3)."""
+    return 0.5 * torch.special.erfc(-z * math.sqrt(0.5))
+
+
 def normal_bin_mass(mean: torch.Tensor, std: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Mass of ``N(mean, std²)`` in the bins cut by ``edges`` (``len(edges)+1`` bins, outer ones unbounded).
 
@@ -54,8 +61,8 @@ def normal_bin_mass(mean: torch.Tensor, std: torch.Tensor, edges: torch.Tensor) 
     hi = torch.cat([z, inf], dim=-1)
     # above the mean take differences of the survival function Φ(-z): no cancellation in the upper tail
     upper = lo >= 0
-    below = torch.special.ndtr(hi) - torch.special.ndtr(lo)
-    above = torch.special.ndtr(-lo) - torch.special.ndtr(-hi)
+    below = _ndtr(hi) - _ndtr(lo)
+    above = _ndtr(-lo) - _ndtr(-hi)
     return torch.where(upper, above, below).clamp_min(0.0)
 
 

@@ -121,6 +121,7 @@ class Sticky(Task):
             posterior=self.posterior(tokens, features),
             mask=self.scored_mask(tokens, features),
             latent={"symbols": symbols, "means": mu, "P": P},
+            shared=("means", "P"),
             features=features,
         )
 

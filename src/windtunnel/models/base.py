@@ -1,0 +1,267 @@
+"""What every wind-tunnel network shares: hook points, the model base class, shared layers.
+
+Conventions (TransformerLens style):
+
+* every interesting activation passes through a :class:`HookPoint`, an identity module whose
+  dotted name in the model (``blocks.3.attn.hook_pattern``) is stable across versions and
+  architectures;
+* ``model.hooks([(name, fn)])`` attaches forward hooks for the duration of a ``with`` block;
+  ``fn(tensor, name)`` may return a replacement tensor (activation patching) or ``None``;
+  the hooks are removed on exit, also when the body or a hook raises;
+* ``model.run_with_cache(tokens, names=...)`` returns ``(logits, cache)`` with detached tensors;
+* ablations (``ablate_head``, ``bypass_layer``) are context managers that flip runtime flags
+  only, so the model is bitwise the same afterwards.
+
+Shapes: ``tokens [B,T] long``, optional ``features [B,T,F] float32``, logits ``[B,T,C] float32``.
+The logits at position ``t`` may depend on inputs ``0..t`` only (causality; tested for every
+architecture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+NameFilter = "None | str | Sequence[str] | Callable[[str], bool]"
+
+
+class HookPoint(nn.Module):
+    """Identity ``x -> x`` that exists to be hooked; ``name`` is its dotted path in the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name: str = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @property
+    def hooked(self) -> bool:
+        """Whether any forward hook is attached (models use this to take the slow, explicit path)."""
+        return bool(self._forward_hooks)
+
+
+class RMSNorm(nn.Module):
+    r"""Root-mean-square norm, :math:`y = x / \sqrt{\mathrm{mean}(x^2) + \epsilon} \cdot w` (no bias)."""
+
+    def __init__(self, d: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class InputEmbedding(nn.Module):
+    r"""Token embedding plus, for real-valued tasks, a linear map of the features.
+
+    :math:`e_t = E[\text{tokens}_t] + W_f \, \text{features}_t` (``W_f`` only when ``n_features > 0``).
+    """
+
+    def __init__(self, vocab_size: int, n_features: int, d: int) -> None:
+        super().__init__()
+        self.n_features = n_features
+        self.tok = nn.Embedding(vocab_size, d)
+        self.feat = nn.Linear(n_features, d, bias=False) if n_features > 0 else None
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.tok(tokens)
+        if self.feat is not None:
+            if features is None:
+                raise ValueError(f"invalid features: this model expects features [B,T,{self.n_features}]")
+            if features.shape[:2] != tokens.shape or features.shape[-1] != self.n_features:
+                raise ValueError(
+                    f"invalid features: shape {tuple(features.shape)} does not match tokens "
+                    f"{tuple(tokens.shape)} and n_features={self.n_features}"
+                )
+            x = x + self.feat(features.to(x.dtype))
+        return x
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Fields every architecture's config has (set from the task by ``models.make``)."""
+
+    arch: str = ""
+    vocab_size: int = 2
+    n_classes: int = 2
+    n_features: int = 0
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field and its allowed values."""
+        _check(isinstance(self.vocab_size, int) and self.vocab_size >= 1, "vocab_size", "a positive integer")
+        _check(isinstance(self.n_classes, int) and self.n_classes >= 1, "n_classes", "a positive integer")
+        _check(isinstance(self.n_features, int) and self.n_features >= 0, "n_features", "an integer >= 0")
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+
+def _check(condition: bool, field: str, allowed: str) -> None:
+    if not condition:
+        raise ValueError(f"invalid {field}: must be {allowed}")
+
+
+def _pos_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+class Block(nn.Module):
+    """A residual-stream block: ``hook_resid_pre -> (mix unless bypassed) -> hook_resid_post``.
+
+    Subclasses implement :meth:`mix`, mapping the incoming residual stream to the outgoing one.
+    ``bypass`` (set by :meth:`WindTunnelModel.bypass_layer`) makes the block the identity.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bypass = False
+        self.hook_resid_pre = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        if not self.bypass:
+            x = self.mix(x)
+        return self.hook_resid_post(x)
+
+
+class WindTunnelModel(nn.Module):
+    """Base class: ``forward(tokens, features=None) -> logits [B,T,C]`` plus hooks and ablations.
+
+    Subclasses set ``self.blocks`` (an ``nn.ModuleList`` of :class:`Block`) and call
+    :meth:`_finish_init` at the end of ``__init__``.
+    """
+
+    config: ModelConfig
+    blocks: nn.ModuleList
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    # --- bookkeeping -------------------------------------------------------------------
+    def _finish_init(self) -> None:
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+
+    def n_params(self) -> int:
+        """Number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def config_dict(self) -> dict[str, Any]:
+        """The config as a plain JSON-able dict (``models.build`` rebuilds the architecture from it)."""
+        return dataclasses.asdict(self.config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    # --- hooks ---------------------------------------------------------------------------
+    def hook_points(self) -> dict[str, HookPoint]:
+        """All hook points by dotted name, in forward order."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+
+    def hook_names(self) -> list[str]:
+        """The stable names accepted by :meth:`hooks` and :meth:`run_with_cache`."""
+        return list(self.hook_points())
+
+    def _select(self, names: Any) -> list[str]:
+        points = self.hook_points()
+        if names is None:
+            return list(points)
+        if isinstance(names, str):
+            names = [names]
+        if callable(names):
+            return [n for n in points if names(n)]
+        names = list(names)
+        for n in names:
+            if n not in points:
+                raise ValueError(f"unknown hook name {n!r}: see model.hook_names()")
+        return names
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Sequence[tuple[str, HookFn]]) -> Iterator["WindTunnelModel"]:
+        """Attach forward hooks for the duration of the ``with`` block.
+
+        ``fwd_hooks`` is a list of ``(name, fn)``; ``name`` may also be a filter
+        ``callable(name) -> bool``.  ``fn(tensor, name)`` returns ``None`` (observe) or a tensor
+        that replaces the activation downstream.  Handles are removed on exit, whatever happens.
+        """
+        points = self.hook_points()
+        handles = []
+        try:
+            for name, fn in fwd_hooks:
+                for n in self._select(name):
+                    handles.append(points[n].register_forward_hook(_adapter(fn, n)))
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+    def run_with_cache(
+        self,
+        tokens: torch.Tensor,
+        features: torch.Tensor | None = None,
+        names: Any = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Forward pass recording activations: ``(logits, cache)``.
+
+        ``names``: ``None`` (every hook point), a name, a list of names, or a filter
+        ``callable(name) -> bool``.  Cached tensors are detached; hooks are removed afterwards.
+        """
+        cache: dict[str, torch.Tensor] = {}
+
+        def save(t: torch.Tensor, name: str) -> None:
+            cache[name] = t.detach()
+
+        with self.hooks([(n, save) for n in self._select(names)]):
+            logits = self(tokens, features)
+        return logits, cache
+
+    def reset_hooks(self) -> None:
+        """Remove every forward hook from every hook point (a safety net; ``hooks`` cleans up itself)."""
+        for m in self.hook_points().values():
+            m._forward_hooks.clear()
+
+    # --- ablations -----------------------------------------------------------------------
+    def _layer(self, layer: int) -> Block:
+        n = len(self.blocks)
+        if not isinstance(layer, int) or not -n <= layer < n:
+            raise ValueError(f"invalid layer: must be an integer in [0, {n - 1}], got {layer!r}")
+        return self.blocks[layer]
+
+    @contextmanager
+    def ablate_head(self, layer: int, head: int) -> Iterator["WindTunnelModel"]:
+        """Zero one attention head's output ``z`` before the output projection (transformers only)."""
+        raise ValueError(f"invalid ablate_head: architecture {self.config.arch!r} has no attention heads")
+        yield self  # pragma: no cover
+
+    @contextmanager
+    def bypass_layer(self, layer: int) -> Iterator["WindTunnelModel"]:
+        """Make block ``layer`` the identity (it returns its input) inside the ``with`` block."""
+        block = self._layer(layer)
+        old = block.bypass
+        block.bypass = True
+        try:
+            yield self
+        finally:
+            block.bypass = old
+
+
+def _adapter(fn: HookFn, name: str) -> Callable[[nn.Module, Any, torch.Tensor], Any]:
+    def hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> Any:
+        return fn(output, name)
+
+    return hook

@@ -1,0 +1,258 @@
+r"""A small causal transformer (nanoGPT-style), the papers' reference architecture.
+
+Per block (pre-norm, RMSNorm, bias-free linears):
+
+.. math::
+
+    a &= \mathrm{Attn}(\mathrm{RMSNorm}(x)),\quad x \leftarrow x + a \\
+    m &= W_2\,\mathrm{GELU}(W_1\,\mathrm{RMSNorm}(x)),\quad x \leftarrow x + m
+
+with causal multi-head attention, per head ``h``
+
+.. math::
+
+    A^h = \mathrm{softmax}\!\left(\frac{q^h k^{h\top}}{\sqrt{d_h}} + M_{\text{causal}}\right),\quad
+    z^h = A^h v^h,\quad a = W_O\,[z^1;\dots;z^H].
+
+Positions: ``rotary`` (RoPE on q and k, default; no length limit), ``learned`` (absolute
+embeddings added to the input, up to ``max_len``) or ``none``.  The output head is a separate
+``Linear(d_model, n_classes)`` (outputs are classes, so tying is impossible).
+
+The fast path uses ``scaled_dot_product_attention(is_causal=True)``; the explicit softmax path
+(identical up to float rounding) runs whenever q/k/v/pattern are hooked, a head is ablated or
+``explicit_attention`` is set.  The papers' bijection model is the default: 6 layers, 6 heads,
+d_model 192, d_ff 768 (2.67M parameters on bijection V=20).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
+
+POSITIONS = ("rotary", "learned", "none")
+
+
+@dataclass
+class TransformerConfig(ModelConfig):
+    """Hyper-parameters of :class:`Transformer` (``d_ff=None`` means ``4 * d_model``)."""
+
+    arch: str = "transformer"
+    d_model: int = 192
+    n_layers: int = 6
+    n_heads: int = 6
+    d_ff: int | None = None
+    pos: str = "rotary"
+    max_len: int = 512
+    rope_base: float = 10000.0
+    dropout: float = 0.0
+    norm_eps: float = 1e-5
+
+    def validate(self) -> None:
+        super().validate()
+        _check(self.arch == "transformer", "arch", "'transformer'")
+        _check(_pos_int(self.n_layers), "n_layers", "a positive integer")
+        _check(_pos_int(self.n_heads), "n_heads", "a positive integer")
+        _check(_pos_int(self.d_model) and self.d_model % self.n_heads == 0, "d_model",
+               f"a positive multiple of n_heads={self.n_heads}")
+        _check(self.d_ff is None or _pos_int(self.d_ff), "d_ff", "a positive integer or null")
+        _check(self.pos in POSITIONS, "pos", " | ".join(POSITIONS))
+        if self.pos == "rotary":
+            _check(self.head_dim % 2 == 0, "d_model", "such that d_model / n_heads is even (rotary)")
+        _check(_pos_int(self.max_len), "max_len", "a positive integer")
+        _check(0.0 <= self.dropout < 1.0, "dropout", "in [0, 1)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def ff_dim(self) -> int:
+        return 4 * self.d_model if self.d_ff is None else self.d_ff
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    r"""Rotary embedding (rotate-half form): :math:`x \cos\theta + \mathrm{rot}(x) \sin\theta`.
+
+    ``x [B,T,H,dh]``; ``cos, sin [T,1,dh]``; pairs ``(x_i, x_{i+dh/2})`` rotate by
+    :math:`\theta_{t,i} = t \cdot \text{base}^{-2i/d_h}`.
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Causal multi-head self-attention with a fused bias-free qkv projection."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.rotary = cfg.pos == "rotary"
+        self.rope_base = cfg.rope_base
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        #: per-head multiplier on z (``None``: no ablation); set by ``Transformer.ablate_head``
+        self.head_mask: torch.Tensor | None = None
+        #: force the explicit softmax path (for tests and analysis)
+        self.explicit = False
+        self._rope: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def rope(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [T,1,dh]`` for positions ``0..T-1`` (cached per length/device/dtype)."""
+        key = (T, device, dtype)
+        if key not in self._rope:
+            half = self.head_dim // 2
+            inv = self.rope_base ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
+            ang = torch.arange(T, device=device, dtype=torch.float32)[:, None] * inv[None]
+            ang = torch.cat((ang, ang), dim=-1)[:, None, :]
+            self._rope = {key: (ang.cos().to(dtype), ang.sin().to(dtype))}  # keep only the latest
+        return self._rope[key]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        H, dh = self.n_heads, self.head_dim
+        q, k, v = self.qkv(x).view(B, T, 3, H, dh).unbind(2)  # each [B,T,H,dh]
+        if self.rotary:
+            cos, sin = self.rope(T, x.device, x.dtype)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        explicit = (
+            self.explicit
+            or self.head_mask is not None
+            or self.hook_pattern.hooked
+            or self.hook_q.hooked
+            or self.hook_k.hooked
+            or self.hook_v.hooked
+        )
+        qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B,H,T,dh]
+        p = self.dropout if self.training else 0.0
+        if explicit:
+            scores = (qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(dh))  # [B,H,T,T]
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+            pattern = self.hook_pattern(pattern)
+            if p > 0:
+                pattern = F.dropout(pattern, p)
+            z = (pattern @ vh).transpose(1, 2)  # [B,T,H,dh]
+            if self.head_mask is not None:
+                z = z * self.head_mask.to(z.dtype)[:, None]
+        else:
+            z = F.scaled_dot_product_attention(qh, kh, vh, dropout_p=p, is_causal=True).transpose(1, 2)
+        z = self.hook_z(z)
+        return self.out_proj(z.reshape(B, T, d))
+
+
+class MLPBlock(nn.Module):
+    r""":math:`W_2\,\mathrm{GELU}(W_1 x)`, bias-free."""
+
+    def __init__(self, d: int, d_ff: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(d, d_ff, bias=False)
+        self.proj = nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class TransformerBlock(Block):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLPBlock(cfg.d_model, cfg.ff_dim)
+        self.hook_attn_out = HookPoint()
+        self.hook_mlp_out = HookPoint()
+        self.dropout = cfg.dropout
+
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.hook_attn_out(self.attn(self.ln1(x)))
+        x = x + F.dropout(a, self.dropout, self.training)
+        m = self.hook_mlp_out(self.mlp(self.ln2(x)))
+        return x + F.dropout(m, self.dropout, self.training)
+
+
+class Transformer(WindTunnelModel):
+    """Causal transformer over token (+ feature) inputs; see the module docstring."""
+
+    config: TransformerConfig
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.embed = InputEmbedding(c.vocab_size, c.n_features, c.d_model)
+        self.pos_embed = nn.Embedding(c.max_len, c.d_model) if c.pos == "learned" else None
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
+        self.norm = RMSNorm(c.d_model, c.norm_eps)
+        self.hook_final = HookPoint()
+        self.head = nn.Linear(c.d_model, c.n_classes, bias=False)
+        self._init_weights()
+        self._finish_init()
+
+    def _init_weights(self) -> None:
+        """N(0, 0.02) everywhere; residual projections N(0, 0.02/sqrt(2 n_layers)) (nanoGPT/GPT-2)."""
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02
+                if name.endswith("attn.out_proj.weight") or name.endswith("mlp.proj.weight"):
+                    std = 0.02 / math.sqrt(2 * self.config.n_layers)
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens [B,T]`` (+ ``features [B,T,F]``) -> logits ``[B,T,n_classes]`` (float32)."""
+        x = self.embed(tokens, features)
+        if self.pos_embed is not None:
+            T = tokens.shape[1]
+            if T > self.config.max_len:
+                raise ValueError(
+                    f"invalid sequence length: {T} exceeds max_len={self.config.max_len} of the learned positions"
+                )
+            x = x + self.pos_embed.weight[:T]
+        x = self.hook_embed(x)
+        for block in self.blocks:
+            x = block(x)
+        x = self.hook_final(self.norm(x))
+        return self.head(x).float()
+
+    @contextmanager
+    def ablate_head(self, layer: int, head: int) -> Iterator["Transformer"]:
+        """Zero head ``head``'s ``z`` in block ``layer`` (before ``W_O``) inside the ``with`` block."""
+        attn: Attention = self._layer(layer).attn
+        H = self.config.n_heads
+        if not isinstance(head, int) or not 0 <= head < H:
+            raise ValueError(f"invalid head: must be an integer in [0, {H - 1}], got {head!r}")
+        old = attn.head_mask
+        mask = torch.ones(H, device=self.device) if old is None else old.clone()
+        mask[head] = 0.0
+        attn.head_mask = mask
+        try:
+            yield self
+        finally:
+            attn.head_mask = old
+
+    @contextmanager
+    def explicit_attention(self) -> Iterator["Transformer"]:
+        """Use the explicit softmax path in every layer inside the ``with`` block."""
+        attns = [b.attn for b in self.blocks]
+        old = [a.explicit for a in attns]
+        try:
+            for a in attns:
+                a.explicit = True
+            yield self
+        finally:
+            for a, o in zip(attns, old):
+                a.explicit = o

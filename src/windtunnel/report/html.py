@@ -1,0 +1,314 @@
+"""One self-contained ``report.html`` (and a ``summary.md``) per run folder.
+
+Reads what is there — ``config.json``, ``metrics.jsonl``, ``eval.json``
+(``EvalResult.to_dict()``), ``figures/*.png``, optional ``geometry.json`` — and writes
+``report.html`` with every figure base64-embedded (no external file, script or stylesheet) and a
+Markdown ``summary.md`` beside it.  Missing pieces are skipped; the standard figures
+(training, entropy, KL) are drawn into ``figures/`` first when their data exist and the PNG does
+not (existing files are never overwritten).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import figures as F
+
+__all__ = ["write_report"]
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#f6f7f9;color:#222;line-height:1.45}
+main{max-width:1050px;margin:0 auto;padding:24px 28px 60px;background:#fff;box-shadow:0 0 12px rgba(0,0,0,.06)}
+h1{font-size:1.6em;margin:.2em 0 .1em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:2px solid #e4e7eb;padding-bottom:.2em}
+h3{font-size:1.02em;margin-top:1.2em}
+.sub{color:#666;margin-bottom:1em}
+table{border-collapse:collapse;margin:.6em 0 1em;font-size:.9em}
+th,td{border:1px solid #dde1e6;padding:4px 9px;text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f0f2f5;text-align:center}td.l,th.l{text-align:left}
+tr.oracle td{color:#666;background:#fafafa}
+.ci{color:#777;font-size:.85em}
+pre{background:#f4f5f7;border:1px solid #e1e4e8;border-radius:4px;padding:10px 12px;overflow-x:auto;font-size:.85em}
+figure{margin:1.2em 0;text-align:center}figure img{max-width:100%;border:1px solid #eee}
+figcaption{color:#555;font-size:.88em}
+.kv td:first-child{text-align:left;color:#444}
+.note{color:#666;font-size:.88em}
+"""
+
+_UNITS = {
+    "entropy_mae_curve": "bits", "entropy_mae": "bits", "kl": "bits", "tv": "prob.", "infeasible_mass": "prob.",
+    "accuracy": "fraction", "nll": "bits", "bayes_nll": "bits",
+}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return F._read_jsonl(path)
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "—"
+        if x == 0:
+            return "0"
+        if abs(x) >= 1e4 or abs(x) < 1e-3:
+            return f"{x:.3e}"
+        return f"{x:.4g}"
+    return str(x)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "numpy", "matplotlib", "windtunnel"):
+        try:
+            out[mod] = getattr(__import__(mod), "__version__", "?")
+        except Exception:  # pragma: no cover - reporting must not fail on a missing module
+            out[mod] = "not installed"
+    out["platform"] = platform.platform()
+    return out
+
+
+def _figure_key(p: Path) -> tuple[int, str]:
+    for i, stem in enumerate(F.FIGURE_ORDER):
+        if p.stem.startswith(stem):
+            return (i, p.name)
+    return (len(F.FIGURE_ORDER), p.name)
+
+
+def _ensure_figures(run: Path, ev: Mapping[str, Any] | None) -> None:
+    fig_dir = run / "figures"
+    have = {p.stem for p in fig_dir.glob("*.png")} if fig_dir.exists() else set()
+    jobs = []
+    if (run / "metrics.jsonl").exists() and not any(s.startswith("training") for s in have):
+        jobs.append(lambda: F.training_curves(run / "metrics.jsonl", fig_dir / "training.png"))
+    if ev and "curves" in ev:
+        if not any(s.startswith("entropy") for s in have) and "entropy_model" in ev["curves"]:
+            jobs.append(lambda: F.entropy_curve(ev, fig_dir / "entropy.png"))
+        if not any(s.startswith("kl") for s in have) and "kl" in ev["curves"]:
+            jobs.append(lambda: F.kl_curve(ev, fig_dir / "kl.png"))
+    for job in jobs:
+        try:
+            job()
+        except Exception as e:  # a figure must never stop the report
+            print(f"windtunnel report: skipped a figure ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def _metric_names(*tables: Mapping[str, Any]) -> list[str]:
+    names: list[str] = []
+    for t in tables:
+        names += [k for k in t if k not in names]
+    return names
+
+
+def _cell(entry: Mapping[str, Any] | None) -> str:
+    if not entry:
+        return "<td>—</td>"
+    ci = entry.get("ci") or [None, None]
+    return (f"<td>{_fmt(entry.get('value'))}<br><span class='ci'>[{_fmt(ci[0])}, {_fmt(ci[1])}]</span></td>")
+
+
+def _metrics_table(rows: list[tuple[str, Mapping[str, Any], str]]) -> str:
+    names = _metric_names(*(t for _, t, _ in rows))
+    if not names:
+        return ""
+    head = "".join(f"<th>{html.escape(n)}<br><span class='ci'>{_UNITS.get(n, '')}</span></th>" for n in names)
+    body = []
+    for label, table, cls in rows:
+        cells = "".join(_cell(table.get(n)) for n in names)
+        body.append(f"<tr class='{cls}'><td class='l'>{html.escape(label)}</td>{cells}</tr>")
+    return f"<table><tr><th class='l'>row</th>{head}</tr>{''.join(body)}</table>"
+
+
+def _md_table(rows: list[tuple[str, Mapping[str, Any]]]) -> str:
+    names = _metric_names(*(t for _, t in rows))
+    if not names:
+        return ""
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for label, table in rows:
+        cells = []
+        for n in names:
+            e = table.get(n)
+            if not e:
+                cells.append("—")
+                continue
+            ci = e.get("ci") or [None, None]
+            cells.append(f"{_fmt(e.get('value'))} [{_fmt(ci[0])}, {_fmt(ci[1])}]")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Flatten nested dicts to dotted keys; long numeric lists are summarised."""
+    out: list[tuple[str, Any]] = []
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, list):
+        nums = [x for x in obj if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if obj and len(nums) == len(obj):
+            if len(obj) <= 8:
+                out.append((prefix, "[" + ", ".join(_fmt(x) for x in obj) + "]"))
+            else:
+                out.append((prefix, f"{len(obj)} values, min {_fmt(min(nums))}, max {_fmt(max(nums))}, "
+                                    f"mean {_fmt(sum(nums) / len(nums))}"))
+        elif obj and all(isinstance(x, Mapping) for x in obj) and len(obj) <= 50:
+            for i, x in enumerate(obj):
+                out += _flatten(x, f"{prefix}[{i}]")
+        else:
+            s = json.dumps(obj)
+            out.append((prefix, s if len(s) <= 200 else s[:197] + "..."))
+    else:
+        out.append((prefix, obj))
+    return out
+
+
+def _kv_table(pairs: list[tuple[str, Any]]) -> str:
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in pairs)
+    return f"<table class='kv'>{rows}</table>"
+
+
+def _training_summary(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    steps = [r for r in rows if isinstance(r.get("step"), (int, float))]
+    if not steps:
+        return []
+    last = steps[-1]
+    out: list[tuple[str, Any]] = [("logged lines", len(rows)), ("last step", last["step"])]
+    for k in ("loss", "bayes_gap", "lr"):
+        vals = [r[k] for r in steps if isinstance(r.get(k), (int, float))]
+        if vals:
+            out.append((f"final {k}", vals[-1]))
+    for k in ("elapsed_s", "time_s", "wall_s", "elapsed", "seconds"):
+        vals = [r[k] for r in steps if isinstance(r.get(k), (int, float))]
+        if vals:
+            out.append((f"training {k}", vals[-1]))
+            break
+    return out
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``run_dir/report.html`` (self-contained) and ``run_dir/summary.md``; return the HTML path.
+
+    ``ValueError`` if ``run_dir`` is not a directory.
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ValueError(f"invalid run_dir: {str(run)!r} is not a directory")
+    config = _read_json(run / "config.json") if (run / "config.json").exists() else None
+    ev = _read_json(run / "eval.json") if (run / "eval.json").exists() else None
+    geometry = _read_json(run / "geometry.json") if (run / "geometry.json").exists() else None
+    rows = _read_jsonl(run / "metrics.jsonl")
+    _ensure_figures(run, ev)
+    figs = sorted((run / "figures").glob("*.png"), key=_figure_key) if (run / "figures").exists() else []
+    versions = _versions()
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+
+    title = f"windtunnel run — {run.resolve().name}"
+    sub = []
+    if ev:
+        t = ev.get("task", {})
+        params = ", ".join(f"{k}={v}" for k, v in t.get("params", {}).items())
+        sub.append(f"task <b>{html.escape(str(t.get('name')))}</b>({html.escape(params)})")
+        m = ev.get("model") or {}
+        if m:
+            sub.append(f"model {html.escape(str(m.get('class')))} · {_fmt(m.get('n_params'))} parameters")
+        sub.append(f"{ev.get('n')} evaluation episodes (seed {ev.get('seed')}), "
+                   f"{int(100 * ev.get('level', 0.95))}% bootstrap over sequences, {ev.get('n_boot')} resamples")
+    parts = [f"<h1>{html.escape(title)}</h1><div class='sub'>{' · '.join(sub)}<br>generated {now}</div>"]
+    md = [f"# {title}", ""]
+
+    if ev and ev.get("metrics"):
+        parts.append("<h2>Metrics vs the exact posterior</h2>")
+        parts.append("<p class='note'>All distances in bits over scored positions; value with 95% bootstrap "
+                     "interval. The Bayes oracle row must be ~0 on the error metrics (a check on the pipeline).</p>")
+        main_rows = [("model", ev["metrics"], "model")]
+        if ev.get("oracle"):
+            main_rows.append(("Bayes oracle", ev["oracle"], "oracle"))
+        parts.append(_metrics_table(main_rows))
+        md += ["## Metrics (bits; 95% bootstrap CI)", "", _md_table([(r[0], r[1]) for r in main_rows]), ""]
+        lengths = ev.get("lengths") or {}
+        if lengths:
+            hz = ev.get("horizon") or {}
+            parts.append("<h3>Length generalisation</h3>")
+            parts.append(f"<p class='note'>Training horizon: {html.escape(str(hz.get('param')))} = "
+                         f"{html.escape(str(hz.get('value')))} ({hz.get('seq_len')} tokens). "
+                         "“beyond” rows score only the positions past the training horizon.</p>")
+            lrows = []
+            for K in sorted(lengths, key=lambda k: int(k)):
+                v = lengths[K]
+                lrows.append((f"{hz.get('param') or 'length'}={K}", v.get("metrics", {}), "model"))
+                if v.get("beyond_horizon"):
+                    lrows.append((f"{hz.get('param') or 'length'}={K}, beyond", v["beyond_horizon"], "model"))
+                if v.get("oracle"):
+                    lrows.append((f"{hz.get('param') or 'length'}={K}, oracle", v["oracle"], "oracle"))
+            parts.append(_metrics_table(lrows))
+            md += ["## Length generalisation", "", _md_table([(r[0], r[1]) for r in lrows]), ""]
+
+    if figs:
+        parts.append("<h2>Figures</h2>")
+        md += ["## Figures", ""]
+        for p in figs:
+            data = base64.b64encode(p.read_bytes()).decode("ascii")
+            parts.append(f"<figure><img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>"
+                         f"<figcaption>{html.escape(p.name)}</figcaption></figure>")
+            md.append(f"![{p.stem}](figures/{p.name})")
+        md.append("")
+
+    if geometry is not None:
+        parts.append("<h2>Geometry</h2>")
+        parts.append(_kv_table(_flatten(geometry)))
+        md += ["## Geometry", "", "| key | value |", "|---|---|"]
+        md += [f"| {k} | {_fmt(v)} |" for k, v in _flatten(geometry)]
+        md.append("")
+
+    train = _training_summary(rows)
+    if train:
+        parts.append("<h2>Training</h2>" + _kv_table(train))
+        md += ["## Training", ""] + [f"- {k}: {_fmt(v)}" for k, v in train] + [""]
+
+    timings: list[tuple[str, Any]] = []
+    if ev and ev.get("timings"):
+        timings += [(f"eval.{k}", v) for k, v in ev["timings"].items()]
+    if isinstance(config, Mapping) and isinstance(config.get("timings"), Mapping):
+        timings += [(f"config.{k}", v) for k, v in config["timings"].items()]
+    if timings:
+        parts.append("<h2>Timings (seconds unless named)</h2>" + _kv_table(timings))
+        md += ["## Timings", ""] + [f"- {k}: {_fmt(v)}" for k, v in timings] + [""]
+
+    if config is not None:
+        parts.append("<h2>Configuration</h2><pre>" + html.escape(json.dumps(config, indent=2, sort_keys=True)) + "</pre>")
+        md += ["## Configuration", "", "```json", json.dumps(config, indent=2, sort_keys=True), "```", ""]
+
+    parts.append("<h2>Versions</h2>" + _kv_table(list(versions.items())))
+    md += ["## Versions", ""] + [f"- {k}: {v}" for k, v in versions.items()] + [""]
+
+    doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+           f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_CSS}</style></head>"
+           f"<body><main>{''.join(parts)}</main></body></html>")
+    out = run / "report.html"
+    tmp = run / "report.html.tmp"
+    tmp.write_text(doc, encoding="utf-8")
+    tmp.replace(out)
+    (run / "summary.md").write_text("\n".join(md), encoding="utf-8")
+    return out

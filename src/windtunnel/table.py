@@ -1,0 +1,303 @@
+"""The architecture × inference-primitive table (Paper I v3; papers.md §4) in one command.
+
+Columns are wind tunnels chosen to isolate a primitive:
+
+==========================  ==========================================  ===================
+column                      primitive                                   headline metric
+==========================  ==========================================  ===================
+``bijection``               accumulation (staircase)                    entropy_mae_curve
+``bijection_replacement``   accumulation + binding (sawtooth)           entropy_mae_curve
+``hmm``                     transport (+ KL at K=30, 50)                kl
+``recall``                  random-access binding                       accuracy
+==========================  ==========================================  ===================
+
+Rows are the four architectures, capacity-matched (``params``), plus the Bayes oracle.  Each
+(column, architecture, seed) cell is an ordinary run folder under ``OUT/runs/``; a cell whose
+``eval.json`` exists is never redone, and an unfinished one resumes from its last checkpoint, so
+a killed table restarted with the same command loses nothing.  Cells run in parallel in worker
+processes (``concurrent.futures`` from the standard library): one per GPU when GPUs are present,
+otherwise CPU workers splitting the cores.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import multiprocessing as mp
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+COLUMNS: dict[str, dict[str, Any]] = {
+    "bijection": {"primitive": "accumulation", "metric": "entropy_mae_curve", "unit": "bits"},
+    "bijection_replacement": {"primitive": "accumulation + binding", "metric": "entropy_mae_curve", "unit": "bits"},
+    "hmm": {"primitive": "transport", "metric": "kl", "unit": "bits", "lengths": [20, 30, 50]},
+    "recall": {"primitive": "binding", "metric": "accuracy", "unit": "%"},
+}
+ARCHS = ["transformer", "mamba", "lstm", "mlp"]
+EVAL_N = {"quick": 1000, "paper": 2000}
+
+
+def cell_config(preset: str, column: str, arch: str, seed: int, params: int | None) -> dict[str, Any]:
+    from . import presets
+
+    cfg = presets.preset(preset, column, arch)
+    cfg["seed"] = seed
+    cfg["progress"] = False
+    if params is not None:
+        cfg["params"] = params
+    return cfg
+
+
+def run_cell(job: dict[str, Any]) -> dict[str, Any]:
+    """Train (or resume) and evaluate one cell; returns its summary.  Runs in a worker process."""
+    import torch
+
+    from .checkpoint import write_text_atomic
+    from .evaluate import evaluate
+    from .report import figures
+    from .train import TrainConfig, load, train
+
+    torch.set_num_threads(job["threads"])
+    if job.get("device"):
+        job["config"]["device"] = job["device"]
+    run = Path(job["run_dir"])
+    done = run / "eval.json"
+    if done.is_file():
+        return json.loads(done.read_text())["cell"]
+    cfg = TrainConfig.from_dict(job["config"])
+    t0 = time.perf_counter()
+    resume = (run / "config.json").is_file()
+    train(cfg, run, resume=resume)
+    t_train = time.perf_counter() - t0
+    task, model = load(run)
+    if job.get("device"):
+        model.to(job["device"])
+    result = evaluate(model, task, n=job["eval_n"], seed=12345, lengths=job.get("lengths"))
+    figs = run / "figures"
+    figs.mkdir(exist_ok=True)
+    figures.entropy_curve(result, figs / "entropy.png")
+    if job.get("lengths"):
+        figures.kl_curve(result, figs / "kl.png")
+    cell = {
+        "task": job["column"],
+        "arch": job["arch"],
+        "seed": job["seed"],
+        "params": model.n_params(),
+        "train_s": t_train,
+        "metrics": {k: v["value"] for k, v in result.metrics.items()},
+        "ci": {k: v["ci"] for k, v in result.metrics.items()},
+        "oracle": {k: v["value"] for k, v in result.oracle.items()},
+        "lengths": {str(K): {k: v["value"] for k, v in d["metrics"].items()} for K, d in result.lengths.items()},
+        "run_dir": str(run),
+    }
+    record = result.to_dict()
+    record["cell"] = cell
+    write_text_atomic(done, json.dumps(record))
+    return cell
+
+
+def _mean_std(xs: list[float]) -> dict[str, Any]:
+    vals = [x for x in xs if x is not None and not math.isnan(x)]
+    if not vals:
+        return {"mean": None, "std": None, "ci": None}
+    m = sum(vals) / len(vals)
+    s = math.sqrt(sum((x - m) ** 2 for x in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+    return {"mean": m, "std": s}
+
+
+def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Group seeds of the same (task, arch) into one table cell with mean/std (and the seed CI)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault((c["task"], c["arch"]), []).append(c)
+    out = []
+    for (task, arch), cs in groups.items():
+        names = list(cs[0]["metrics"])
+        metrics = {}
+        for name in names:
+            ms = _mean_std([c["metrics"].get(name) for c in cs])
+            ms["ci"] = cs[0]["ci"].get(name) if len(cs) == 1 else None
+            metrics[name] = ms
+        for K in cs[0].get("lengths", {}):
+            for name in ("kl", "entropy_mae", "entropy_mae_curve"):
+                ms = _mean_std([c["lengths"][K].get(name) for c in cs])
+                ms["ci"] = None
+                metrics[f"{name}@K={K}"] = ms
+        out.append({
+            "task": task,
+            "arch": arch,
+            "seeds": sorted(c["seed"] for c in cs),
+            "params": cs[0]["params"],
+            "metrics": metrics,
+            "run_dirs": [c["run_dir"] for c in cs],
+            "train_s": sum(c["train_s"] for c in cs),
+        })
+    return out
+
+
+def _fmt(column: str, m: dict[str, Any] | None) -> str:
+    if m is None or m.get("mean") is None:
+        return "—"
+    spec = COLUMNS[column]
+    if spec["unit"] == "%":
+        s = f"{100 * m['mean']:.1f}%"
+        return s + (f" ± {100 * m['std']:.1f}" if m.get("std") else "")
+    s = f"{m['mean']:.2e}" if m["mean"] < 1e-2 else f"{m['mean']:.3f}"
+    return s + (f" ± {m['std']:.1e}" if m.get("std") else "")
+
+
+def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], meta: dict[str, Any]) -> str:
+    by = {(c["task"], c["arch"]): c for c in cells}
+    head = ["model", "params"] + [f"{c} ({COLUMNS[c]['primitive']}; {COLUMNS[c]['metric']})" for c in columns]
+    extra = [c for c in columns if "lengths" in COLUMNS[c]]
+    for c in extra:
+        head += [f"{c} KL@K={K}" for K in COLUMNS[c]["lengths"][1:]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arch in archs:
+        row = [arch]
+        params = next((by[(c, arch)]["params"] for c in columns if (c, arch) in by), None)
+        row.append(f"{params:,}" if params else "—")
+        for col in columns:
+            cell = by.get((col, arch))
+            row.append(_fmt(col, cell["metrics"].get(COLUMNS[col]["metric"]) if cell else None))
+        for col in extra:
+            cell = by.get((col, arch))
+            for K in COLUMNS[col]["lengths"][1:]:
+                row.append(_fmt(col, cell["metrics"].get(f"kl@K={K}") if cell else None))
+        lines.append("| " + " | ".join(row) + " |")
+    oracle = ["Bayes oracle", "0"] + [("100.0%" if COLUMNS[c]["unit"] == "%" else "0") for c in columns]
+    oracle += ["0" for c in extra for _ in COLUMNS[c]["lengths"][1:]]
+    lines.append("| " + " | ".join(oracle) + " |")
+    notes = [
+        "",
+        f"Preset `{meta['preset']}`, seeds {meta['seeds']}; errors in bits against the exact posterior "
+        "(`entropy_mae_curve`: the papers' entropy MAE of mean curves; `kl`: mean KL(Bayes‖model)); "
+        "recall: accuracy at query positions. ± is the std over seeds.",
+        f"Wall time {meta['wall_s'] / 60:.1f} min on {meta['device']} ({meta['workers']} workers).",
+        f"Command: `{meta['command']}`",
+    ]
+    return "\n".join(lines + notes) + "\n"
+
+
+def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str]) -> str:
+    by = {(c["task"], c["arch"]): c for c in cells}
+    rows = []
+    for line in markdown.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            tag = "th" if not rows else "td"
+            rows.append("<tr>" + "".join(f"<{tag}>{html.escape(x.strip())}</{tag}>" for x in line.strip("|").split("|")) + "</tr>")
+    grid = ["<table class=grid><tr><th></th>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"]
+    for arch in archs:
+        grid.append(f"<tr><th>{arch}</th>")
+        for col in columns:
+            cell = by.get((col, arch))
+            img = Path(cell["run_dirs"][0]) / "figures" / "entropy.png" if cell else None
+            if img is not None and img.is_file():
+                data = base64.b64encode(img.read_bytes()).decode()
+                grid.append(f"<td><img src='data:image/png;base64,{data}' width=320></td>")
+            else:
+                grid.append("<td>—</td>")
+        grid.append("</tr>")
+    grid.append("</table>")
+    notes = "".join(f"<p>{html.escape(l)}</p>" for l in markdown.splitlines() if l and not l.startswith("|"))
+    return (
+        "<!doctype html><meta charset=utf-8><title>windtunnel: inference-primitives table</title>"
+        "<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style>"
+        "<h1>Architecture × inference primitive</h1><table>" + "".join(rows) + "</table>" + notes
+        + "<h2>Entropy per position (model vs Bayes)</h2>" + "".join(grid)
+    )
+
+
+def run_table(
+    preset: str = "quick",
+    seeds: int = 1,
+    archs: list[str] | None = None,
+    tasks: list[str] | None = None,
+    params: int | None = None,
+    out: Path | None = None,
+    workers: int | None = None,
+) -> Path:
+    """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}."""
+    import torch
+
+    from . import models
+    from .checkpoint import write_text_atomic
+
+    archs = archs or list(ARCHS)
+    columns = tasks or list(COLUMNS)
+    for a in archs:
+        if a not in models.names():
+            raise ValueError(f"unknown arch {a!r}: choose from {', '.join(models.names())}")
+    for c in columns:
+        if c not in COLUMNS:
+            raise ValueError(f"unknown table column {c!r}: choose from {', '.join(COLUMNS)}")
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"invalid seeds: must be a positive integer, got {seeds!r}")
+    out = Path(out or f"results/{preset}")
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+
+    n_gpu = torch.cuda.device_count()
+    cores = os.cpu_count() or 1
+    if workers is None:
+        workers = n_gpu if n_gpu else max(1, cores)
+    threads = 1 if n_gpu else max(1, cores // workers)
+    jobs = []
+    for seed in range(seeds):
+        for col in columns:
+            for arch in archs:
+                jobs.append({
+                    "column": col, "arch": arch, "seed": seed,
+                    "config": cell_config(preset, col, arch, seed, params),
+                    "run_dir": str(out / "runs" / f"{col}-{arch}-s{seed}"),
+                    "eval_n": EVAL_N[preset],
+                    "lengths": COLUMNS[col].get("lengths"),
+                    "threads": threads,
+                    "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
+                })
+    # the slowest cells first so the pool drains evenly
+    order = {"mamba": 0, "transformer": 1, "lstm": 2, "mlp": 3}
+    jobs.sort(key=lambda j: (order.get(j["arch"], 9), j["column"]))
+    t0 = time.perf_counter()
+    cells: list[dict[str, Any]] = []
+    if workers == 1:
+        for job in jobs:
+            cells.append(run_cell(job))
+            print(f"  done {job['column']}/{job['arch']}/s{job['seed']}", flush=True)
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(run_cell, job): job for job in jobs}
+            for fut in as_completed(futures):
+                job = futures[fut]
+                cells.append(fut.result())
+                print(f"  done {job['column']}/{job['arch']}/s{job['seed']} ({len(cells)}/{len(jobs)})", flush=True)
+    wall = time.perf_counter() - t0
+    prior = json.loads((out / "table.json").read_text()).get("meta", {}) if (out / "table.json").is_file() else {}
+    wall_total = sum(c["train_s"] for c in cells)
+    table = aggregate_cells(cells)
+    argv = ["windtunnel", "table", "--preset", preset, "--seeds", str(seeds)]
+    if archs != ARCHS:
+        argv += ["--archs", *archs]
+    if columns != list(COLUMNS):
+        argv += ["--tasks", *columns]
+    if params is not None:
+        argv += ["--params", str(params)]
+    meta = {
+        "preset": preset,
+        "seeds": seeds,
+        "wall_s": wall if not prior else max(wall, prior.get("wall_s", 0.0)),
+        "train_s_total": wall_total,
+        "device": f"{n_gpu} GPU(s)" if n_gpu else f"{cores} CPU cores",
+        "workers": workers,
+        "command": " ".join(argv),
+    }
+    md = _markdown(table, columns, archs, meta)
+    write_text_atomic(out / "table.md", md)
+    write_text_atomic(out / "table.html", _html(md, table, columns, archs))
+    write_text_atomic(out / "table.json", json.dumps({"meta": meta, "cells": table}, indent=1))
+    return out / "table.md"

@@ -1,0 +1,102 @@
+"""The task contract (DESIGN.md "Tasks"), checked for every registered task, plus golden episodes.
+
+Golden files pin a few sampled episodes per task so that a silent change of a generator (a
+different random stream, a re-ordered token layout, a changed posterior) fails loudly.  After an
+*intended* change, regenerate them with ``WINDTUNNEL_REGEN_GOLDEN=1 pytest tests/test_tasks_contract.py``
+and say why in the commit.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from windtunnel import tasks
+from windtunnel.tasks import IGNORE
+
+GOLDEN = Path(__file__).parent / "golden"
+SMALL = {
+    "bijection": {"V": 6, "L": 5},
+    "hmm": {"S": 3, "O": 4, "K": 6},
+    "recall": {"pairs": 4, "n_keys": 8, "n_values": 8, "queries": 3, "filler": 1},
+    "regression": {"d": 2, "points": 4, "C": 8},
+    "coin": {"n": 8},
+    "sticky": {"length": 6, "dim": 4},
+}
+BASE_TASKS = sorted(SMALL)
+
+
+def test_every_task_is_registered() -> None:
+    assert set(BASE_TASKS) <= set(tasks.names())
+
+
+@pytest.mark.parametrize("name", BASE_TASKS)
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**40), n=st.integers(1, 9))
+def test_contract(name: str, seed: int, n: int) -> None:
+    task = tasks.make(name, **SMALL[name])
+    ep = task.sample(n, seed)
+    T, C = task.seq_len, task.n_classes
+    assert ep.tokens.shape == (n, T) and ep.tokens.dtype == torch.long
+    assert 0 <= int(ep.tokens.min()) and int(ep.tokens.max()) < task.vocab_size
+    assert ep.targets.shape == (n, T) and ep.targets.dtype == torch.long
+    assert ep.posterior.shape == (n, T, C) and ep.posterior.dtype == torch.float64
+    assert ep.mask.shape == (n, T) and ep.mask.dtype == torch.bool and bool(ep.mask.any())
+    if task.n_features:
+        assert ep.features is not None and ep.features.shape == (n, T, task.n_features)
+    else:
+        assert ep.features is None
+    assert torch.allclose(ep.posterior.sum(-1), torch.ones(n, T, dtype=torch.float64), atol=1e-12)
+    assert (ep.posterior >= 0).all()
+    # targets valid exactly at scored positions, and never impossible under the posterior
+    assert (ep.targets[~ep.mask] == IGNORE).all()
+    scored = ep.targets[ep.mask]
+    assert ((scored >= 0) & (scored < C)).all()
+    p_target = ep.posterior[ep.mask].gather(1, scored[:, None])
+    assert (p_target > 0).all()
+    # deterministic in seed; the mask and posterior are functions of the inputs alone
+    again = task.sample(n, seed)
+    assert torch.equal(again.tokens, ep.tokens) and torch.equal(again.posterior, ep.posterior)
+    assert torch.equal(task.scored_mask(ep.tokens, ep.features), ep.mask)
+    logits = tasks.oracle(task)(**ep.inputs)
+    assert torch.allclose(torch.softmax(logits.double(), -1), ep.posterior, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", BASE_TASKS)
+def test_seeds_differ(name: str) -> None:
+    task = tasks.make(name, **SMALL[name])
+    a, b = task.sample(16, 1), task.sample(16, 2)
+    differ = not torch.equal(a.tokens, b.tokens) or (a.features is not None and not torch.equal(a.features, b.features))
+    assert differ
+
+
+@pytest.mark.parametrize("name", BASE_TASKS)
+def test_make_rejects_unknown_parameter(name: str) -> None:
+    with pytest.raises(ValueError, match="unknown parameter 'bogus'"):
+        tasks.make(name, bogus=1)
+
+
+@pytest.mark.parametrize("name", BASE_TASKS)
+def test_golden_episodes(name: str) -> None:
+    task = tasks.make(name, **SMALL[name])
+    ep = task.sample(3, seed=2024)
+    record = {
+        "params": task.params(),
+        "tokens": ep.tokens.tolist(),
+        "targets": ep.targets.tolist(),
+        "posterior": ep.posterior.tolist(),
+        "features": None if ep.features is None else ep.features.tolist(),
+    }
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("WINDTUNNEL_REGEN_GOLDEN") == "1":
+        path.write_text(json.dumps(record))
+    gold = json.loads(path.read_text())
+    assert gold["params"] == record["params"]
+    assert gold["tokens"] == record["tokens"]
+    assert gold["targets"] == record["targets"]
+    assert torch.allclose(torch.tensor(gold["posterior"], dtype=torch.float64), ep.posterior, rtol=0, atol=1e-12)
+    if gold["features"] is not None:
+        assert torch.equal(torch.tensor(gold["features"], dtype=torch.float32), ep.features)
