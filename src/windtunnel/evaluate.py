@@ -33,7 +33,7 @@ import torch
 from . import metrics as M
 from .tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
 
-__all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "percentile_ci", "resample_weights"]
+__all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "percentile_ci", "predict", "resample_weights"]
 
 LEVEL = 0.95
 """Confidence level of every interval."""
@@ -106,8 +106,8 @@ def _unnum(x: Any) -> float:
 
 @dataclass
 class EvalResult:
-    """What ``evaluate`` measured.  All metric values in bits (``accuracy`` and ``infeasible_mass``:
-    fractions), with 95% percentile-bootstrap intervals over sequences.
+    """What ``evaluate`` measured.  Metric values in bits (``tv``, ``infeasible_mass`` and
+    ``accuracy`` are probabilities), with 95% percentile-bootstrap intervals over sequences.
 
     * ``metrics``: name → ``{"value": float, "ci": [lo, hi]}`` for every name in
       ``windtunnel.metrics.METRICS``;
@@ -120,7 +120,9 @@ class EvalResult:
       ``≥ horizon["seq_len"]`` only; empty when there are none);
     * ``horizon``: the training length: ``{"param": name or None, "value": K or None,
       "seq_len": T}`` (token positions ``< seq_len`` were seen in training);
-    * ``task``: ``{"name", "params"}``; ``model``: ``{"class", "n_params"}``; ``timings``: seconds.
+    * ``task``: ``{"name", "params"}``; ``model``: ``{"class", "n_params"}``; ``timings``:
+      ``sample_s``, ``forward_s``, ``oracle_s``, ``metrics_s`` (incl. bootstrap), ``total_s`` and
+      ``sequences_per_s`` (model forward throughput).
 
     ``to_dict()`` is JSON-serialisable (NaN → null); ``EvalResult.from_dict`` reads it back.
     """
@@ -301,7 +303,8 @@ def evaluate(
     Samples ``n`` episodes with ``task.sample(n, seed)``, runs the model once per chunk of
     ``chunk`` sequences on ``device`` (default: the model's own device), scores the logits with
     ``windtunnel.metrics.compute`` and attaches 95% bootstrap intervals (``n_boot`` resamples of
-    the sequences; the same resamples for the model and the oracle).  ``lengths=[K, …]`` also
+    the sequences, drawn with seed ``seed + 1``; the same resamples for the model, the oracle and
+    every length).  ``lengths=[K, …]`` also
     evaluates ``task.with_length(K)`` for each ``K`` (``ValueError`` if the task has no length
     parameter).  The model's train/eval state is restored afterwards.
     """

@@ -118,6 +118,33 @@ def _log_q(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.detach().double(), dim=-1)
 
 
+_ROW_BUDGET = 1 << 21  # rows × classes processed at once (bounds float64 temporaries to ~16 MiB each)
+
+
+def _row_stats(logits: torch.Tensor, p: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row statistics of ``logits [N,C]`` vs the posterior ``p [N,C]`` (float64), ``targets [N]``.
+
+    ``H(q)``, ``H(p)``, ``KL(p‖q)`` (bits), ``TV``, infeasible mass, correctness of the argmax and
+    the target log-losses (bits; meaningless where ``target == IGNORE``, masked by the caller).
+    """
+    log_q = _log_q(logits)
+    q = log_q.exp()
+    log_qc = log_q.clamp_min(_LOG_FLOOR)  # q clipped at 1e-300: finite everywhere
+    feasible = p > 0
+    log_p = torch.where(feasible, p, torch.ones_like(p)).log()  # log 1 = 0 where p = 0 (0·log 0 = 0)
+    t = targets.clamp(0, p.shape[-1] - 1)[:, None]
+    return {
+        "entropy_model": -(q * log_qc).sum(-1) / _LN2,
+        "entropy_bayes": -(p * log_p).sum(-1) / _LN2,
+        "kl": ((p * (log_p - log_qc)).sum(-1) / _LN2).clamp_min(0.0),
+        "tv": 0.5 * (p - q).abs().sum(-1),
+        "infeasible_mass": torch.where(feasible, torch.zeros_like(q), q).sum(-1),
+        "accuracy": (logits.argmax(-1) == targets).double(),
+        "nll": -log_qc.gather(-1, t).squeeze(-1) / _LN2,
+        "bayes_nll": -log_p.gather(-1, t).squeeze(-1).clamp_min(_LOG_FLOOR) / _LN2,
+    }
+
+
 # --- the main entry point ------------------------------------------------------------------------
 def compute(logits: torch.Tensor, episodes: Episodes) -> dict[str, Any]:
     """All metrics of ``logits [B,T,C]`` against ``episodes`` (the same batch), in bits.
@@ -145,32 +172,44 @@ def compute(logits: torch.Tensor, episodes: Episodes) -> dict[str, Any]:
     See the module docstring for the formulas.
     """
     _check(logits, episodes)
-    log_q = _log_q(logits).cpu()
-    q = log_q.exp()
-    p = episodes.posterior.detach().double().cpu()
+    p_all = episodes.posterior.detach()
+    B, T, C = p_all.shape
     mask = episodes.mask.detach().bool().cpu()
     targets = episodes.targets.detach().long().cpu()
     tmask = mask & (targets != IGNORE)
     nan = torch.tensor(math.nan, dtype=torch.float64)
 
-    h_q = -(torch.where(q > 0, q * log_q, torch.zeros_like(q))).sum(-1) / _LN2
-    h_p = entropy_bits(p)
-    kl = _kl_from_log(p, log_q)
-    tv = 0.5 * (p - q).abs().sum(-1)
-    infeasible = torch.where(p == 0, q, torch.zeros_like(q)).sum(-1)
-    safe_t = targets.clamp(0, p.shape[-1] - 1)[..., None]
-    correct = (logits.detach().cpu().argmax(-1) == targets).double()
-    nll = -log_q.gather(-1, safe_t).squeeze(-1).clamp_min(_LOG_FLOOR) / _LN2
-    bayes_nll = -torch.log2(p.gather(-1, safe_t).squeeze(-1).clamp_min(1e-300))
+    # only the scored rows are touched, a bounded number at a time (C can be in the hundreds)
+    rows = mask.reshape(-1).nonzero().squeeze(-1)
+    flat_logits = logits.detach().reshape(-1, C)
+    flat_p = p_all.reshape(-1, C)
+    flat_t = targets.reshape(-1)
+    step = max(1, _ROW_BUDGET // max(C, 1))
+    parts: dict[str, list[torch.Tensor]] = {}
+    for i in range(0, rows.numel(), step):
+        r = rows[i : i + step]
+        stats = _row_stats(flat_logits[r.to(flat_logits.device)].cpu(), flat_p[r.to(flat_p.device)].cpu().double(),
+                           flat_t[r])
+        for k, v in stats.items():
+            parts.setdefault(k, []).append(v)
 
+    def scatter(name: str) -> torch.Tensor:
+        out = torch.full((B * T,), math.nan, dtype=torch.float64)
+        if rows.numel():
+            out[rows] = torch.cat(parts[name])
+        return out.view(B, T)
+
+    maps = {k: scatter(k) for k in ("entropy_model", "entropy_bayes", "kl", "tv", "infeasible_mass",
+                                    "accuracy", "nll", "bayes_nll")}
+    h_q, h_p = maps["entropy_model"], maps["entropy_bayes"]
     elementwise = {
         "entropy_mae": ((h_q - h_p).abs(), mask),
-        "kl": (kl, mask),
-        "tv": (tv, mask),
-        "infeasible_mass": (infeasible, mask),
-        "accuracy": (correct, tmask),
-        "nll": (nll, tmask),
-        "bayes_nll": (bayes_nll, tmask),
+        "kl": (maps["kl"], mask),
+        "tv": (maps["tv"], mask),
+        "infeasible_mass": (maps["infeasible_mass"], mask),
+        "accuracy": (maps["accuracy"], tmask),
+        "nll": (maps["nll"], tmask),
+        "bayes_nll": (maps["bayes_nll"], tmask),
         "entropy_model": (h_q, mask),
         "entropy_bayes": (h_p, mask),
     }
@@ -225,11 +264,10 @@ def bayes_gap(logits: torch.Tensor, episodes: Episodes) -> float:
     device = logits.device
     if device.type == "mps":  # no float64 there
         device = torch.device("cpu")
-    log_q = _log_q(logits.to(device))
-    p = episodes.posterior.to(device=device, dtype=torch.float64)
     mask = episodes.mask.to(device).bool()
-    kl = _kl_from_log(p, log_q)
-    n = mask.sum()
-    if int(n) == 0:
+    n = int(mask.sum())
+    if n == 0:
         return math.nan
-    return float(kl[mask].sum() / n)
+    log_q = _log_q(logits.to(device)[mask])  # scored rows only: [N, C]
+    p = episodes.posterior.to(device)[mask].double()
+    return float(_kl_from_log(p, log_q).sum() / n)

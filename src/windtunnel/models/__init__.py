@@ -1,0 +1,21 @@
+"""Sequence models for the wind tunnels, with TransformerLens-style hooks.
+
+``make(arch, task, params=None, **overrides)`` builds one (``params=N``: capacity-matched to N
+parameters, +-3%), ``names()`` lists the architectures, ``build(model.config_dict())`` rebuilds
+one from its saved config.  Every model maps ``tokens [B,T]`` (+ ``features [B,T,F]``) to logits
+``[B,T,C]`` and supports ``hook_names()``, ``hooks([...])``, ``run_with_cache(...)``,
+``bypass_layer(l)`` and (transformer) ``ablate_head(l, h)``.
+"""
+
+from .base import HookPoint, ModelConfig, WindTunnelModel
+from .lstm import LSTM, LSTMConfig
+from .mamba import Mamba, MambaConfig, selective_scan_chunked, selective_scan_ref
+from .mlp import MLP, MLPConfig
+from .registry import build, count_params, fit_width, make, names
+from .transformer import Transformer, TransformerConfig
+
+__all__ = [
+    "HookPoint", "ModelConfig", "WindTunnelModel", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
+    "selective_scan_chunked", "selective_scan_ref", "MLP", "MLPConfig", "Transformer",
+    "TransformerConfig", "build", "count_params", "fit_width", "make", "names",
+]
