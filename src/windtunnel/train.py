@@ -238,8 +238,12 @@ def _truncate_metrics(path: Path, step: int) -> None:
 # --- the loop -------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> Path:
-    """Train (or resume) a run in ``out_dir``; returns the run folder."""
+def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: int | None = None) -> Path:
+    """Train (or resume) a run in ``out_dir``; returns the run folder.
+
+    ``until``: stop (with a checkpoint) after that step although the schedule runs to
+    ``cfg.steps`` — an interruption on purpose; resuming continues exactly where it stopped.
+    """
     out = Path(out_dir)
     ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     rank = int(os.environ.get("RANK", "0"))
@@ -293,7 +297,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> Path:
     use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
 
     eval_batch = task.sample(cfg.eval_n, eval_seed(cfg.seed)).to(device)
-    keep_steps = log_spaced_steps(cfg.steps) if cfg.log_checkpoints else set()
+    keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
 
     def save(step: int) -> None:
         if main_proc:
@@ -311,7 +315,8 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> Path:
 
     model.train()
     t0 = time.perf_counter()
-    for step in range(start, cfg.steps):
+    stop = cfg.steps if until is None else min(cfg.steps, until)
+    for step in range(start, stop):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         batch = task.sample(cfg.batch_size, stream_seed(cfg.seed, step, rank)).to(device)
@@ -334,7 +339,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> Path:
             gap = bayes_gap_bits(logits.detach(), batch)
             record = {
                 "step": done,
-                "loss": float(loss) * LOG2E,  # bits
+                "loss": float(loss.detach()) * LOG2E,  # bits
                 "bayes_gap": gap,
                 "lr": lr_at(step, cfg),
                 "grad_norm": float(grad_norm),
@@ -346,7 +351,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False) -> Path:
         if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
             _append_jsonl(metrics_path, {"step": done, "eval": evaluate_batch(model, eval_batch)})
             model.train()
-        if done % cfg.ckpt_every == 0 or done == cfg.steps or done in keep_steps:
+        if done % cfg.ckpt_every == 0 or done in (cfg.steps, stop) or done in keep_steps:
             elapsed_now = elapsed + time.perf_counter() - t0
             elapsed, t0 = elapsed_now, time.perf_counter()
             save(done)

@@ -1,0 +1,33 @@
+"""Paper I's geometric diagnostics as library functions (papers.md §5; authors-code-audit.md §3).
+
+Each diagnostic is ``f(model, task, **options) -> dict`` of plain JSON numbers with a null
+baseline for every statistic, returns ``{"applicable": False, "reason": ...}`` for an architecture
+without the part it measures, and has a figure function ``f_figure(result, path) -> Path`` (PNG):
+
+* :func:`key_orthogonality` — mean |off-diagonal cos| of the hypothesis tokens' keys per layer/head;
+* :func:`attention_focusing` — attention entropy and mass on task-defined position sets by depth;
+* :func:`value_manifold` — PCA of attention outputs and residual stream vs Bayes entropy;
+* :func:`head_ablation`, :func:`layer_ablation` — Δ entropy MAE / KL with paired bootstrap CIs;
+* :func:`probes` — ridge probes of the posterior and its entropy per layer; HMM k-means + ARI;
+* :func:`frame_precision` — over checkpoints: attention change vs manifold precision vs error.
+
+:func:`analyze_run` runs all that apply to a run folder (``windtunnel analyze DIR``).
+"""
+
+from ._common import GEOMETRY_SEED, adjusted_rand_index, kmeans, not_applicable, pca, ridge_fit, spearman
+from .ablation import ablation_figure, head_ablation, head_ablation_figure, layer_ablation, layer_ablation_figure
+from .attention import attention_focusing, attention_focusing_figure, attention_regions
+from .dynamics import frame_precision, frame_precision_figure, js_bits, settle_step
+from .keys import gaussian_abs_cos, hypothesis_tokens, key_orthogonality, key_orthogonality_figure, token_keys
+from .manifold import value_manifold, value_manifold_figure
+from .probes import cluster_states, posterior_probe, probes, probes_figure
+from .run import DIAGNOSTICS, analyze_run, untrained_model
+
+__all__ = [
+    "DIAGNOSTICS", "GEOMETRY_SEED", "ablation_figure", "adjusted_rand_index", "analyze_run", "attention_focusing",
+    "attention_focusing_figure", "attention_regions", "cluster_states", "frame_precision", "frame_precision_figure",
+    "gaussian_abs_cos", "head_ablation", "head_ablation_figure", "hypothesis_tokens", "js_bits", "key_orthogonality",
+    "key_orthogonality_figure", "kmeans", "layer_ablation", "layer_ablation_figure", "not_applicable", "pca",
+    "posterior_probe", "probes", "probes_figure", "ridge_fit", "settle_step", "spearman", "token_keys",
+    "untrained_model", "value_manifold", "value_manifold_figure",
+]

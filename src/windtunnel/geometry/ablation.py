@@ -1,0 +1,221 @@
+"""Head and layer ablations with paired bootstrap intervals (papers.md §4 "Geometry and ablation",
+§5.2; authors-code-audit.md §3 "Head ablation", "Layer ablation")."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .. import metrics as M
+from ..evaluate import predict
+from ..tasks.base import Episodes, Task
+from . import _plot
+from ._common import GEOMETRY_SEED, arch_of, ci, clean, episodes_for, n_layers, not_applicable, resample_weights
+
+__all__ = ["head_ablation", "layer_ablation", "ablation_figure", "head_ablation_figure", "layer_ablation_figure"]
+
+METRICS = ("entropy_mae", "kl")
+
+
+def _per_sequence(logits: torch.Tensor, ep: Episodes) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per-sequence (sum over scored positions, count) of each metric."""
+    res = M.compute(logits, ep)
+    out = {}
+    for m in METRICS:
+        x = res["per_position"][m]
+        ok = ~torch.isnan(x)
+        out[m] = (torch.where(ok, x, torch.zeros_like(x)).sum(1), ok.double().sum(1))
+    return out
+
+
+def _run(model: torch.nn.Module, task: Task, ep: Episodes, variants: list[tuple[dict[str, Any], Callable[[], AbstractContextManager]]],
+         n_boot: int, seed: int, metric: str) -> dict[str, Any]:
+    base_logits = predict(model, ep)
+    base = _per_sequence(base_logits, ep)
+    W = resample_weights(len(ep), n_boot, seed)  # [R, B]
+
+    def pooled(s: torch.Tensor, c: torch.Tensor) -> float:
+        return float(s.sum() / c.sum())
+
+    def boot(s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return (W @ s) / (W @ c)
+
+    base_vals = {m: pooled(*base[m]) for m in METRICS}
+    base_boot = {m: boot(*base[m]) for m in METRICS}
+    rows = []
+    deltas_boot = []
+    for info, ctx in variants:
+        with ctx():
+            logits = predict(model, ep)
+        ab = _per_sequence(logits, ep)
+        row = dict(info)
+        for m in METRICS:
+            v = pooled(*ab[m])
+            db = boot(*ab[m]) - base_boot[m]  # paired: the same resampled sequences
+            row[m] = {
+                "ablated": v,
+                "delta": v - base_vals[m],
+                "delta_ci": ci(db),
+                "fold": v / base_vals[m] if base_vals[m] > 0 else None,
+            }
+            if m == metric:
+                deltas_boot.append(db)
+        rows.append(row)
+    out: dict[str, Any] = {
+        "metric": metric,
+        "baseline": {m: {"value": base_vals[m], "ci": ci(base_boot[m])} for m in METRICS},
+        "n_sequences": len(ep),
+        "n_boot": n_boot,
+        "rows": rows,
+    }
+    if len(rows) >= 1:
+        D = torch.stack(deltas_boot, 1)  # [R, variants]
+        d = torch.tensor([r[metric]["delta"] for r in rows])
+        order = torch.argsort(d, descending=True)
+        top = int(order[0])
+        out["top"] = top
+        out["top_share"] = float((D.argmax(1) == top).double().mean())
+        if len(rows) >= 2:
+            second = int(order[1])
+            out["runner_up"] = second
+            out["ratio_to_runner_up"] = float(d[top] / d[second]) if d[second] > 0 else None
+            Ds = torch.sort(D, dim=1, descending=True).values
+            ok = Ds[:, 1] > 0
+            out["ratio_to_runner_up_ci"] = ci(Ds[ok, 0] / Ds[ok, 1]) if ok.any() else [None, None]
+    return out
+
+
+def head_ablation(
+    model: torch.nn.Module,
+    task: Task,
+    *,
+    n: int = 256,
+    seed: int = GEOMETRY_SEED,
+    episodes: Episodes | None = None,
+    n_boot: int = 1000,
+    metric: str = "entropy_mae",
+    layers: list[int] | None = None,
+) -> dict[str, Any]:
+    r"""Zero each attention head (``model.ablate_head``: its ``z`` is multiplied by 0 before ``W_O``;
+    no renormalisation, no mean ablation) and measure the change in ``entropy_mae`` and ``kl``
+    (bits; :mod:`windtunnel.metrics`, pooled over scored positions) on the same ``n`` episodes.
+
+    ``delta = metric(ablated) − metric(intact)``; ``delta_ci`` is a paired 95% percentile bootstrap
+    over sequences (the same resampled sequences for both); ``fold = ablated / intact``.  The
+    *hypothesis-frame head* is the head with the largest ``delta`` of ``metric`` (Paper I's
+    indispensability criterion; authors-code-audit §3 shows that the lowest-key-cosine criterion
+    picks a different head), ``ratio_to_runner_up`` = its delta over the second largest (``None``
+    when that is ≤ 0; 1 when two heads are interchangeable), with a bootstrap interval of the
+    top-two ratio and ``top_share``, the fraction of resamples in which the same head is the top.
+
+    **Null.**  An inert head has ``delta = 0``: the interval tests it; for the ratio, exchangeable
+    heads give 1.  Transformers only.
+    """
+    if arch_of(model) != "transformer" or not hasattr(model, "ablate_head"):
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention heads")
+    if metric not in METRICS:
+        raise ValueError(f"invalid metric: must be one of {', '.join(METRICS)}")
+    ep = episodes_for(task, n, seed, episodes)
+    L, H = n_layers(model), model.config.n_heads
+    ls = list(range(L)) if layers is None else layers
+    variants = [({"layer": l, "head": h}, (lambda l=l, h=h: model.ablate_head(l, h))) for l in ls for h in range(H)]
+    out = _run(model, task, ep, variants, n_boot, seed, metric)
+    rows = out.pop("rows")
+    out = {"applicable": True,
+           "definition": "z of one head set to 0 before W_O; delta of pooled entropy_mae / KL(Bayes||model) in bits, "
+                         "paired bootstrap over sequences", **out, "heads": rows}
+    top = rows[out.pop("top")]
+    out["hypothesis_frame_head"] = {"layer": top["layer"], "head": top["head"], "delta": top[metric]["delta"],
+                                    "delta_ci": top[metric]["delta_ci"], "fold": top[metric]["fold"]}
+    if "runner_up" in out:
+        ru = rows[out.pop("runner_up")]
+        out["runner_up_head"] = {"layer": ru["layer"], "head": ru["head"], "delta": ru[metric]["delta"]}
+    out["summary"] = {
+        "hypothesis_frame_head": f"L{top['layer']}H{top['head']}",
+        "frame_head_delta": top[metric]["delta"],
+        "frame_head_fold": top[metric]["fold"],
+        "ratio_to_runner_up": out.get("ratio_to_runner_up"),
+        "top_share": out.get("top_share"),
+        "baseline": out["baseline"][metric]["value"],
+    }
+    return clean(out)
+
+
+def layer_ablation(
+    model: torch.nn.Module,
+    task: Task,
+    *,
+    n: int = 256,
+    seed: int = GEOMETRY_SEED,
+    episodes: Episodes | None = None,
+    n_boot: int = 1000,
+    metric: str = "entropy_mae",
+) -> dict[str, Any]:
+    r"""Bypass each block (``model.bypass_layer``: the block returns its input, so the residual
+    stream skips it) and measure the change in ``entropy_mae`` and ``kl`` as in :func:`head_ablation`
+    (paired bootstrap, ``fold = ablated / intact``; Paper I claims > 10× per middle layer).
+    ``min_fold`` is the smallest fold over layers.  Null: ``delta = 0``.  Every architecture.
+    """
+    if not hasattr(model, "bypass_layer") or n_layers(model) == 0:
+        return not_applicable(f"architecture {arch_of(model)!r} has no bypassable layers")
+    if metric not in METRICS:
+        raise ValueError(f"invalid metric: must be one of {', '.join(METRICS)}")
+    ep = episodes_for(task, n, seed, episodes)
+    variants = [({"layer": l}, (lambda l=l: model.bypass_layer(l))) for l in range(n_layers(model))]
+    out = _run(model, task, ep, variants, n_boot, seed, metric)
+    rows = out.pop("rows")
+    top = rows[out.pop("top")]
+    out.pop("runner_up", None)
+    folds = [r[metric]["fold"] for r in rows if r[metric]["fold"] is not None]
+    out = {"applicable": True,
+           "definition": "block l made the identity; delta of pooled entropy_mae / KL(Bayes||model) in bits, paired "
+                         "bootstrap over sequences", **out, "layers": rows,
+           "most_damaging_layer": top["layer"]}
+    out["summary"] = {
+        "most_damaging_layer": top["layer"],
+        "max_fold": max(folds) if folds else None,
+        "min_fold": min(folds) if folds else None,
+        "fold_by_layer": [r[metric]["fold"] for r in rows],
+        "baseline": out["baseline"][metric]["value"],
+    }
+    return clean(out)
+
+
+def ablation_figure(result: dict[str, Any], path: str | Path, title: str = "") -> Path:
+    """Bars of the change in each metric per ablated unit, with 95% paired-bootstrap intervals."""
+    if not result.get("applicable", False):
+        return _plot.placeholder(f"ablation: {result.get('reason', 'not applicable')}", path)
+    rows = result.get("heads") or result.get("layers")
+    labels = [f"L{r['layer']}H{r['head']}" if "head" in r else f"L{r['layer']}" for r in rows]
+    fig, axes = _plot.figure(2, 1, w=max(6.0, 0.28 * len(rows) + 2), h=2.8)
+    for ax, m in zip(axes[:, 0], METRICS):
+        d = [r[m]["delta"] for r in rows]
+        lo = [r[m]["delta_ci"][0] for r in rows]
+        hi = [r[m]["delta_ci"][1] for r in rows]
+        err = [[max(0.0, a - b) if b is not None else 0 for a, b in zip(d, lo)],
+               [max(0.0, b - a) if b is not None else 0 for a, b in zip(d, hi)]]
+        colors = ["C3" if i == (result.get("most_damaging_layer") if "layers" in result else None) else "C0"
+                  for i in range(len(rows))]
+        if "heads" in result:
+            fh = result["hypothesis_frame_head"]
+            colors = ["C3" if (r["layer"], r["head"]) == (fh["layer"], fh["head"]) else f"C{r['layer'] % 2}"
+                      for r in rows]
+        ax.bar(range(len(rows)), d, yerr=err, color=colors, capsize=2)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_ylabel(f"Δ {m} (bits)")
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels, rotation=90 if len(rows) > 12 else 0, fontsize=7)
+        base = result["baseline"][m]["value"]
+        ax.set_title(f"{title} — intact {m} = {base:.3g} bits", fontsize=9)
+    return _plot.save(fig, path)
+
+
+def head_ablation_figure(result: dict[str, Any], path: str | Path) -> Path:
+    return ablation_figure(result, path, "head ablation (z = 0)")
+
+
+def layer_ablation_figure(result: dict[str, Any], path: str | Path) -> Path:
+    return ablation_figure(result, path, "layer ablation (block bypassed)")

@@ -1,0 +1,213 @@
+"""Frame–precision dissociation over a run's checkpoints (Paper II's prediction; papers.md §5.5)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import checkpoint as ckpt
+from .. import metrics as M
+from .. import models, tasks
+from ..tasks.base import Episodes
+from . import _plot
+from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, has_hooks, inputs_on, n_layers,
+                      pca, spearman)
+
+__all__ = ["frame_precision", "frame_precision_figure", "settle_step", "js_bits"]
+
+SETTLE_FRACTION = 0.1
+
+
+def js_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen–Shannon divergence in bits along the last axis (0 ≤ JS ≤ 1)."""
+    p, q = p.double(), q.double()
+    m = 0.5 * (p + q)
+
+    def kl(a: torch.Tensor) -> torch.Tensor:
+        return torch.where(a > 0, a * (torch.log2(a.clamp_min(1e-300)) - torch.log2(m.clamp_min(1e-300))),
+                           torch.zeros_like(a)).sum(-1)
+
+    return (0.5 * kl(p) + 0.5 * kl(q)).clamp_min(0.0)
+
+
+def settle_step(steps: list[int], values: list[float | None], fraction: float = SETTLE_FRACTION) -> int | None:
+    """The first checkpoint step from which ``values`` stays at or below ``fraction`` × its value at
+    the first checkpoint (``None`` if it never does or the initial value is not positive)."""
+    if not values or values[0] is None or not values[0] > 0:
+        return None
+    thr = fraction * values[0]
+    ok = [v is not None and v <= thr for v in values]
+    for i in range(len(ok)):
+        if all(ok[i:]):
+            return steps[i]
+    return None
+
+
+def _patterns(model: torch.nn.Module, ep: Episodes, chunk: int = 64) -> torch.Tensor:
+    """Attention rows at the scored queries: ``[L, H, Q, T]`` float32 (CPU)."""
+    L = n_layers(model)
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
+    dev = device_of(model)
+    rows = []
+    with eval_mode(model):
+        for part in ep.chunks(chunk):
+            _, cache = model.run_with_cache(**inputs_on(part, dev), names=names)
+            b, t = part.mask.nonzero(as_tuple=True)
+            rows.append(torch.stack([cache[nm].float().cpu()[b, :, t] for nm in names]))  # [L,Q,H,T]
+    return torch.cat(rows, 1).transpose(1, 2)
+
+
+def frame_precision(
+    run_dir: str | Path,
+    *,
+    n: int = 128,
+    seed: int = GEOMETRY_SEED,
+    device: str | torch.device | None = None,
+    max_checkpoints: int | None = None,
+) -> dict[str, Any]:
+    r"""Attention-frame change, value-manifold precision and error over a run's checkpoints.
+
+    On ``n`` fixed episodes, for every checkpoint in ``run_dir/checkpoints`` (oldest first):
+
+    * **frame change** (transformers): Jensen–Shannon divergence (bits) between each head's
+      attention row at every scored query and the same row of the *final* checkpoint, averaged over
+      queries; per layer (mean over heads) and overall (``js_mean``).  0 at the final checkpoint by
+      construction.  Null scale: ``js_uniform``, the JS between uniform causal attention and the
+      final patterns.
+    * **precision**: :math:`|\rho_S|` between PC1 of the last block's ``hook_resid_post`` at the
+      scored positions (centred covariance PCA) and the Bayes entropy.
+    * **error**: ``entropy_mae`` and ``kl`` (bits, :mod:`windtunnel.metrics`); null: the uniform
+      predictor's values.
+
+    Settling: ``js_settle_step`` / ``error_settle_step`` are the first checkpoint steps from which
+    the quantity stays ≤ 10% of its value at the first checkpoint (:func:`settle_step`; error uses
+    ``kl``); ``precision_step_90`` is the first step from which ``|ρ|`` stays ≥ 90% of its final
+    value.  ``frame_before_error`` answers Paper II's prediction (the frame settles first).
+    """
+    run = Path(run_dir)
+    record = json.loads((run / "config.json").read_text())
+    task = tasks.make(record["task"]["name"], **record["task"]["params"])
+    paths = ckpt.list_checkpoints(run / "checkpoints")
+    paths = [p for p in paths if ckpt.complete(p)]
+    if not paths:
+        return {"applicable": False, "reason": f"no complete checkpoints in {run / 'checkpoints'}"}
+    if max_checkpoints is not None and len(paths) > max_checkpoints:
+        keep = sorted({round(i * (len(paths) - 1) / (max_checkpoints - 1)) for i in range(max_checkpoints)})
+        paths = [paths[i] for i in keep]
+    steps = [int(p.name.split("_")[1]) for p in paths]
+    model = models.build(record["model"])
+    if device is not None:
+        model.to(device)
+    ep = task.sample(n, seed)
+    attn = has_hooks(model, "attn.hook_pattern")
+    L = n_layers(model)
+    last_name = f"blocks.{L - 1}.hook_resid_post"
+
+    ckpt.load(paths[-1], model)
+    final = _patterns(model, ep) if attn else None
+    js_uniform = None
+    if final is not None:
+        t = ep.mask.nonzero(as_tuple=True)[1]
+        T = final.shape[-1]
+        uni = (torch.arange(T)[None, :] <= t[:, None]).float()
+        uni = uni / uni.sum(-1, keepdim=True)
+        js_uniform = float(js_bits(final, uni[None, None]).mean())
+
+    uniform_logits = torch.zeros_like(ep.posterior, dtype=torch.float32)
+    uv = M.compute(uniform_logits, ep)["values"]
+    series: list[dict[str, Any]] = []
+    for step, path in zip(steps, paths):
+        ckpt.load(path, model)
+        sc = collect_scored(model, ep, [last_name])
+        full = torch.zeros(ep.posterior.shape, dtype=torch.float64)
+        full[ep.mask] = sc.logits
+        vals = M.compute(full, ep)["values"]
+        lam, vec = pca(sc.acts[last_name])
+        pc1 = (sc.acts[last_name] - sc.acts[last_name].mean(0)) @ vec[:, 0]
+        rho = spearman(pc1, sc.entropy)
+        row: dict[str, Any] = {"step": step, "entropy_mae": vals["entropy_mae"], "kl": vals["kl"],
+                               "precision_abs_rho": None if rho is None else abs(rho),
+                               "pc1_var": float(lam[0] / lam.sum()) if float(lam.sum()) > 0 else None}
+        if final is not None:
+            js = js_bits(_patterns(model, ep), final).mean(-1)  # [L,H]
+            row["js_by_layer"] = [float(x) for x in js.mean(1)]
+            row["js_by_head"] = [[float(x) for x in r] for r in js]
+            row["js_mean"] = float(js.mean())
+        series.append(row)
+
+    def col(k: str) -> list[Any]:
+        return [r.get(k) for r in series]
+
+    prec = col("precision_abs_rho")
+    prec_step = None
+    if prec and prec[-1] is not None and prec[-1] > 0:
+        ok = [p is not None and p >= 0.9 * prec[-1] for p in prec]
+        prec_step = next((steps[i] for i in range(len(ok)) if all(ok[i:])), None)
+    js_step = settle_step(steps, col("js_mean")) if final is not None else None
+    err_step = settle_step(steps, col("kl"))
+    out = {
+        "applicable": True,
+        "definition": "JS(bits) of attention rows at scored queries to the final checkpoint's; |Spearman| of "
+                      "last-layer resid PC1 with Bayes entropy; entropy_mae and KL in bits; settle = first step "
+                      "from which the value stays <= 10% of its first-checkpoint value",
+        "steps": steps,
+        "n_episodes": n,
+        "series": series,
+        "null": {"js_uniform_vs_final": js_uniform,
+                 "uniform_entropy_mae": uv["entropy_mae"], "uniform_kl": uv["kl"]},
+        "js_settle_step": js_step,
+        "js_settle_step_by_layer": ([settle_step(steps, [r["js_by_layer"][l] for r in series]) for l in range(L)]
+                                    if final is not None else None),
+        "error_settle_step": err_step,
+        "entropy_mae_settle_step": settle_step(steps, col("entropy_mae")),
+        "precision_step_90": prec_step,
+        "frame_before_error": (js_step < err_step) if (js_step is not None and err_step is not None) else None,
+    }
+    out["summary"] = {k: out[k] for k in ("js_settle_step", "error_settle_step", "precision_step_90",
+                                          "frame_before_error")}
+    out["summary"]["n_checkpoints"] = len(steps)
+    out["summary"]["final_precision_abs_rho"] = prec[-1]
+    return clean(out)
+
+
+def frame_precision_figure(result: dict[str, Any], path: str | Path) -> Path:
+    """Three stacked panels over checkpoint steps (symlog x): attention JS to the final checkpoint per
+    layer; |ρ(PC1, H)|; entropy_mae and KL (log y).  Vertical lines: settle steps."""
+    if not result.get("applicable", False):
+        return _plot.placeholder(f"frame vs precision: {result.get('reason', 'not applicable')}", path)
+    s = result["series"]
+    steps = [r["step"] for r in s]
+    fig, axes = _plot.figure(3, 1, w=7.0, h=2.5, sharex=True)
+    ax = axes[0, 0]
+    if "js_by_layer" in s[0]:
+        for l in range(len(s[0]["js_by_layer"])):
+            ax.plot(steps, [r["js_by_layer"][l] for r in s], "o-", ms=3, label=f"layer {l}")
+        if result["null"].get("js_uniform_vs_final") is not None:
+            ax.axhline(result["null"]["js_uniform_vs_final"], color="k", ls=":", lw=1, label="uniform vs final")
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no attention (not a transformer)", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("JS to final (bits)")
+    ax = axes[1, 0]
+    ax.plot(steps, _plot.nan(r["precision_abs_rho"] for r in s), "o-", color="C2", ms=3)
+    ax.set_ylabel("|ρ(PC1, H_Bayes)|")
+    ax.set_ylim(0, 1.02)
+    ax = axes[2, 0]
+    ax.plot(steps, _plot.nan(r["entropy_mae"] for r in s), "o-", ms=3, label="entropy MAE")
+    ax.plot(steps, _plot.nan(r["kl"] for r in s), "s-", ms=3, label="KL")
+    ax.axhline(result["null"]["uniform_kl"], color="C1", ls=":", lw=1, label="uniform KL")
+    ax.set_yscale("log")
+    ax.set_ylabel("bits")
+    ax.legend(fontsize=7)
+    for a in axes[:, 0]:
+        a.set_xscale("symlog", linthresh=1)
+        for key, c in (("js_settle_step", "C0"), ("error_settle_step", "C3"), ("precision_step_90", "C2")):
+            if result.get(key) is not None:
+                a.axvline(result[key], color=c, ls="--", lw=0.8)
+    axes[2, 0].set_xlabel("training step (dashed: JS settle, error settle, 90% precision)")
+    axes[0, 0].set_title("Frame (attention) vs precision (value manifold) over training")
+    return _plot.save(fig, path)

@@ -1,0 +1,231 @@
+"""Key orthogonality of the hypothesis tokens (Paper I's "hypothesis frame"; papers.md §5.1)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..tasks.base import Episodes, Task
+from . import _plot
+from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, inputs_on,
+                      not_applicable)
+
+__all__ = ["hypothesis_tokens", "key_orthogonality", "key_orthogonality_figure", "gaussian_abs_cos"]
+
+
+def hypothesis_tokens(task: Task) -> tuple[list[int], str] | None:
+    """Token ids that stand for the task's hypotheses, with a description (``None``: no such tokens).
+
+    * bijection — the value tokens ``V..2V-1`` (the candidate images ``π(k)``);
+    * recall — the value tokens ``n_keys..n_keys+n_values-1``;
+    * hmm — the observation tokens ``99..99+O-1``.  The HMM's hypotheses are hidden states, which
+      have no tokens; the observation symbols (the evidence) are the closest analogue, flagged so.
+    """
+    name = getattr(task, "name", "")
+    if name == "bijection":
+        V = task.V  # type: ignore[attr-defined]
+        return list(range(V, 2 * V)), f"value tokens {V}..{2 * V - 1} (the hypotheses pi(k))"
+    if name == "recall":
+        k, v = task.n_keys, task.n_values  # type: ignore[attr-defined]
+        return list(range(k, k + v)), f"value tokens {k}..{k + v - 1}"
+    if name == "hmm":
+        from ..tasks.hmm import OBS0
+
+        O = task.O  # type: ignore[attr-defined]
+        return (list(range(OBS0, OBS0 + O)),
+                f"observation tokens {OBS0}..{OBS0 + O - 1} (HMM hypotheses are hidden states, which have "
+                "no tokens: the evidence symbols are used instead)")
+    return None
+
+
+def gaussian_abs_cos(d: int) -> float:
+    r"""Exact :math:`E|\cos(x, y)|` for independent isotropic Gaussian ``x, y`` in ``R^d``:
+    :math:`\Gamma(d/2) / (\sqrt{\pi}\,\Gamma((d+1)/2))`, which is :math:`\approx\sqrt{2/(\pi d)}`."""
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+def _mean_abs_offdiag_cos(K: torch.Tensor) -> torch.Tensor:
+    """``K [..., n, dh]`` -> mean over ``i != j`` of ``|cos(k_i, k_j)|``, ``[...]``."""
+    Kn = K / K.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    C = (Kn @ Kn.transpose(-1, -2)).abs()
+    n = K.shape[-2]
+    off = C.sum((-1, -2)) - C.diagonal(dim1=-2, dim2=-1).sum(-1)
+    return off / (n * (n - 1))
+
+
+def token_keys(model: torch.nn.Module, episodes: Episodes, token_ids: list[int], chunk: int = 128) -> tuple[torch.Tensor, list[int]]:
+    r"""Per-layer, per-head pre-rotary keys of each hypothesis token, averaged over its occurrences.
+
+    :math:`k^{l,h}_i = \mathrm{mean}_{(b,t):\,x_{bt}=i}\; W_K^{l,h}\,\mathrm{RMSNorm}_1^l(r^l_{bt})` with
+    :math:`r^l` the residual stream entering block ``l`` (``hook_resid_pre``).  Returns
+    ``(keys [L, H, n_present, dh] float64, present token ids)``; tokens that never occur are dropped.
+    """
+    dev = device_of(model)
+    cfg = model.config
+    L, H, d = len(model.blocks), cfg.n_heads, cfg.d_model
+    dh = d // H
+    ids = torch.tensor(token_ids)
+    index = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long)
+    index[ids] = torch.arange(len(ids))
+    sums = torch.zeros(L, len(ids), d, dtype=torch.float64)
+    counts = torch.zeros(len(ids), dtype=torch.float64)
+    names = [f"blocks.{l}.hook_resid_pre" for l in range(L)]
+    with eval_mode(model):
+        for part in episodes.chunks(chunk):
+            tok = part.tokens
+            sel = (tok <= int(ids.max())) & (index[tok.clamp(0, int(ids.max()))] >= 0)
+            if not sel.any():
+                continue
+            _, cache = model.run_with_cache(**inputs_on(part, dev), names=names)
+            which = index[tok[sel]]
+            counts.index_add_(0, which, torch.ones(len(which), dtype=torch.float64))
+            for l in range(L):
+                block = model.blocks[l]
+                x = block.ln1(cache[names[l]][sel.to(dev)])
+                wk = block.attn.qkv.weight[d : 2 * d]
+                k = (x @ wk.T).double().cpu()  # [n, d]
+                sums[l].index_add_(0, which, k)
+    present = counts > 0
+    keys = (sums[:, present] / counts[present][None, :, None]).view(L, int(present.sum()), H, dh).transpose(1, 2)
+    return keys, [int(i) for i in ids[present]]
+
+
+def key_orthogonality(
+    model: torch.nn.Module,
+    task: Task,
+    *,
+    untrained: torch.nn.Module | None = None,
+    n: int = 256,
+    seed: int = GEOMETRY_SEED,
+    episodes: Episodes | None = None,
+    n_null: int = 2000,
+) -> dict[str, Any]:
+    r"""Mean absolute off-diagonal cosine among the keys of the hypothesis tokens, per layer and head.
+
+    **Definition.**  For layer ``l`` and head ``h`` the key of hypothesis token ``i`` is the
+    *pre-rotary* key :math:`k_i = W_K^{l,h}\,\mathrm{RMSNorm}_1^l(r^l)` of the residual stream
+    entering the layer at the positions holding token ``i``, averaged over its occurrences in ``n``
+    sampled episodes (:func:`token_keys`).  At layer 0 with rotary or no position embedding this is
+    exactly ``W_K RMSNorm(E[i])``, the embedding-based key (position-free; RoPE would otherwise make
+    the key depend on where the token sits).  The statistic is
+    :math:`S = \frac{1}{n(n-1)}\sum_{i\ne j} |\cos(k_i, k_j)|` (raw keys, not centred).
+    Hypothesis tokens: :func:`hypothesis_tokens`.
+
+    **Nulls.** (1) the same statistic for ``untrained`` (the run's step-0 weights or a rebuild with
+    the training seed; skipped when not given); (2) isotropic Gaussian vectors of the head
+    dimension ``d_h``: the exact expectation :math:`E|\cos| = \Gamma(d_h/2)/(\sqrt\pi\,\Gamma((d_h+1)/2))
+    \approx \sqrt{2/(\pi d_h)}` and ``n_null`` Monte Carlo draws of ``n`` Gaussian vectors (mean and
+    95% interval of ``S``).  ``p_gaussian`` is the one-sided Monte Carlo test of "more orthogonal
+    than random": :math:`p = (1 + \#\{S_\text{null} \le S\}) / (1 + n_\text{null})`.
+
+    Transformers only (other architectures have no keys: a "not applicable" entry).
+    """
+    if arch_of(model) != "transformer" or not hasattr(model, "blocks"):
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention keys")
+    hyp = hypothesis_tokens(task)
+    if hyp is None:
+        return not_applicable(f"task {getattr(task, 'name', '?')!r} has no hypothesis tokens")
+    ids, desc = hyp
+    ep = episodes_for(task, n, seed, episodes)
+    keys, present = token_keys(model, ep, ids)
+    n_tok = len(present)
+    if n_tok < 2:
+        return not_applicable("fewer than two hypothesis tokens occur in the sampled episodes")
+    stat = _mean_abs_offdiag_cos(keys)  # [L, H]
+    L, H, _, dh = keys.shape
+
+    g = torch.Generator().manual_seed(int(seed) % (2**63))
+    null = []
+    per = max(1, min(n_null, 2_000_000 // max(1, n_tok * n_tok)))
+    done = 0
+    while done < n_null:
+        m = min(per, n_null - done)
+        null.append(_mean_abs_offdiag_cos(torch.randn(m, n_tok, dh, generator=g, dtype=torch.float64)))
+        done += m
+    null_t = torch.cat(null)
+    lo, hi = torch.quantile(null_t, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+
+    un = None
+    if untrained is not None:
+        ukeys, upresent = token_keys(untrained, ep, ids)
+        un = _mean_abs_offdiag_cos(ukeys) if len(upresent) >= 2 else None
+
+    layers = []
+    for l in range(L):
+        heads = []
+        for h in range(H):
+            s = float(stat[l, h])
+            heads.append({
+                "head": h,
+                "mean_abs_cos": s,
+                "untrained": None if un is None else float(un[l, h]),
+                "p_gaussian": (1 + int((null_t <= s).sum())) / (1 + len(null_t)),
+            })
+        layers.append({
+            "layer": l,
+            "mean_abs_cos": float(stat[l].mean()),
+            "untrained": None if un is None else float(un[l].mean()),
+            "heads": heads,
+        })
+    l0 = stat[0]
+    best = int(l0.argmin())
+    return clean({
+        "applicable": True,
+        "definition": "mean_{i!=j} |cos(k_i,k_j)| of pre-rotary keys W_K RMSNorm(resid_pre) of the hypothesis "
+                      "tokens, averaged per token id over occurrences",
+        "tokens": desc,
+        "n_tokens": n_tok,
+        "head_dim": dh,
+        "n_episodes": len(ep),
+        "layers": layers,
+        "null": {
+            "gaussian_expected": gaussian_abs_cos(dh),
+            "gaussian_approx_sqrt_2_over_pi_d": math.sqrt(2 / (math.pi * dh)),
+            "gaussian_sampled_mean": float(null_t.mean()),
+            "gaussian_sampled_ci": [lo, hi],
+            "n_null": len(null_t),
+            "untrained_layer0": None if un is None else float(un[0].mean()),
+        },
+        "summary": {
+            "layer0_mean_abs_cos": float(l0.mean()),
+            "layer0_untrained": None if un is None else float(un[0].mean()),
+            "gaussian_expected": gaussian_abs_cos(dh),
+            "layer0_most_orthogonal_head": best,
+            "layer0_most_orthogonal_value": float(l0[best]),
+            "layer0_p_gaussian_of_mean": (1 + int((null_t <= float(l0.mean())).sum())) / (1 + len(null_t)),
+        },
+    })
+
+
+def key_orthogonality_figure(result: dict[str, Any], path: str | Path) -> Path:
+    """Per layer: each head's statistic (dots), the untrained model's (crosses) and the Gaussian
+    null (line and 95% band)."""
+    if not result.get("applicable", False):
+        return _plot.placeholder(f"key orthogonality: {result.get('reason', 'not applicable')}", path)
+    fig, axes = _plot.figure(w=7.0, h=4.0)
+    ax = axes[0, 0]
+    layers = result["layers"]
+    for lay in layers:
+        l = lay["layer"]
+        H = len(lay["heads"])
+        xs = [l + (h - (H - 1) / 2) * 0.6 / max(H, 1) for h in range(H)]
+        ax.scatter(xs, [hd["mean_abs_cos"] for hd in lay["heads"]], color="C0", s=22,
+                   label="trained (per head)" if l == 0 else None, zorder=3)
+        if lay["heads"][0].get("untrained") is not None:
+            ax.scatter(xs, [hd["untrained"] for hd in lay["heads"]], color="0.5", marker="x", s=22,
+                       label="untrained" if l == 0 else None, zorder=2)
+    nl = result["null"]
+    ax.axhline(nl["gaussian_expected"], color="C3", ls="--", label=f"Gaussian E|cos| (d_h={result['head_dim']})")
+    lo, hi = nl["gaussian_sampled_ci"]
+    if lo is not None:
+        ax.axhspan(lo, hi, color="C3", alpha=0.12, label="Gaussian 95%")
+    ax.set_xticks([lay["layer"] for lay in layers])
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mean |off-diagonal cos| of hypothesis keys")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Key orthogonality — {result['n_tokens']} hypothesis tokens")
+    ax.legend(fontsize=8)
+    return _plot.save(fig, path)
