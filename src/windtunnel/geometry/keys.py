@@ -56,6 +56,11 @@ def _mean_abs_offdiag_cos(K: torch.Tensor) -> torch.Tensor:
     return off / (n * (n - 1))
 
 
+def _centre(K: torch.Tensor) -> torch.Tensor:
+    """Subtract the mean key over the hypothesis tokens (axis -2)."""
+    return K - K.mean(-2, keepdim=True)
+
+
 def token_keys(model: torch.nn.Module, episodes: Episodes, token_ids: list[int], chunk: int = 128) -> tuple[torch.Tensor, list[int]]:
     r"""Per-layer, per-head pre-rotary keys of each hypothesis token, averaged over its occurrences.
 
@@ -112,7 +117,10 @@ def key_orthogonality(
     exactly ``W_K RMSNorm(E[i])``, the embedding-based key (position-free; RoPE would otherwise make
     the key depend on where the token sits).  The statistic is
     :math:`S = \frac{1}{n(n-1)}\sum_{i\ne j} |\cos(k_i, k_j)|` (raw keys, not centred).
-    Hypothesis tokens: :func:`hypothesis_tokens`.
+    Hypothesis tokens: :func:`hypothesis_tokens`.  ``centred_*`` repeats everything after
+    subtracting the mean key over the hypothesis tokens (removes the component they all share, e.g.
+    "this is a value token", which raw cosines count as non-orthogonality); its Gaussian null is
+    sampled with the same centring (centring ``n`` vectors biases cosines by about ``-1/(n-1)``).
 
     **Nulls.** (1) the same statistic for ``untrained`` (the run's step-0 weights or a rebuild with
     the training seed; skipped when not given); (2) isotropic Gaussian vectors of the head
@@ -135,23 +143,29 @@ def key_orthogonality(
     if n_tok < 2:
         return not_applicable("fewer than two hypothesis tokens occur in the sampled episodes")
     stat = _mean_abs_offdiag_cos(keys)  # [L, H]
+    cstat = _mean_abs_offdiag_cos(_centre(keys))
     L, H, _, dh = keys.shape
 
     g = torch.Generator().manual_seed(int(seed) % (2**63))
-    null = []
+    null, cnull = [], []
     per = max(1, min(n_null, 2_000_000 // max(1, n_tok * n_tok)))
     done = 0
     while done < n_null:
         m = min(per, n_null - done)
-        null.append(_mean_abs_offdiag_cos(torch.randn(m, n_tok, dh, generator=g, dtype=torch.float64)))
+        draw = torch.randn(m, n_tok, dh, generator=g, dtype=torch.float64)
+        null.append(_mean_abs_offdiag_cos(draw))
+        cnull.append(_mean_abs_offdiag_cos(_centre(draw)))
         done += m
-    null_t = torch.cat(null)
-    lo, hi = torch.quantile(null_t, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    null_t, cnull_t = torch.cat(null), torch.cat(cnull)
+    qs = torch.tensor([0.025, 0.975], dtype=torch.float64)
+    lo, hi = torch.quantile(null_t, qs).tolist()
+    clo, chi = torch.quantile(cnull_t, qs).tolist()
 
-    un = None
+    un = cun = None
     if untrained is not None:
         ukeys, upresent = token_keys(untrained, ep, ids)
-        un = _mean_abs_offdiag_cos(ukeys) if len(upresent) >= 2 else None
+        if len(upresent) >= 2:
+            un, cun = _mean_abs_offdiag_cos(ukeys), _mean_abs_offdiag_cos(_centre(ukeys))
 
     layers = []
     for l in range(L):
@@ -163,11 +177,16 @@ def key_orthogonality(
                 "mean_abs_cos": s,
                 "untrained": None if un is None else float(un[l, h]),
                 "p_gaussian": (1 + int((null_t <= s).sum())) / (1 + len(null_t)),
+                "centred_mean_abs_cos": float(cstat[l, h]),
+                "centred_untrained": None if cun is None else float(cun[l, h]),
+                "centred_p_gaussian": (1 + int((cnull_t <= float(cstat[l, h])).sum())) / (1 + len(cnull_t)),
             })
         layers.append({
             "layer": l,
             "mean_abs_cos": float(stat[l].mean()),
             "untrained": None if un is None else float(un[l].mean()),
+            "centred_mean_abs_cos": float(cstat[l].mean()),
+            "centred_untrained": None if cun is None else float(cun[l].mean()),
             "heads": heads,
         })
     l0 = stat[0]
@@ -188,6 +207,8 @@ def key_orthogonality(
             "gaussian_sampled_ci": [lo, hi],
             "n_null": len(null_t),
             "untrained_layer0": None if un is None else float(un[0].mean()),
+            "centred_gaussian_sampled_mean": float(cnull_t.mean()),
+            "centred_gaussian_sampled_ci": [clo, chi],
         },
         "summary": {
             "layer0_mean_abs_cos": float(l0.mean()),
@@ -196,6 +217,9 @@ def key_orthogonality(
             "layer0_most_orthogonal_head": best,
             "layer0_most_orthogonal_value": float(l0[best]),
             "layer0_p_gaussian_of_mean": (1 + int((null_t <= float(l0.mean())).sum())) / (1 + len(null_t)),
+            "layer0_centred_mean_abs_cos": float(cstat[0].mean()),
+            "layer0_centred_untrained": None if cun is None else float(cun[0].mean()),
+            "centred_gaussian_mean": float(cnull_t.mean()),
         },
     })
 
@@ -214,6 +238,8 @@ def key_orthogonality_figure(result: dict[str, Any], path: str | Path) -> Path:
         xs = [l + (h - (H - 1) / 2) * 0.6 / max(H, 1) for h in range(H)]
         ax.scatter(xs, [hd["mean_abs_cos"] for hd in lay["heads"]], color="C0", s=22,
                    label="trained (per head)" if l == 0 else None, zorder=3)
+        ax.scatter(xs, [hd["centred_mean_abs_cos"] for hd in lay["heads"]], facecolors="none", edgecolors="C2",
+                   s=22, label="trained, centred" if l == 0 else None, zorder=3)
         if lay["heads"][0].get("untrained") is not None:
             ax.scatter(xs, [hd["untrained"] for hd in lay["heads"]], color="0.5", marker="x", s=22,
                        label="untrained" if l == 0 else None, zorder=2)
@@ -222,6 +248,7 @@ def key_orthogonality_figure(result: dict[str, Any], path: str | Path) -> Path:
     lo, hi = nl["gaussian_sampled_ci"]
     if lo is not None:
         ax.axhspan(lo, hi, color="C3", alpha=0.12, label="Gaussian 95%")
+    ax.axhline(nl["centred_gaussian_sampled_mean"], color="C2", ls=":", label="Gaussian, centred")
     ax.set_xticks([lay["layer"] for lay in layers])
     ax.set_xlabel("layer")
     ax.set_ylabel("mean |off-diagonal cos| of hypothesis keys")

@@ -9,13 +9,13 @@ one from its saved config.  Every model maps ``tokens [B,T]`` (+ ``features [B,T
 
 from .base import HookPoint, ModelConfig, WindTunnelModel
 from .lstm import LSTM, LSTMConfig
-from .mamba import Mamba, MambaConfig, selective_scan_chunked, selective_scan_ref
+from .mamba import Mamba, MambaConfig, selective_scan, selective_scan_ref
 from .mlp import MLP, MLPConfig
 from .registry import build, count_params, fit_width, make, names
 from .transformer import Transformer, TransformerConfig
 
 __all__ = [
     "HookPoint", "ModelConfig", "WindTunnelModel", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
-    "selective_scan_chunked", "selective_scan_ref", "MLP", "MLPConfig", "Transformer",
+    "selective_scan", "selective_scan_ref", "MLP", "MLPConfig", "Transformer",
     "TransformerConfig", "build", "count_params", "fit_width", "make", "names",
 ]

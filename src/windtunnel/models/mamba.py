@@ -19,9 +19,10 @@ Per block, with ``d_inner = expand * d_model``:
 (zero-order hold for ``A``, Euler for ``B``, as in the official kernels).  The state ``h_t`` is
 ``[d_inner, d_state]`` per sequence; ``blocks.{l}.hook_state`` exposes it as ``[B,T,d_inner,d_state]``.
 
-Two scans compute the same thing: :func:`selective_scan_ref` (the recurrence, one step at a time)
-and :func:`selective_scan_chunked` (default), which handles ``chunk_size`` steps at once in closed
-form from the cumulative log-decay ``S_t = \sum_{r \le t} \Delta_r A`` within the chunk:
+Two scans compute the same thing: :func:`selective_scan_ref` (the recurrence, one step at a
+time, the reference) and :func:`selective_scan` (default), which walks time in chunks of
+``chunk_size`` steps, each in closed form from the cumulative log-decay
+``S_t = \sum_{r \le t} \Delta_r A`` within the chunk:
 
 .. math::
 
@@ -29,6 +30,8 @@ form from the cumulative log-decay ``S_t = \sum_{r \le t} \Delta_r A`` within th
 
 where every exponent ``S_t - S_s`` (``s \le t``) is ``\le 0`` and the others are masked to
 ``-\infty`` before exponentiating, so nothing can overflow however large ``\Delta A`` grows.
+On a CPU the best chunk is 1 (see :func:`selective_scan`).  The hidden states are only
+stacked into a ``[B,T,d_inner,d_state]`` tensor when ``hook_state`` is hooked.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
 
-SCANS = ("chunked", "ref")
+SCANS = ("fast", "ref")
 
 
 @dataclass
@@ -62,18 +65,19 @@ class MambaConfig(ModelConfig):
     dt_max: float = 0.1
     dt_init_floor: float = 1e-4
     norm_eps: float = 1e-5
-    scan: str = "chunked"
-    chunk_size: int = 4
+    scan: str = "fast"
+    chunk_size: int | None = None
 
     def validate(self) -> None:
         super().validate()
         _check(self.arch == "mamba", "arch", "'mamba'")
-        for name in ("d_model", "n_layers", "d_state", "d_conv", "expand", "chunk_size"):
+        for name in ("d_model", "n_layers", "d_state", "d_conv", "expand"):
             _check(_pos_int(getattr(self, name)), name, "a positive integer")
         _check(self.d_inner is None or _pos_int(self.d_inner), "d_inner", "a positive integer or null")
         _check(self.dt_rank is None or _pos_int(self.dt_rank), "dt_rank", "a positive integer or null")
         _check(0 < self.dt_min <= self.dt_max, "dt_min", "in (0, dt_max]")
         _check(self.scan in SCANS, "scan", " | ".join(SCANS))
+        _check(self.chunk_size is None or _pos_int(self.chunk_size), "chunk_size", "a positive integer or null")
 
     @property
     def inner(self) -> int:
@@ -113,7 +117,7 @@ def selective_scan_ref(
     return (y, torch.stack(hs, dim=1)) if return_states else y
 
 
-def selective_scan_chunked(
+def selective_scan(
     u: torch.Tensor,
     delta: torch.Tensor,
     A: torch.Tensor,
@@ -121,35 +125,46 @@ def selective_scan_chunked(
     C: torch.Tensor,
     D: torch.Tensor,
     return_states: bool = False,
-    chunk_size: int = 4,
+    chunk_size: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    r"""Chunked selective scan: ``chunk_size`` steps at a time in closed form (same contract as
-    :func:`selective_scan_ref`).
+    r"""Fast selective scan, ``chunk_size`` steps at a time (same contract as :func:`selective_scan_ref`).
 
-    Within a chunk starting from state ``h_s``, with ``S_t = \sum_{r=\text{start}}^{t} \Delta_r A``
-    (``\le 0``, non-increasing):
-    :math:`h_t = e^{S_t} h_s + \sum_{s\le t} e^{S_t - S_s}\, \Delta_s u_s B_s`.
-    The pairwise exponents are masked to ``-inf`` above the diagonal, so every exponentiated
-    number is ``\le 0``: no overflow, and underflow only where the true weight is below 1e-38.
-    Memory per chunk is ``[B, K, K, Di, N]``; small chunks keep it in cache on CPU.
+    Within a chunk starting from state ``h_s``, with the cumulative log-decay
+    ``S_t = \sum_{r=\text{start}}^{t} \Delta_r A`` (``\le 0``, non-increasing):
+
+    .. math:: h_t = e^{S_t} h_s + \sum_{s \le t} e^{S_t - S_s}\, \Delta_s u_s B_s .
+
+    The pairwise exponents are masked to ``-inf`` above the diagonal before exponentiating, so
+    every exponentiated number is ``\le 0``: no overflow, and underflow only where the true
+    weight is below 1e-38.  Per chunk the work is ``[B, K, K, Di, N]``, i.e. ``K`` times the
+    sequential work in ``K`` times fewer steps: it pays where kernel launches are the cost (GPU),
+    not on a CPU.  ``chunk_size=None`` picks 1 on CPU (the plain recurrence, per-step tensors
+    stay in cache; measured fastest: 0.18 s vs 0.29 s for the reference and 0.95 s for K=2, fwd+bwd
+    of one paper-size layer, 1 thread) and 8 on other devices (not measured).
     """
     Bsz, T, Di = u.shape
-    K = chunk_size
+    K = chunk_size if chunk_size is not None else (1 if u.device.type == "cpu" else 8)
     h = u.new_zeros(Bsz, Di, A.shape[1])
     du = (delta * u)[..., None]  # [B,T,Di,1]
     tri = torch.ones(K, K, dtype=torch.bool, device=u.device).tril()
     ys, hs = [], []
-    for t0 in range(0, T, K):
-        k = min(K, T - t0)
-        S = torch.cumsum(delta[:, t0 : t0 + k, :, None] * A, dim=1)  # [B,k,Di,N]
-        b = du[:, t0 : t0 + k] * B[:, t0 : t0 + k, None, :]  # [B,k,Di,N]
-        seg = S[:, :, None] - S[:, None, :]  # [B,t,s,Di,N] = sum_{s<r<=t} dA_r
-        W = torch.exp(seg.masked_fill(~tri[:k, :k, None, None], float("-inf")))
-        hc = (W * b[:, None]).sum(2) + torch.exp(S) * h[:, None]  # [B,k,Di,N]
-        ys.append((hc * C[:, t0 : t0 + k, None, :]).sum(-1))
+    # split/unbind (not indexing in the loop): backward then concatenates once instead of
+    # scattering every step's gradient into a fresh full-size zero tensor
+    for d_c, du_c, B_c, C_c in zip(delta.split(K, 1), du.split(K, 1), B.split(K, 1), C.split(K, 1)):
+        k = d_c.shape[1]
+        if k == 1:  # one step of the recurrence
+            h = torch.addcmul(torch.exp(d_c[:, 0, :, None] * A) * h, du_c[:, 0], B_c[:, 0, None, :])
+            hc = h[:, None]
+        else:
+            S = torch.cumsum(d_c[..., None] * A, dim=1)  # [B,k,Di,N]
+            b = du_c * B_c[:, :, None, :]  # [B,k,Di,N]
+            seg = S[:, :, None] - S[:, None, :]  # [B,t,s,Di,N] = sum_{s<r<=t} dA_r
+            W = torch.exp(seg.masked_fill(~tri[:k, :k, None, None], float("-inf")))
+            hc = (W * b[:, None]).sum(2) + torch.exp(S) * h[:, None]  # [B,k,Di,N]
+            h = hc[:, -1]
+        ys.append((hc * C_c[:, :, None, :]).sum(-1))
         if return_states:
             hs.append(hc)
-        h = hc[:, -1]
     y = torch.cat(ys, dim=1) + D * u
     return (y, torch.cat(hs, dim=1)) if return_states else y
 
@@ -190,8 +205,8 @@ class MambaMixer(nn.Module):
         dt, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt))  # [B,T,Di]
         A = -torch.exp(self.A_log.float())  # [Di,N]
-        scan = selective_scan_chunked if self.scan == "chunked" else selective_scan_ref
-        kw = {"chunk_size": self.chunk_size} if self.scan == "chunked" else {}
+        scan = selective_scan if self.scan == "fast" else selective_scan_ref
+        kw = {"chunk_size": self.chunk_size} if self.scan == "fast" else {}
         if self.hook_state.hooked:
             _, h = scan(x, delta, A, Bm, Cm, self.D, return_states=True, **kw)
             h = self.hook_state(h)  # may be patched: y is recomputed from it

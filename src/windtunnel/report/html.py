@@ -265,21 +265,49 @@ def write_report(run_dir: str | Path) -> Path:
             parts.append(_metrics_table(lrows))
             md += ["## Length generalisation", "", _md_table([(r[0], r[1]) for r in lrows]), ""]
 
+    geo_order = ("key_orthogonality", "attention_focusing", "value_manifold", "head_ablation", "layer_ablation",
+                 "probes", "frame_precision")
+    geo_figs = [p for p in figs if p.stem.startswith("geometry_")] if geometry is not None else []
+    geo_figs.sort(key=lambda p: (geo_order.index(p.stem[9:]) if p.stem[9:] in geo_order else len(geo_order), p.name))
+    figs = [p for p in figs if p not in geo_figs]
+
+    def embed(p: Path) -> None:
+        data = base64.b64encode(p.read_bytes()).decode("ascii")
+        parts.append(f"<figure><img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>"
+                     f"<figcaption>{html.escape(p.name)}</figcaption></figure>")
+        md.append(f"![{p.stem}](figures/{p.name})")
+
     if figs:
         parts.append("<h2>Figures</h2>")
         md += ["## Figures", ""]
         for p in figs:
-            data = base64.b64encode(p.read_bytes()).decode("ascii")
-            parts.append(f"<figure><img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>"
-                         f"<figcaption>{html.escape(p.name)}</figcaption></figure>")
-            md.append(f"![{p.stem}](figures/{p.name})")
+            embed(p)
         md.append("")
 
     if geometry is not None:
         parts.append("<h2>Geometry</h2>")
-        parts.append(_kv_table(_flatten(geometry)))
-        md += ["## Geometry", "", "| key | value |", "|---|---|"]
-        md += [f"| {k} | {_fmt(v)} |" for k, v in _flatten(geometry)]
+        md += ["## Geometry", ""]
+        summary = geometry.get("summary") if isinstance(geometry, Mapping) else None
+        if isinstance(summary, Mapping):
+            # windtunnel.geometry.analyze_run output: headline numbers (each beside its null) first,
+            # then the figures, then every number behind a fold (geometry.json has them all)
+            parts.append("<p class='note'>Paper I's diagnostics (windtunnel.geometry); definitions and nulls are "
+                         "in geometry.json and the function docstrings. “untrained”, “gaussian”, “uniform”, "
+                         "“position_only”, “shuffled” entries are null baselines.</p>")
+            parts.append(_kv_table(list(summary.items())))
+            md += ["| key | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in summary.items()] + [""]
+            for p in geo_figs:
+                embed(p)
+            rest = {k: v for k, v in geometry.items() if k != "summary"}
+            parts.append("<details><summary>All geometry numbers</summary>"
+                         + _kv_table(_flatten(rest)) + "</details>")
+            md += ["", "All numbers: `geometry.json`."]
+        else:
+            parts.append(_kv_table(_flatten(geometry)))
+            md += ["| key | value |", "|---|---|"]
+            md += [f"| {k} | {_fmt(v)} |" for k, v in _flatten(geometry)]
+            for p in geo_figs:
+                embed(p)
         md.append("")
 
     train = _training_summary(rows)

@@ -1,0 +1,258 @@
+"""windtunnel.geometry on hand-built models whose answers are known, and on all four architectures."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from windtunnel import geometry as G
+from windtunnel import models, tasks
+from windtunnel.models.base import Block, HookPoint, ModelConfig, WindTunnelModel
+
+torch.set_num_threads(1)
+PNG = b"\x89PNG\r\n\x1a\n"
+ARCHS = ("transformer", "mamba", "lstm", "mlp")
+
+
+def tiny(arch: str, task: tasks.Task, seed: int = 0, **kw) -> WindTunnelModel:
+    torch.manual_seed(seed)
+    over = {"d_model": 16, "n_layers": 2, **({"n_heads": 2} if arch == "transformer" else {}), **kw}
+    return models.make(arch, task, **over).eval()
+
+
+def jsonable(result: dict) -> dict:
+    return json.loads(json.dumps(result, allow_nan=False))
+
+
+# --- key orthogonality ----------------------------------------------------------------------------
+def _one_head(task: tasks.Task, d: int = 8) -> WindTunnelModel:
+    return tiny("transformer", task, d_model=d, n_heads=1, n_layers=1)
+
+
+def test_exactly_orthogonal_keys_score_zero() -> None:
+    task = tasks.make("bijection", V=6, L=4)
+    model = _one_head(task)
+    d, V = 8, 6
+    with torch.no_grad():
+        model.embed.tok.weight[V : 2 * V] = torch.eye(d)[:V]  # value token V+i -> e_i
+        model.blocks[0].attn.qkv.weight[d : 2 * d] = torch.eye(d)  # W_K = I
+    r = G.key_orthogonality(model, task, n=32, n_null=500)
+    jsonable(r)
+    head = r["layers"][0]["heads"][0]
+    assert head["mean_abs_cos"] < 1e-6
+    assert head["p_gaussian"] == pytest.approx(1 / 501)
+    assert r["null"]["gaussian_expected"] == pytest.approx(G.gaussian_abs_cos(8))
+    assert r["null"]["gaussian_sampled_mean"] == pytest.approx(G.gaussian_abs_cos(8), rel=0.05)
+    # parallel keys: the statistic is 1 and nothing in the Gaussian null is as large
+    with torch.no_grad():
+        model.embed.tok.weight[V : 2 * V] = torch.eye(d)[0]
+    r = G.key_orthogonality(model, task, n=32, n_null=200)
+    assert r["layers"][0]["heads"][0]["mean_abs_cos"] == pytest.approx(1.0, abs=1e-6)
+    assert r["layers"][0]["heads"][0]["p_gaussian"] == pytest.approx(1.0)
+
+
+def test_layer0_keys_equal_the_embedding_keys_under_rope() -> None:
+    task = tasks.make("bijection", V=6, L=5)
+    model = tiny("transformer", task)
+    keys, present = G.token_keys(model, task.sample(32, 1), list(range(6, 12)))
+    blk = model.blocks[0]
+    d = model.config.d_model
+    with torch.no_grad():
+        direct = blk.ln1(model.embed.tok.weight[present]) @ blk.attn.qkv.weight[d : 2 * d].T
+    assert torch.allclose(keys[0].transpose(0, 1).reshape(len(present), d).float(), direct, atol=1e-5)
+    assert G.gaussian_abs_cos(1000) == pytest.approx(math.sqrt(2 / (math.pi * 1000)), rel=1e-3)
+
+
+# --- attention ------------------------------------------------------------------------------------
+def test_uniform_attention_matches_its_null() -> None:
+    task = tasks.make("bijection", V=6, L=6, replacement=True)
+    model = tiny("transformer", task)
+    d = model.config.d_model
+    with torch.no_grad():
+        for b in model.blocks:
+            b.attn.qkv.weight[:d] = 0.0  # q = 0: every score 0, attention uniform over the prefix
+    r = G.attention_focusing(model, task, n=24)
+    jsonable(r)
+    assert {"value_positions", "repeat_answer"} <= set(r["regions"])
+    for lay in r["layers"]:
+        assert lay["mean_entropy_bits"] == pytest.approx(r["null"]["uniform_entropy_bits"], abs=1e-5)
+        for reg, v in lay["mean_mass"].items():
+            assert v == pytest.approx(r["null"]["uniform_mass"][reg], abs=1e-5), reg
+        assert lay["mean_value_spread"] == pytest.approx(1.0, abs=1e-5)
+
+
+# --- ablations ------------------------------------------------------------------------------------
+def test_identical_heads_tie() -> None:
+    task = tasks.make("bijection", V=4, L=4)
+    model = tiny("transformer", task, n_layers=1, n_heads=2, d_model=16)
+    attn = model.blocks[0].attn
+    d, dh = 16, 8
+
+    def symmetrise() -> None:
+        with torch.no_grad():
+            w = attn.qkv.weight.view(3, 2, dh, d)
+            w[:, 1] = w[:, 0]
+            o = attn.out_proj.weight.view(d, 2, dh)
+            o[:, :, :] = o[:, 0:1, :]
+
+    symmetrise()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for step in range(120):  # symmetric heads get identical gradients: they stay identical
+        ep = task.sample(64, step)
+        loss = nn.functional.cross_entropy(model(ep.tokens).flatten(0, 1), ep.targets.flatten(), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    symmetrise()  # remove float drift
+    model.eval()
+    r = G.head_ablation(model, task, n=64, n_boot=200)
+    jsonable(r)
+    a, b = (h["entropy_mae"]["delta"] for h in r["heads"])
+    assert a == pytest.approx(b, rel=1e-4, abs=1e-7)
+    assert a > 0
+    assert r["ratio_to_runner_up"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_bypassing_an_inert_layer_changes_nothing() -> None:
+    task = tasks.make("hmm", S=2, O=2, K=4)
+    model = tiny("transformer", task)
+    with torch.no_grad():
+        model.blocks[1].attn.out_proj.weight.zero_()
+        model.blocks[1].mlp.proj.weight.zero_()
+    r = G.layer_ablation(model, task, n=16, n_boot=50)
+    inert = r["layers"][1]
+    assert inert["kl"]["delta"] == pytest.approx(0.0, abs=1e-6)
+    assert inert["kl"]["fold"] == pytest.approx(1.0, abs=1e-5)
+    assert r["most_damaging_layer"] == 0
+
+
+# --- probes and the manifold on a residual stream that encodes the answer ------------------------
+class Encoder(WindTunnelModel):
+    """One identity block whose residual stream is ``[posterior, entropy] @ A + noise``."""
+
+    def __init__(self, task: tasks.Task, d: int = 12, noise: float = 1e-4, only_entropy: bool = False):
+        super().__init__(ModelConfig(arch="encoder", vocab_size=task.vocab_size, n_classes=task.n_classes))
+        self.task, self.noise, self.only_entropy = task, noise, only_entropy
+        g = torch.Generator().manual_seed(0)
+        self.A = torch.randn(task.n_classes + 1, d, generator=g, dtype=torch.float64)
+        self.blocks = nn.ModuleList([_Identity()])
+        self.hook_final = HookPoint()
+        self.head = nn.Linear(d, task.n_classes)
+        self._finish_init()
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        post = self.task.posterior(tokens)
+        ent = tasks.entropy_bits(post)[..., None]
+        code = torch.cat([torch.zeros_like(post) if self.only_entropy else post, ent], -1)
+        x = (code @ self.A).float()
+        x = x + self.noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(int(tokens.sum())))
+        x = self.hook_final(self.blocks[0](x))
+        return self.head(x)
+
+
+class _Identity(Block):
+    def mix(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_probe_recovers_a_linearly_encoded_posterior() -> None:
+    task = tasks.make("hmm", S=3, O=3, K=8)
+    r = jsonable(G.probes(Encoder(task), task, n=200))
+    lay = r["layers"][0]
+    assert lay["posterior_kl_bits"] < 1e-3
+    assert lay["posterior_r2"] > 0.999
+    assert lay["entropy_r2"] > 0.999
+    # the nulls do not recover it
+    assert lay["posterior_kl_shuffled"] > 0.05 and lay["entropy_r2_shuffled"] < 0.2
+    assert r["null"]["position_only_kl_bits"] > 0.05
+    # k-means on a state that is a linear image of the posterior: clusters agree with the exact posteriors'
+    c = r["clusters"]
+    assert c["k"] == 3 and abs(c["null"]["ari_permuted_labels"]) < 0.05
+
+
+def test_manifold_of_a_one_dimensional_entropy_code() -> None:
+    task = tasks.make("hmm", S=3, O=3, K=8)
+    r = jsonable(G.value_manifold(Encoder(task, only_entropy=True), task, n=120))
+    st = r["sources"]["resid"][0]
+    assert st["pc1_var"] > 0.999 and st["participation_ratio"] < 1.01
+    assert st["spearman_pc1_entropy"] > 0.999 and st["r2_entropy"] > 0.999
+    assert not r["confounded"] and st["partial_spearman_pc1_entropy_given_position"] > 0.99
+    assert st["r2_entropy_shuffled"] < 0.2
+    # bijection without replacement: entropy is a function of position -> flagged, controls withheld
+    bij = tasks.make("bijection", V=6, L=5)
+    r = jsonable(G.value_manifold(Encoder(bij, only_entropy=True), bij, n=60))
+    assert r["confounded"] and r["entropy_position_r2"] == pytest.approx(1.0)
+    assert r["sources"]["resid"][0]["partial_spearman_pc1_entropy_given_position"] is None
+
+
+# --- k-means and the adjusted Rand index -----------------------------------------------------------
+def test_kmeans_and_ari_on_synthetic_clusters() -> None:
+    g = torch.Generator().manual_seed(0)
+    centres = 10 * torch.randn(5, 4, generator=g, dtype=torch.float64)
+    truth = torch.arange(5).repeat_interleave(200)
+    X = centres[truth] + 0.3 * torch.randn(1000, 4, generator=g, dtype=torch.float64)
+    labels, _ = G.kmeans(X, 5, seed=1)
+    assert G.adjusted_rand_index(labels, truth) == pytest.approx(1.0)
+    assert G.adjusted_rand_index(truth, (truth + 2) % 5) == pytest.approx(1.0)  # relabelling
+    rnd = torch.randint(0, 5, (1000,), generator=g)
+    assert abs(G.adjusted_rand_index(rnd, truth)) < 0.02
+    a = torch.tensor([0, 0, 0, 1, 1, 1])
+    b = torch.tensor([0, 0, 1, 1, 2, 2])
+    assert G.adjusted_rand_index(a, b) == pytest.approx(0.8 / 3.3)  # by hand (= sklearn's 0.2424)
+
+
+def test_statistics_helpers() -> None:
+    x = torch.tensor([3.0, 1.0, 2.0, 2.0, 5.0])
+    y = torch.tensor([1.0, 0.0, 0.5, 0.7, 9.0])
+    scipy = pytest.importorskip("scipy.stats")
+    assert G.spearman(x, y) == pytest.approx(scipy.spearmanr(x, y).statistic)
+    assert G.settle_step([0, 1, 2, 5], [1.0, 0.05, 0.5, 0.01]) == 5
+    assert G.settle_step([0, 1, 2], [1.0, 0.05, 0.0]) == 1
+    p = torch.tensor([[1.0, 0.0]])
+    assert float(G.js_bits(p, torch.tensor([[0.0, 1.0]]))) == pytest.approx(1.0)
+
+
+# --- every function on every architecture --------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_diagnostic_runs_on_every_architecture(arch: str, tmp_path: Path) -> None:
+    for i, task in enumerate((tasks.make("bijection", V=5, L=6, replacement=True), tasks.make("hmm", S=2, O=2, K=4))):
+        model, untrained = tiny(arch, task, 0), tiny(arch, task, 1)
+        ep = task.sample(16, 3)
+        for name, (fn, fig) in G.DIAGNOSTICS.items():
+            kw = {"n_boot": 30} if "ablation" in name else {"untrained": untrained}
+            r = jsonable(fn(model, task, episodes=ep, **kw))
+            applies = arch == "transformer" or name in ("value_manifold", "layer_ablation", "probes")
+            assert r.get("applicable", True) is applies, (name, r)
+            if not applies:
+                assert r["reason"]
+            if i == 0:
+                p = fig(r, tmp_path / f"{name}.png")
+                assert p.read_bytes()[:8] == PNG
+        if task.name == "hmm":
+            assert "clusters" in r
+
+
+def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
+    from windtunnel.train import TrainConfig, train
+
+    cfg = TrainConfig(task="bijection", task_params={"V": 5, "L": 4}, arch="transformer",
+                      model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=12, batch_size=16, eval_every=12,
+                      ckpt_every=6, eval_n=16, progress=False, device="cpu", warmup=2)
+    run = train(cfg, tmp_path / "run")
+    out = G.analyze_run(run, n=24, n_boot=30, device="cpu")
+    doc = json.loads(out.read_text())
+    assert set(G.DIAGNOSTICS) | {"frame_precision", "summary", "meta"} <= set(doc)
+    assert doc["meta"]["untrained_null"] == "step-0 checkpoint"
+    fp = doc["frame_precision"]
+    assert fp["steps"][0] == 0 and fp["steps"][-1] == 12 and fp["series"][-1]["js_mean"] == 0.0
+    pngs = sorted(p.name for p in (run / "figures").glob("geometry_*.png"))
+    assert len(pngs) == 7
+    html = (run / "report.html").read_text()
+    assert "<h2>Geometry</h2>" in html and "key_orthogonality.layer0_mean_abs_cos" in html
+    assert "alt='geometry_frame_precision'" in html
