@@ -12,7 +12,6 @@ from scipy import integrate
 
 from windtunnel.tasks import IGNORE, make, oracle
 
-torch.set_num_threads(1)
 
 
 def quad_heads(a: float, b: float, h: int, t: int) -> float:

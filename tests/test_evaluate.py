@@ -14,7 +14,6 @@ from windtunnel import tasks
 from windtunnel.evaluate import EvalResult, aggregate, evaluate, percentile_ci, predict, resample_weights
 from windtunnel.tasks.bijection import Bijection
 
-torch.set_num_threads(1)
 
 
 class TinyCausal(torch.nn.Module):

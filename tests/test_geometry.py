@@ -14,7 +14,6 @@ from windtunnel import geometry as G
 from windtunnel import models, tasks
 from windtunnel.models.base import Block, HookPoint, ModelConfig, WindTunnelModel
 
-torch.set_num_threads(1)
 PNG = b"\x89PNG\r\n\x1a\n"
 ARCHS = ("transformer", "mamba", "lstm", "mlp")
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from windtunnel.tasks import IGNORE, make, oracle
 from windtunnel.tasks.hmm import HMM, discretise
 
-torch.set_num_threads(1)
 
 
 def brute_force_filter(T: np.ndarray, E: np.ndarray, obs: np.ndarray) -> np.ndarray:

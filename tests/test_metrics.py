@@ -13,7 +13,6 @@ from windtunnel import metrics as M
 from windtunnel import tasks
 from windtunnel.tasks.base import IGNORE, Episodes
 
-torch.set_num_threads(1)
 L3 = math.log2(3)
 
 

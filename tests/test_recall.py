@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from windtunnel.tasks import IGNORE, make, oracle
 
-torch.set_num_threads(1)
 
 
 def brute_force(task, tokens: list[int]) -> dict[int, list[float]]:

@@ -22,7 +22,6 @@ from scipy import stats
 from windtunnel.tasks import IGNORE, make, oracle
 from windtunnel.tasks.regression import normal_bin_mass
 
-torch.set_num_threads(1)
 
 TOL = 1e-12
 

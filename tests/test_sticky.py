@@ -10,7 +10,6 @@ import torch
 
 from windtunnel.tasks import make, oracle
 
-torch.set_num_threads(1)
 
 
 def reference_P(n: int, self_prob: float) -> np.ndarray:

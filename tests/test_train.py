@@ -38,7 +38,6 @@ def test_every_architecture_learns_bijection(tmp_path: Path, arch: str, steps: i
     untrained gap, mamba and lstm near 0.2-0.3, the MLP (no in-context mixing beyond its window)
     lags; each bar leaves a margin over the measured ratio.
     """
-    torch.set_num_threads(1)
     cfg = tiny(arch=arch, steps=steps, batch_size=32, eval_every=steps, ckpt_every=steps,
                model={"n_layers": 2, "n_heads": 2} if arch == "transformer" else {"n_layers": 2})
     train(cfg, tmp_path / arch)

@@ -3,7 +3,7 @@
 ``train(config, out_dir)`` trains one model on one wind tunnel:
 
 1. build the task and the model (``models.make``, capacity-matched when ``params`` is set);
-2. every step draws a *fresh* batch, ``task.sample(batch_size, seed=stream(seed, step, rank))``
+2. every step draws a *fresh* batch, ``task.sample(batch_size, seed=stream_seed(seed, step, rank))``
    — no fixed dataset, so nothing can be memorised, and the data of step ``s`` is a pure
    function of ``(seed, s)``, which makes resuming exact;
 3. loss: cross-entropy against ``targets`` or, for soft-target tasks (``loss="posterior"``), the
@@ -23,6 +23,7 @@ stream ``(seed, step, r)`` and only rank 0 writes.  A single process is the dege
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -142,13 +143,21 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 # --- pieces of the loop ---------------------------------------------------------------------
 
 
+def _hashed_seed(*parts: object) -> int:
+    """A 64-bit seed with the top bit set: disjoint from every small user-facing seed
+    (``evaluate(seed=12345)``, ``tasks show --seed 0``) and, up to hash collisions, from each other."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") | (1 << 63)
+
+
 def stream_seed(seed: int, step: int, rank: int = 0) -> int:
-    """The data seed of one step: disjoint streams per (seed, step, rank); never the eval seed."""
-    return ((seed * 4096 + rank) << 32) + step
+    """The data seed of one training step (one stream per run seed and rank)."""
+    return _hashed_seed("train", seed, rank, step)
 
 
 def eval_seed(seed: int) -> int:
-    return (2**62) + seed
+    """The seed of the fixed held-out batch evaluated during training."""
+    return _hashed_seed("eval", seed)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -258,8 +267,12 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
     task, model = build(cfg)
     soft = cfg.loss == "posterior" or (cfg.loss == "auto" and task.soft_targets)
     model.to(device)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    # decay matrices only; vectors, gains and parameters flagged `_no_weight_decay` (Mamba's A_log, D) are exempt
+    def decays(p: torch.nn.Parameter) -> bool:
+        return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
+
+    decay = [p for p in model.parameters() if decays(p)]
+    no_decay = [p for p in model.parameters() if not decays(p)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,

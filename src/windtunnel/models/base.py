@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from torch import nn
 
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
-NameFilter = "None | str | Sequence[str] | Callable[[str], bool]"
 
 
 class HookPoint(nn.Module):
@@ -73,6 +72,8 @@ class InputEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         x = self.tok(tokens)
+        if self.feat is None and features is not None:
+            raise ValueError("invalid features: this model was built for a task without features (n_features=0)")
         if self.feat is not None:
             if features is None:
                 raise ValueError(f"invalid features: this model expects features [B,T,{self.n_features}]")
@@ -170,7 +171,7 @@ class WindTunnelModel(nn.Module):
 
     # --- hooks ---------------------------------------------------------------------------
     def hook_points(self) -> dict[str, HookPoint]:
-        """All hook points by dotted name, in forward order."""
+        """All hook points by dotted name (module registration order)."""
         return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
 
     def hook_names(self) -> list[str]:

@@ -22,6 +22,12 @@ The fast path uses ``scaled_dot_product_attention(is_causal=True)``; the explici
 (identical up to float rounding) runs whenever q/k/v/pattern are hooked, a head is ablated or
 ``explicit_attention`` is set.  The papers' bijection model is the default: 6 layers, 6 heads,
 d_model 192, d_ff 768 (2.67M parameters on bijection V=20).
+
+Hook points: ``hook_embed`` (input embedding, learned positions included), per block ``l``:
+``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_q|hook_k|hook_v`` ``[B,T,H,dh]`` (q, k after
+rotary), ``blocks.{l}.attn.hook_pattern`` ``[B,H,T,T]`` (post-softmax), ``blocks.{l}.attn.hook_z``
+``[B,T,H,dh]``, ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``;
+``hook_final`` (after the final norm).
 """
 
 from __future__ import annotations
@@ -180,9 +186,13 @@ class TransformerBlock(Block):
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         a = self.hook_attn_out(self.attn(self.ln1(x)))
-        x = x + F.dropout(a, self.dropout, self.training)
+        if self.dropout > 0:
+            a = F.dropout(a, self.dropout, self.training)
+        x = x + a
         m = self.hook_mlp_out(self.mlp(self.ln2(x)))
-        return x + F.dropout(m, self.dropout, self.training)
+        if self.dropout > 0:
+            m = F.dropout(m, self.dropout, self.training)
+        return x + m
 
 
 class Transformer(WindTunnelModel):

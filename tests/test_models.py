@@ -1,0 +1,399 @@
+"""windtunnel.models: shapes, causality, capacity matching, hooks, ablations, scans, rebuild."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from windtunnel import models, tasks
+from windtunnel.models.mamba import selective_scan, selective_scan_ref
+
+
+ARCHS = ["transformer", "mamba", "lstm", "mlp"]
+TINY = {
+    "transformer": {"d_model": 24, "n_layers": 2, "n_heads": 3},
+    "mamba": {"d_model": 16, "n_layers": 2, "d_state": 4},
+    "lstm": {"d_model": 16, "n_layers": 2},
+    "mlp": {"d_model": 16, "n_layers": 2, "d_embed": 4},
+}
+TASK = tasks.make("bijection", V=5, L=5)  # T = 9
+FEATURE_TASK = SimpleNamespace(vocab_size=7, n_classes=3, n_features=2, seq_len=8)
+
+
+def tiny(arch: str, task=TASK, seed: int = 0, **kw) -> models.WindTunnelModel:
+    torch.manual_seed(seed)
+    return models.make(arch, task, **{**TINY[arch], **kw}).eval()
+
+
+def inputs(task, n: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
+    if isinstance(task, SimpleNamespace):
+        g = torch.Generator().manual_seed(seed)
+        T = task.seq_len
+        return {
+            "tokens": torch.randint(0, task.vocab_size, (n, T), generator=g),
+            "features": torch.randn(n, T, task.n_features, generator=g),
+        }
+    return task.sample(n, seed).inputs
+
+
+def all_hooks_removed(model: torch.nn.Module) -> bool:
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_names():
+    assert models.names() == ["transformer", "mamba", "lstm", "mlp"]
+
+
+# --- shapes and causality -------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("which", ["tokens", "features"])
+def test_shape_and_causality(arch, which):
+    task = TASK if which == "tokens" else FEATURE_TASK
+    model = tiny(arch, task)
+    x = inputs(task)
+    with torch.no_grad():
+        base = model(**x)
+    B, T = x["tokens"].shape
+    assert base.shape == (B, T, task.n_classes) and base.dtype == torch.float32
+    for t in range(T):
+        y = {k: v.clone() for k, v in x.items()}
+        if which == "tokens":
+            y["tokens"][:, t] = (y["tokens"][:, t] + 1) % task.vocab_size
+        else:
+            y["features"][:, t] += 1.0
+        with torch.no_grad():
+            out = model(**y)
+        torch.testing.assert_close(out[:, :t], base[:, :t], atol=1e-6, rtol=0)  # the past is untouched
+        assert (out[:, t] - base[:, t]).abs().max() > 1e-6  # the present sees the change
+
+
+def test_mlp_window_limits_what_it_sees():
+    model = tiny("mlp", window=3)
+    x = inputs(TASK)["tokens"]
+    with torch.no_grad():
+        base = model(x)
+        y = x.clone()
+        y[:, 2] = (y[:, 2] + 1) % TASK.vocab_size
+        out = model(y)
+    torch.testing.assert_close(out[:, 5:], base[:, 5:], atol=1e-6, rtol=0)  # position 2 left the window
+    assert (out[:, 4] - base[:, 4]).abs().max() > 1e-6
+
+
+def test_learned_positions_and_max_len():
+    model = tiny("transformer", pos="learned", max_len=9)
+    assert model(inputs(TASK)["tokens"]).shape[1] == 9
+    with pytest.raises(ValueError, match="max_len"):
+        model(torch.zeros(1, 10, dtype=torch.long))
+    assert models.make("transformer", TASK, pos="learned").config.max_len == 4 * TASK.seq_len
+
+
+def test_paper_size_transformer():
+    model = models.make("transformer", tasks.make("bijection", V=20))
+    assert abs(model.n_params() - 2.67e6) / 2.67e6 < 0.005
+
+
+# --- capacity matching ----------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_capacity_matching(arch):
+    task = tasks.make("bijection", V=20)
+    for budget in (50_000, 200_000, 1_000_000):
+        model = models.make(arch, task, params=budget)
+        assert abs(model.n_params() - budget) <= 0.03 * budget, (arch, budget, model.n_params())
+        cfg = model.config_dict()
+        assert cfg["d_model"] == model.config.d_model
+        assert models.count_params(model.config) == model.n_params()
+        if arch == "transformer":
+            assert cfg["d_model"] % cfg["n_heads"] == 0 and (cfg["d_model"] // cfg["n_heads"]) % 2 == 0
+            assert cfg["n_layers"] == 6 and cfg["n_heads"] == 6  # only widths move
+
+
+def test_capacity_matching_errors():
+    with pytest.raises(ValueError, match="d_model"):
+        models.make("transformer", TASK, params=100_000, d_model=64)
+    with pytest.raises(ValueError, match="params"):
+        models.make("lstm", TASK, params=10)  # far below the smallest model
+    with pytest.raises(ValueError, match="params"):
+        models.make("lstm", TASK, params=-5)
+
+
+# --- hooks ----------------------------------------------------------------------------------------
+def expected_shapes(model: models.WindTunnelModel, B: int, T: int) -> dict[str, tuple[int, ...]]:
+    c = model.config
+    d, L = c.d_model, c.n_layers
+    out: dict[str, tuple[int, ...]] = {}
+    if c.arch == "mlp":
+        out["hook_embed"] = (B, T, c.d_embed)
+        out["hook_window"] = (B, T, c.window * c.d_embed)
+    else:
+        out["hook_embed"] = (B, T, d)
+    for l in range(L):
+        p = f"blocks.{l}."
+        out[p + "hook_resid_pre"] = (B, T, d)
+        if c.arch == "transformer":
+            H, dh = c.n_heads, c.head_dim
+            for n in ("q", "k", "v"):
+                out[p + f"attn.hook_{n}"] = (B, T, H, dh)
+            out[p + "attn.hook_pattern"] = (B, H, T, T)
+            out[p + "attn.hook_z"] = (B, T, H, dh)
+            out[p + "hook_attn_out"] = (B, T, d)
+            out[p + "hook_mlp_out"] = (B, T, d)
+        elif c.arch == "mamba":
+            out[p + "hook_state"] = (B, T, c.inner, c.d_state)
+        elif c.arch == "lstm":
+            out[p + "hook_state"] = (B, T, d)
+        elif c.arch == "mlp":
+            out[p + "hook_mlp_out"] = (B, T, d)
+        out[p + "hook_resid_post"] = (B, T, d)
+    out["hook_final"] = (B, T, d)
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_run_with_cache_names_shapes_and_cleanup(arch):
+    model = tiny(arch)
+    x = inputs(TASK)
+    B, T = x["tokens"].shape
+    expected = expected_shapes(model, B, T)
+    assert sorted(model.hook_names()) == sorted(expected)
+    logits, cache = model.run_with_cache(**x)
+    assert set(cache) == set(expected)
+    for name, shape in expected.items():
+        assert tuple(cache[name].shape) == shape, name
+        assert not cache[name].requires_grad
+    assert all_hooks_removed(model)
+    torch.testing.assert_close(logits, model(**x), atol=1e-5, rtol=0)  # caching does not change the answer
+    # a list, a filter
+    _, c2 = model.run_with_cache(**x, names=["hook_final"])
+    assert list(c2) == ["hook_final"]
+    _, c3 = model.run_with_cache(**x, names=lambda n: n.endswith("resid_post"))
+    assert len(c3) == model.config.n_layers
+    with pytest.raises(ValueError, match="nope"):
+        model.run_with_cache(**x, names=["nope"])
+    assert all_hooks_removed(model)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hooks_removed_when_hook_raises(arch):
+    model = tiny(arch)
+    x = inputs(TASK)
+
+    def boom(t, name):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with model.hooks([("hook_final", boom)]):
+            model(**x)
+    assert all_hooks_removed(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with model.hooks([(lambda n: True, boom)]):  # a filter: every hook point
+            model(**x)
+    assert all_hooks_removed(model)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hook_replacement_patches_downstream(arch):
+    model = tiny(arch)
+    x = inputs(TASK)
+    with model.hooks([("hook_final", lambda t, name: torch.zeros_like(t))]):
+        out = model(**x)
+    assert torch.equal(out, torch.zeros_like(out))  # head has no bias
+    assert all_hooks_removed(model)
+    assert model(**x).abs().max() > 0
+
+
+def test_mamba_state_hook_patching():
+    model = tiny("mamba")
+    x = inputs(TASK)
+    base = model(**x)
+    name = "blocks.1.hook_state"
+    with model.hooks([(name, lambda t, n: t)]):  # identity patch: same logits via the states path
+        torch.testing.assert_close(model(**x), base, atol=1e-5, rtol=1e-5)
+    with model.hooks([(name, lambda t, n: torch.zeros_like(t))]):
+        assert (model(**x) - base).abs().max() > 1e-4
+
+
+# --- ablations ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bypass_layer_changes_and_restores(arch):
+    model = tiny(arch)
+    x = inputs(TASK)
+    with torch.no_grad():
+        base = model(**x)
+        with model.bypass_layer(1):
+            ablated = model(**x)
+            _, cache = model.run_with_cache(**x, names=["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"])
+        after = model(**x)
+    assert (ablated - base).abs().max() > 1e-5
+    assert torch.equal(cache["blocks.1.hook_resid_pre"], cache["blocks.1.hook_resid_post"])
+    assert torch.equal(after, base)
+    with pytest.raises(ValueError, match="layer"):
+        with model.bypass_layer(7):
+            pass
+
+
+def test_ablate_head_changes_restores_and_equals_zeroed_z():
+    model = tiny("transformer")
+    x = inputs(TASK)
+    with torch.no_grad():
+        base = model(**x)
+        with model.ablate_head(1, 2):
+            ablated = model(**x)
+        after = model(**x)
+
+        def zero_head(z, name):
+            z = z.clone()
+            z[:, :, 2] = 0
+            return z
+
+        with model.hooks([("blocks.1.attn.hook_z", zero_head)]):
+            patched = model(**x)
+    assert (ablated - base).abs().max() > 1e-5
+    assert torch.equal(after, base)
+    torch.testing.assert_close(ablated, patched, atol=1e-5, rtol=0)
+    assert all(b.attn.head_mask is None for b in model.blocks)
+    with pytest.raises(ValueError, match="head"):
+        with model.ablate_head(0, 3):
+            pass
+
+
+@pytest.mark.parametrize("arch", ["mamba", "lstm", "mlp"])
+def test_ablate_head_needs_attention(arch):
+    with pytest.raises(ValueError, match=arch):
+        with tiny(arch).ablate_head(0, 0):
+            pass
+
+
+# --- attention paths ------------------------------------------------------------------------------
+@pytest.mark.parametrize("pos", ["rotary", "learned", "none"])
+def test_explicit_attention_equals_sdpa_and_pattern_is_causal(pos):
+    model = tiny("transformer", pos=pos)
+    x = inputs(TASK)
+    with torch.no_grad():
+        fast = model(**x)
+        with model.explicit_attention():
+            slow = model(**x)
+        _, cache = model.run_with_cache(**x, names=lambda n: n.endswith("hook_pattern"))
+    torch.testing.assert_close(slow, fast, atol=1e-5, rtol=0)
+    for name, p in cache.items():
+        torch.testing.assert_close(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5, rtol=0)
+        future = ~torch.ones(p.shape[-1], p.shape[-1], dtype=torch.bool).tril()
+        assert (p.masked_select(future) == 0).all(), name
+
+
+def test_rotary_is_relative():
+    """With rotary positions and no other position signal, q·k depends on offsets only."""
+    model = tiny("transformer")
+    attn = model.blocks[0].attn
+    cos, sin = attn.rope(12, torch.device("cpu"), torch.float32)
+    from windtunnel.models.transformer import rotate
+
+    q, k = torch.randn(1, 1, 1, attn.head_dim), torch.randn(1, 1, 1, attn.head_dim)
+    def at(x, i):
+        return rotate(x, cos[i : i + 1], sin[i : i + 1])
+
+    dots = [(at(q, i) * at(k, i - 3)).sum() for i in range(3, 12)]  # query at i, key at i - 3
+    torch.testing.assert_close(torch.stack(dots), dots[0].expand(9), atol=1e-5, rtol=1e-5)
+
+
+# --- mamba scans ----------------------------------------------------------------------------------
+def scan_inputs(B=2, T=11, Di=6, N=4, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(B, T, Di, generator=g)
+    delta = torch.nn.functional.softplus(torch.randn(B, T, Di, generator=g)) * scale
+    A = -torch.exp(torch.randn(Di, N, generator=g))
+    Bm, C = torch.randn(B, T, N, generator=g), torch.randn(B, T, N, generator=g)
+    D = torch.randn(Di, generator=g)
+    return [t.requires_grad_(True) for t in (u, delta, A, Bm, C, D)]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 16])
+def test_fast_scan_equals_reference(chunk):
+    xs = scan_inputs()
+    y0, h0 = selective_scan_ref(*xs, return_states=True)
+    y1, h1 = selective_scan(*xs, return_states=True, chunk_size=chunk)
+    torch.testing.assert_close(y1, y0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(h1, h0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(selective_scan(*xs, chunk_size=chunk), y0, atol=1e-5, rtol=1e-5)
+    w = torch.randn_like(y0)
+    g0 = torch.autograd.grad((y0 * w).sum(), xs)
+    g1 = torch.autograd.grad((selective_scan(*xs, chunk_size=chunk) * w).sum(), xs)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_fast_scan_is_stable_under_huge_decay():
+    xs = scan_inputs(scale=200.0)  # |delta * A| in the hundreds: exp(-S) would overflow
+    y0 = selective_scan_ref(*xs)
+    for chunk in (1, 4, 11):
+        y = selective_scan(*xs, chunk_size=chunk)
+        assert torch.isfinite(y).all()
+        torch.testing.assert_close(y, y0, atol=1e-5, rtol=1e-5)
+        grads = torch.autograd.grad(y.sum(), xs)
+        assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_mamba_ref_and_fast_models_agree():
+    fast = tiny("mamba", seed=3)
+    ref = tiny("mamba", seed=3, scan="ref")
+    ref.load_state_dict(fast.state_dict())
+    x = inputs(TASK)
+    torch.testing.assert_close(fast(**x), ref(**x), atol=1e-5, rtol=1e-5)
+
+
+def test_mamba_matches_mambapy():
+    mambapy = pytest.importorskip("mambapy.mamba")
+    model = tiny("mamba", seed=1)
+    c = model.config
+    theirs = mambapy.Mamba(mambapy.MambaConfig(d_model=c.d_model, n_layers=c.n_layers, d_state=c.d_state,
+                                               d_conv=c.d_conv, expand_factor=c.expand))
+    sd = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("blocks."):
+            _, l, rest = k.split(".", 2)
+            sd[f"layers.{l}.{rest}" if rest.startswith("norm.") else f"layers.{l}.mixer.{rest}"] = v
+    theirs.load_state_dict(sd)
+    x = torch.randn(2, 9, c.d_model)
+    ours = x
+    for block in model.blocks:
+        ours = block(ours)
+    out = theirs(x)
+    out = out[0] if isinstance(out, tuple) else out
+    torch.testing.assert_close(ours, out, atol=1e-5, rtol=1e-5)
+
+
+# --- rebuild and errors ---------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_build_reproduces_architecture(arch):
+    model = models.make(arch, FEATURE_TASK, params=30_000)
+    cfg = json.loads(json.dumps(model.config_dict()))
+    assert cfg["arch"] == arch
+    again = models.build(cfg)
+    assert type(again) is type(model) and again.n_params() == model.n_params()
+    assert {k: v.shape for k, v in again.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
+    again.load_state_dict(model.state_dict())
+    x = inputs(FEATURE_TASK)
+    torch.testing.assert_close(again.eval()(**x), model.eval()(**x), atol=0, rtol=0)
+
+
+def test_bad_names_raise_value_error():
+    with pytest.raises(ValueError, match="'gru'"):
+        models.make("gru", TASK)
+    with pytest.raises(ValueError, match="'n_head'"):
+        models.make("transformer", TASK, n_head=4)
+    with pytest.raises(ValueError, match="'gru'"):
+        models.build({"arch": "gru"})
+    with pytest.raises(ValueError, match="'bogus'"):
+        models.build({**tiny("lstm").config_dict(), "bogus": 1})
+    with pytest.raises(ValueError, match="d_model"):
+        models.make("transformer", TASK, d_model=25, n_heads=5)  # odd head dim with rotary
+    with pytest.raises(ValueError, match="pos"):
+        models.make("transformer", TASK, pos="sinusoidal")
+    with pytest.raises(ValueError, match="scan"):
+        models.make("mamba", TASK, scan="cuda")
+    with pytest.raises(ValueError, match="features"):
+        tiny("lstm", FEATURE_TASK)(torch.zeros(1, 8, dtype=torch.long))  # features required
+    with pytest.raises(ValueError, match="features"):
+        tiny("lstm")(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, 2))  # and refused without
