@@ -30,14 +30,15 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("arch,steps,bar", [("transformer", 300, 0.35), ("mamba", 300, 0.5), ("lstm", 300, 0.5), ("mlp", 300, 0.8)])
-def test_every_architecture_learns_bijection(tmp_path: Path, arch: str, steps: int, bar: float) -> None:
-    """Bayes gap (KL to the posterior, bits) after training is a fraction `bar` of the untrained one.
+@pytest.mark.parametrize("arch", ["transformer", "mamba", "lstm", "mlp"])
+def test_every_architecture_learns_bijection(tmp_path: Path, arch: str) -> None:
+    """After 300 steps the Bayes gap (KL to the posterior, bits) is under 10% of the untrained one.
 
-    Bars from measurements (V=5, 20k parameters, batch 32): the transformer ends near 0.1 of its
-    untrained gap, mamba and lstm near 0.2-0.3, the MLP (no in-context mixing beyond its window)
-    lags; each bar leaves a margin over the measured ratio.
+    Measured (V=5, L=5, 20k parameters, batch 32, 300 steps): untrained ≈0.95 bits for every
+    architecture; trained 0.028 (transformer), 0.021 (mamba), 0.019 (lstm), 0.020 (mlp, whose
+    window covers the whole 9-token prefix) — ratios 0.02-0.03, so the bar 0.1 leaves a 3× margin.
     """
+    steps, bar = 300, 0.1
     cfg = tiny(arch=arch, steps=steps, batch_size=32, eval_every=steps, ckpt_every=steps,
                model={"n_layers": 2, "n_heads": 2} if arch == "transformer" else {"n_layers": 2})
     train(cfg, tmp_path / arch)
@@ -49,6 +50,7 @@ def test_every_architecture_learns_bijection(tmp_path: Path, arch: str, steps: i
     with torch.no_grad():
         kl_after = compute(model(**ep.inputs), ep)["values"]["kl"]
         kl_before = compute(untrained(**ep.inputs), ep)["values"]["kl"]
+    print(f"{arch}: KL {kl_before:.3f} -> {kl_after:.3f} bits (ratio {kl_after / kl_before:.3f})")
     assert kl_after < bar * kl_before, (arch, kl_after, kl_before)
 
 

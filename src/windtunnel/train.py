@@ -340,7 +340,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
             if bar is not None:
                 bar.close()
             raise TrainingDiverged(
-                f"loss became {float(loss)} at step {step}; stopped, last good checkpoint kept in {ckpt_root}"
+                f"loss became {float(loss.detach())} at step {step}; stopped, last good checkpoint kept in {ckpt_root}"
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
