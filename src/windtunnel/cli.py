@@ -283,7 +283,7 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r}")
     path = run_table(
         preset=args.preset, seeds=args.seeds, archs=args.archs, tasks=args.tasks, params=args.params,
-        out=Path(args.out) if args.out else None, workers=args.workers,
+        out=Path(args.out) if args.out else None, workers=args.workers, steps=args.steps,
     )
     print(f"wrote {path}")
     return 0
@@ -348,6 +348,7 @@ def make_parser() -> argparse.ArgumentParser:
     tb.add_argument("--params", type=int)
     tb.add_argument("--out")
     tb.add_argument("--workers", type=int)
+    tb.add_argument("--steps", type=int, help="override every cell's training steps (smoke runs)")
     tb.set_defaults(func=cmd_table)
     return p
 

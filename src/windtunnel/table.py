@@ -42,7 +42,8 @@ ARCHS = ["transformer", "mamba", "lstm", "mlp"]
 EVAL_N = {"quick": 1000, "paper": 2000}
 
 
-def cell_config(preset: str, column: str, arch: str, seed: int, params: int | None) -> dict[str, Any]:
+def cell_config(preset: str, column: str, arch: str, seed: int, params: int | None,
+                steps: int | None = None) -> dict[str, Any]:
     from . import presets
 
     cfg = presets.preset(preset, column, arch)
@@ -50,6 +51,10 @@ def cell_config(preset: str, column: str, arch: str, seed: int, params: int | No
     cfg["progress"] = False
     if params is not None:
         cfg["params"] = params
+    if steps is not None:
+        cfg["steps"] = steps
+        cfg["warmup"] = min(cfg["warmup"], steps // 10)
+        cfg["eval_every"] = cfg["ckpt_every"] = max(1, min(cfg["eval_every"], steps))
     return cfg
 
 
@@ -222,6 +227,8 @@ def run_table(
     params: int | None = None,
     out: Path | None = None,
     workers: int | None = None,
+    steps: int | None = None,
+    eval_n: int | None = None,
 ) -> Path:
     """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}."""
     import torch
@@ -253,9 +260,9 @@ def run_table(
             for arch in archs:
                 jobs.append({
                     "column": col, "arch": arch, "seed": seed,
-                    "config": cell_config(preset, col, arch, seed, params),
+                    "config": cell_config(preset, col, arch, seed, params, steps),
                     "run_dir": str(out / "runs" / f"{col}-{arch}-s{seed}"),
-                    "eval_n": EVAL_N[preset],
+                    "eval_n": eval_n or EVAL_N[preset],
                     "lengths": COLUMNS[col].get("lengths"),
                     "threads": threads,
                     "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
@@ -277,7 +284,6 @@ def run_table(
                 cells.append(fut.result())
                 print(f"  done {job['column']}/{job['arch']}/s{job['seed']} ({len(cells)}/{len(jobs)})", flush=True)
     wall = time.perf_counter() - t0
-    prior = json.loads((out / "table.json").read_text()).get("meta", {}) if (out / "table.json").is_file() else {}
     wall_total = sum(c["train_s"] for c in cells)
     table = aggregate_cells(cells)
     argv = ["windtunnel", "table", "--preset", preset, "--seeds", str(seeds)]
@@ -287,10 +293,12 @@ def run_table(
         argv += ["--tasks", *columns]
     if params is not None:
         argv += ["--params", str(params)]
+    if steps is not None:
+        argv += ["--steps", str(steps)]
     meta = {
         "preset": preset,
         "seeds": seeds,
-        "wall_s": wall if not prior else max(wall, prior.get("wall_s", 0.0)),
+        "wall_s": wall,  # this invocation (cells finished earlier are not redone)
         "train_s_total": wall_total,
         "device": f"{n_gpu} GPU(s)" if n_gpu else f"{cores} CPU cores",
         "workers": workers,
