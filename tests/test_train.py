@@ -67,6 +67,8 @@ def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
+    import torch
+    torch.set_num_threads(__THREADS__)  # same float reductions as the parent's uninterrupted run
     from windtunnel import checkpoint
     from windtunnel.train import TrainConfig, train
     real = checkpoint.save_file
@@ -87,7 +89,7 @@ def test_sigkill_while_writing_checkpoint_resumes_from_previous(tmp_path: Path) 
     cfg = tiny(steps=30, log_checkpoints=False)
     fields = {k: v for k, v in cfg.to_dict().items()}
     script = tmp_path / "kill.py"
-    script.write_text(KILL_SCRIPT.replace("__CFG__", repr(fields)))
+    script.write_text(KILL_SCRIPT.replace("__CFG__", repr(fields)).replace("__THREADS__", str(torch.get_num_threads())))
     run = tmp_path / "run"
     proc = subprocess.run([sys.executable, str(script), str(run)], capture_output=True)
     assert proc.returncode == -signal.SIGKILL

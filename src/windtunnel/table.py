@@ -59,7 +59,18 @@ def cell_config(preset: str, column: str, arch: str, seed: int, params: int | No
 
 
 def run_cell(job: dict[str, Any]) -> dict[str, Any]:
-    """Train (or resume) and evaluate one cell; returns its summary.  Runs in a worker process."""
+    """Train (or resume) and evaluate one cell; returns its summary.  Runs in a worker process
+    (or in this one with ``workers=1``: the thread count is restored afterwards)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _run_cell(job)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from .checkpoint import write_text_atomic
