@@ -231,6 +231,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["task_params"] = {**fields["task_params"], **_params(extra)}
     if args.steps is not None:
         fields["steps"] = args.steps
+    elif args.task is None and args.preset == "quick":
+        fields["steps"] = presets.MAIN_JOB_STEPS
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:

@@ -1,7 +1,7 @@
 """Batched evaluation against the exact posterior, with bootstrap intervals and length generalisation.
 
 ``evaluate(model, task)`` samples ``n`` fresh episodes (deterministic in ``seed``), runs the model
-once per chunk of sequences under ``torch.no_grad`` — a causal model's logits at every position
+once per chunk of sequences under ``torch.inference_mode`` — a causal model's logits at every position
 come from that single pass; prefixes are never re-run one by one, unlike the authors'
 ``evaluate_entropy_calibration`` (authors-code-audit.md §3) — and scores the concatenated logits
 with ``windtunnel.metrics.compute``.  The Bayes oracle is evaluated beside the model on the same
@@ -241,7 +241,7 @@ def _as_logits(out: Any) -> torch.Tensor:
 def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
             device: torch.device | str | None = None) -> torch.Tensor:
     """Logits ``[B,T,C]`` (on CPU) of ``model`` on ``episodes``: one forward per chunk of ``chunk``
-    sequences, in eval mode under ``torch.no_grad`` (every module's train/eval flag is restored)."""
+    sequences, in eval mode under ``torch.inference_mode`` (every module's train/eval flag is restored)."""
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"invalid chunk: must be a positive integer, got {chunk!r}")
     dev = torch.device(device) if device is not None else _model_device(model)
@@ -249,7 +249,7 @@ def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
     model.eval()
     try:
         outs = []
-        with torch.no_grad():
+        with torch.inference_mode():
             for part in episodes.chunks(chunk):
                 inputs = {k: v.to(dev) for k, v in part.inputs.items()}
                 outs.append(_as_logits(model(**inputs)).detach().cpu())
