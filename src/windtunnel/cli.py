@@ -233,6 +233,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["steps"] = args.steps
     elif args.task is None and args.preset == "quick":
         fields["steps"] = presets.MAIN_JOB_STEPS
+        fields["batch_size"] = presets.MAIN_JOB_BATCH
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:

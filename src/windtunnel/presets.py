@@ -15,9 +15,12 @@ PRESETS = ("quick", "paper")
 # The main job's default (`windtunnel run` with no task): a transformer on a small bijection,
 # trained longer than the table's quick cell.  Measured on 2 CPU cores: 5000 steps took 3.5 min
 # and ended at entropy_mae_curve 0.00996 bits — too close to the 0.01 goal — so the default
-# main job trains 9000 steps (≈6.5 min).
+# main job trains 9000 steps of batch 128 (≈6.5 min); batch 128 matters: batch 64 for 8000 steps
+# plateaued at 0.011 bits (entropy is dominated by the tiny mass left on eliminated values,
+# δ·log2(1/δ), which only large, low-noise late batches remove).
 DEFAULT_TASK = "bijection"
 MAIN_JOB_STEPS = 9000
+MAIN_JOB_BATCH = 128
 
 _QUICK_TASKS: dict[str, dict[str, Any]] = {
     "bijection": {"V": 10, "L": 9},
@@ -52,16 +55,16 @@ def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:
     return base, params
 
 
-# quick: (steps, batch) per task.  Bijection gets the largest budget because it is the main
-# job's task: a 200k-parameter transformer trained on sampled labels reaches entropy_mae_curve
-# ≈ 0.008 bits at 4000 steps of batch 128 (measured on 2 CPU cores, hard labels, no weight decay),
-# while batch 64 for 8000 steps plateaued at 0.011 (entropy is dominated by the tiny mass left on
-# eliminated values, δ·log2(1/δ), which only large, low-noise late batches remove).
+# quick: (steps, batch) per task, sized so that the whole table (16 cells, 1 seed) fits ≈45 min
+# on 2 CPU cores: measured single-thread step times at 200k parameters, batch 64, ranged from
+# 19 ms (lstm, bijection) to 437 ms (mamba, HMM: its selective scan is a Python loop over time),
+# so 2000 steps is what the slowest cells afford.  The main job (`windtunnel run`) trains its
+# transformer far longer (MAIN_JOB_STEPS × MAIN_JOB_BATCH).
 _QUICK_BUDGET: dict[str, tuple[int, int]] = {
-    "bijection": (5000, 128),
-    "bijection_replacement": (5000, 128),
-    "hmm": (3000, 64),
-    "recall": (3000, 64),
+    "bijection": (2000, 64),
+    "bijection_replacement": (2000, 64),
+    "hmm": (2000, 64),
+    "recall": (2000, 64),
 }
 
 
