@@ -240,7 +240,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["params"] = args.params
     fields["progress"] = not args.no_progress
     cfg = TrainConfig.from_dict(fields)
-    out = Path(args.out or f"runs/{task_name}-{args.arch}-{args.preset}")
+    default_out = "runs/main" if args.task is None and args.preset == "quick" else f"runs/{task_name}-{args.arch}-{args.preset}"
+    out = Path(args.out or default_out)
     resume = False
     if out.exists() and any(out.iterdir()):
         cfg_path = out / "config.json"
