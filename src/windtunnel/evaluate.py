@@ -384,8 +384,9 @@ def evaluate(
 
 
 # --- across seeds --------------------------------------------------------------------------------
-def _mean_std(xs: list[float]) -> dict[str, Any]:
-    vals = [x for x in xs if not math.isnan(x)]
+def mean_std(xs: list[float]) -> dict[str, Any]:
+    """Mean and sample std (ddof 1; 0 for one value) of ``xs``, NaN and None skipped."""
+    vals = [x for x in xs if x is not None and not math.isnan(x)]
     k = len(vals)
     mean = sum(vals) / k if k else math.nan
     std = math.sqrt(sum((x - mean) ** 2 for x in vals) / (k - 1)) if k > 1 else (0.0 if k == 1 else math.nan)
@@ -408,7 +409,7 @@ def aggregate(results: Sequence[EvalResult | Mapping[str, Any]]) -> dict[str, An
         names: list[str] = []
         for t in tables:
             names += [k for k in t if k not in names]
-        return {k: _mean_std([float(t[k]["value"]) for t in tables if k in t]) for k in names}
+        return {k: mean_std([float(t[k]["value"]) for t in tables if k in t]) for k in names}
 
     lengths: list[int] = sorted({K for r in rs for K in r.lengths})
     return {

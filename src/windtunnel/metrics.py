@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from .tasks.base import IGNORE, Episodes
+from .tasks.base import entropy_bits  # one definition, shared with the tasks
 
 __all__ = [
     "ERROR_METRICS",
@@ -63,16 +64,6 @@ _LOG_FLOOR = math.log(1e-300)  # model probabilities are clipped here (natural l
 
 
 # --- small helpers -------------------------------------------------------------------------------
-def entropy_bits(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in bits along the last axis: ``H(p) = −Σ_c p_c log2 p_c`` with ``0·log 0 = 0``.
-
-    Computed in float64; ``probs [..., C]`` → ``[...]``.
-    """
-    p = probs.double()
-    logp = torch.where(p > 0, torch.log2(p.clamp_min(1e-300)), torch.zeros_like(p))
-    return -(p * logp).sum(-1)
-
-
 def _kl_from_log(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     """``KL(p ‖ q)`` in bits from probabilities ``p`` and natural-log ``log_q`` (clipped at log 1e-300)."""
     log_q = log_q.double().clamp_min(_LOG_FLOOR)

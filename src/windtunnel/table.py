@@ -117,17 +117,10 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
     return cell
 
 
-def _mean_std(xs: list[float]) -> dict[str, Any]:
-    vals = [x for x in xs if x is not None and not math.isnan(x)]
-    if not vals:
-        return {"mean": None, "std": None, "ci": None}
-    m = sum(vals) / len(vals)
-    s = math.sqrt(sum((x - m) ** 2 for x in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
-    return {"mean": m, "std": s}
-
-
 def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Group seeds of the same (task, arch) into one table cell with mean/std (and the seed CI)."""
+    from .evaluate import mean_std
+
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for c in cells:
         groups.setdefault((c["task"], c["arch"]), []).append(c)
@@ -136,12 +129,12 @@ def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         names = list(cs[0]["metrics"])
         metrics = {}
         for name in names:
-            ms = _mean_std([c["metrics"].get(name) for c in cs])
+            ms = mean_std([c["metrics"].get(name) for c in cs])
             ms["ci"] = cs[0]["ci"].get(name) if len(cs) == 1 else None
             metrics[name] = ms
         for K in cs[0].get("lengths", {}):
             for name in ("kl", "entropy_mae", "entropy_mae_curve"):
-                ms = _mean_std([c["lengths"][K].get(name) for c in cs])
+                ms = mean_std([c["lengths"][K].get(name) for c in cs])
                 ms["ci"] = None
                 metrics[f"{name}@K={K}"] = ms
         out.append({
@@ -157,7 +150,7 @@ def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _fmt(column: str, m: dict[str, Any] | None) -> str:
-    if m is None or m.get("mean") is None:
+    if m is None or m.get("mean") is None or math.isnan(m["mean"]):
         return "—"
     spec = COLUMNS[column]
     if spec["unit"] == "%":

@@ -9,7 +9,7 @@
 3. loss: cross-entropy against ``targets`` or, for soft-target tasks (``loss="posterior"``), the
    soft cross-entropy ``-Σ_c p*(c) log q(c)`` against the exact posterior (Paper I's HMM loss);
 4. AdamW, linear warmup then cosine decay to ``min_lr``, gradient clipping;
-5. logs ``loss`` and the **Bayes gap** — ``KL(posterior ‖ model)`` in bits on the same batch,
+5. logs ``loss`` and the **Bayes gap** (``metrics.bayes_gap``) — ``KL(posterior ‖ model)`` in bits on the same batch,
    i.e. the excess cross-entropy over the Bayes oracle — to ``metrics.jsonl`` and the progress bar;
 6. evaluates on a fixed held-out batch every ``eval_every`` steps;
 7. checkpoints atomically (``checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint as ckpt
+from .metrics import bayes_gap
 from . import models, tasks
 from .tasks.base import Episodes, Task
 
@@ -188,17 +189,6 @@ def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ep.targets.reshape(-1), ignore_index=-100)
 
 
-@torch.no_grad()
-def bayes_gap_bits(logits: torch.Tensor, ep: Episodes) -> float:
-    """``KL(posterior ‖ model)`` in bits, averaged over scored positions of the batch."""
-    logq = F.log_softmax(logits.double(), dim=-1)
-    p = ep.posterior.to(logq.device)
-    plogp = torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros_like(p))
-    kl = (plogp - p * logq).sum(-1)
-    mask = ep.mask.to(kl.device)
-    return float((kl * mask).sum() / mask.sum()) * LOG2E
-
-
 def log_spaced_steps(total: int) -> set[int]:
     """Steps 1, 2, 5, 10, 20, 50, … ≤ total: the checkpoints kept for dynamics analyses."""
     out, base = set(), 1
@@ -349,7 +339,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
         done = step + 1
 
         if main_proc and (done % cfg.log_every == 0 or done == cfg.steps):
-            gap = bayes_gap_bits(logits.detach(), batch)
+            gap = bayes_gap(logits.detach(), batch)
             record = {
                 "step": done,
                 "loss": float(loss.detach()) * LOG2E,  # bits

@@ -20,7 +20,6 @@ features)``): the Bayes oracle is then a genuine model that sees what the networ
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
@@ -300,7 +299,3 @@ def oracle(task: Task) -> BayesOracle:
 def uniform_rows(shape: tuple[int, ...], n_classes: int) -> torch.Tensor:
     """Uniform placeholder distributions for unscored positions."""
     return torch.full((*shape, n_classes), 1.0 / n_classes, dtype=torch.float64)
-
-
-def log2(x: float) -> float:
-    return math.log2(x)
