@@ -5,7 +5,8 @@
 1. build the task and the model (``models.make``, capacity-matched when ``params`` is set);
 2. every step draws a *fresh* batch, ``task.sample(batch_size, seed=stream_seed(seed, step, rank))``
    — no fixed dataset, so nothing can be memorised, and the data of step ``s`` is a pure
-   function of ``(seed, s)``, which makes resuming exact;
+   function of ``(seed, s)``, which makes resuming exact; an optional ``curriculum`` trains the
+   first steps on easier variants of the task (``curriculum_task``);
 3. loss: cross-entropy against ``targets`` or, for soft-target tasks (``loss="posterior"``), the
    soft cross-entropy ``-Σ_c p*(c) log q(c)`` against the exact posterior (Paper I's HMM loss);
 4. AdamW, linear warmup then cosine decay to ``min_lr``, gradient clipping;
@@ -80,6 +81,9 @@ class TrainConfig:
     compile: bool = False
     bf16: str = "auto"  # auto (on CUDA) | on | off
     progress: bool = True
+    #: stages ``[{"until": step, "task_params": {...}}, ...]``: before step ``until`` the batches come
+    #: from the task with those parameters changed (evaluation always uses the task itself)
+    curriculum: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -107,6 +111,15 @@ class TrainConfig:
         need(isinstance(self.seed, int) and 0 <= self.seed < 2**31, "seed", "an integer in [0, 2^31)")
         need(self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:"), "device", "auto, cpu, cuda or mps")
         need(self.bf16 in ("auto", "on", "off"), "bf16", "auto, on or off")
+        stages_ok = isinstance(self.curriculum, list) and all(
+            isinstance(s, dict) and set(s) == {"until", "task_params"} and isinstance(s["until"], int)
+            and not isinstance(s["until"], bool) and isinstance(s["task_params"], dict)
+            for s in self.curriculum
+        )
+        need(stages_ok, "curriculum", 'a list of {"until": step, "task_params": {...}} stages')
+        untils = [s["until"] for s in self.curriculum]
+        need(all(a < b for a, b in zip([0] + untils, untils)) and all(u <= self.steps for u in untils),
+             "curriculum", "stages with increasing 'until' steps in [1, steps]")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -200,12 +213,23 @@ def log_spaced_steps(total: int) -> set[int]:
     return out
 
 
+def curriculum_task(cfg: TrainConfig, task: Task, step: int) -> Task:
+    """The task whose episodes train step ``step``: the first curriculum stage with ``step < until``
+    (``task`` with that stage's parameters changed), else ``task`` itself."""
+    for stage in cfg.curriculum:
+        if step < stage["until"]:
+            return task.replace(**stage["task_params"])
+    return task
+
+
 def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
     """The task and the (untrained, seeded) model a config describes."""
     try:
         task = tasks.make(cfg.task, **cfg.task_params)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        for stage in cfg.curriculum:
+            task.replace(**stage["task_params"])  # validate every stage before training starts
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"curriculum: {exc}" if isinstance(exc, TypeError) else str(exc)) from exc
     torch.manual_seed(cfg.seed)
     try:
         model = models.make(cfg.arch, task, params=cfg.params, **cfg.model)
@@ -322,7 +346,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
     for step in range(start, stop):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        batch = task.sample(cfg.batch_size, stream_seed(cfg.seed, step, rank)).to(device)
+        batch = curriculum_task(cfg, task, step).sample(cfg.batch_size, stream_seed(cfg.seed, step, rank)).to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = net(**batch.inputs)
         loss = loss_fn(logits, batch, soft)

@@ -20,23 +20,19 @@ Per block, with ``d_inner = expand * d_model``:
 ``[d_inner, d_state]`` per sequence; ``blocks.{l}.hook_state`` exposes it as ``[B,T,d_inner,d_state]``.
 
 Two scans compute the same thing: :func:`selective_scan_ref` (the recurrence, one step at a
-time, the reference) and :func:`selective_scan` (default), which walks time in chunks of
-``chunk_size`` steps, each in closed form from the cumulative log-decay
-``S_t = \sum_{r \le t} \Delta_r A`` within the chunk:
-
-.. math::
-
-    h_t = e^{S_t} h_{\text{start}} + \sum_{s \le t} e^{S_t - S_s} (\Delta_s x_s) \otimes B_s,
-
-where every exponent ``S_t - S_s`` (``s \le t``) is ``\le 0`` and the others are masked to
-``-\infty`` before exponentiating, so nothing can overflow however large ``\Delta A`` grows.
-On a CPU the best chunk is 1 (see :func:`selective_scan`).  The hidden states are only
-stacked into a ``[B,T,d_inner,d_state]`` tensor when ``hook_state`` is hooked.
+time under autograd — the reference the tests hold the fast scan to) and :func:`selective_scan`
+(default), which computes every decay ``exp(Δ_t A)``, input ``Δ_t u_t B_t`` and read-out
+``h_t C_t`` for all ``t`` at once, walks only the linear recurrence ``h_t = a_t h_{t-1} + b_t``
+in time, and has a hand-written backward pass (:class:`SelectiveScan`).  All decays are
+``exp`` of non-positive numbers, so nothing can overflow however large ``ΔA`` grows.  The hidden
+states are only exposed as ``[B,T,d_inner,d_state]`` when ``hook_state`` is hooked.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +42,7 @@ from torch import nn
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
 
 SCANS = ("fast", "ref")
+SCAN_METHODS = ("auto", "fused", "loop", "doubling")
 
 
 @dataclass
@@ -66,7 +63,7 @@ class MambaConfig(ModelConfig):
     dt_init_floor: float = 1e-4
     norm_eps: float = 1e-5
     scan: str = "fast"
-    chunk_size: int | None = None
+    scan_method: str = "auto"
 
     def validate(self) -> None:
         super().validate()
@@ -77,7 +74,7 @@ class MambaConfig(ModelConfig):
         _check(self.dt_rank is None or _pos_int(self.dt_rank), "dt_rank", "a positive integer or null")
         _check(0 < self.dt_min <= self.dt_max, "dt_min", "in (0, dt_max]")
         _check(self.scan in SCANS, "scan", " | ".join(SCANS))
-        _check(self.chunk_size is None or _pos_int(self.chunk_size), "chunk_size", "a positive integer or null")
+        _check(self.scan_method in SCAN_METHODS, "scan_method", " | ".join(SCAN_METHODS))
 
     @property
     def inner(self) -> int:
@@ -117,6 +114,140 @@ def selective_scan_ref(
     return (y, torch.stack(hs, dim=1)) if return_states else y
 
 
+def linear_scan(a: torch.Tensor, b: torch.Tensor, method: str = "loop") -> torch.Tensor:
+    r"""The first-order linear recurrence along dim 0: :math:`h_t = a_t \odot h_{t-1} + b_t`, ``h_{-1} = 0``.
+
+    ``method="loop"`` walks time with one fused multiply-add per step into a preallocated
+    output (each step's slice is contiguous, so it stays in cache); ``"doubling"`` is the
+    Hillis–Steele parallel scan: ``ceil(log2 T)`` passes over the whole tensor, each combining
+    element ``t`` with element ``t - d`` by :math:`(a, b) \circ (a', b') = (a a', a b' + b)`.
+    Every coefficient product stays a product of decays in ``[0, 1]`` (no division, no
+    exponent of a sum), so neither method can overflow.  Not differentiable by itself: it is the
+    kernel of :class:`SelectiveScan`'s forward and backward passes.
+    """
+    T = a.shape[0]
+    if method == "doubling":
+        h, a = b.clone(), a.clone()
+        d = 1
+        while d < T:
+            h[d:] = torch.addcmul(h[d:], a[d:], h[:-d])
+            a[d:] = a[d:] * a[:-d]
+            d *= 2
+        return h
+    h = torch.empty_like(b)
+    h[0] = b[0]
+    for t in range(1, T):
+        torch.addcmul(b[t], a[t], h[t - 1], out=h[t])
+    return h
+
+
+class SelectiveScan(torch.autograd.Function):
+    r"""The selective scan with a hand-written backward pass, vectorised over time.
+
+    Forward, in time-major layout (``[T,B,Di,N]``): the decays :math:`a_t = e^{\Delta_t A}` and
+    inputs :math:`b_t = \Delta_t u_t B_t` for all ``t`` at once (one ``exp``, one outer
+    product), the recurrence :math:`h_t = a_t h_{t-1} + b_t` (:func:`linear_scan`, the only
+    sequential part), then :math:`y_t = h_t C_t + D u_t` as a batched matmul.  Backward, with
+    :math:`g_t = \partial L / \partial h_t` (total) obeying the reverse recurrence
+    :math:`g_t = \bar g_t + a_{t+1} g_{t+1}` where :math:`\bar g_t = (\partial L/\partial y_t) C_t^\top`
+    plus any gradient arriving through the returned states:
+
+    .. math::
+
+        \partial_{C_t} = h_t^\top \partial_{y_t}, \quad
+        \partial_{(\Delta u)_t} = g_t B_t, \quad \partial_{B_t} = g_t^\top (\Delta u)_t, \quad
+        Z_t = g_t \odot h_{t-1} \odot a_t, \quad
+        \partial_{\Delta_t} \mathrel{+}= \textstyle\sum_n Z_t A, \quad
+        \partial_A = \textstyle\sum_{t,b} Z_t \Delta_t .
+
+    Autograd never sees the ``T`` per-step operations, which is what made the step-by-step
+    recurrence slow to train (a graph node per step and per operation).
+    """
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, method):  # type: ignore[override]
+        dt = delta.transpose(0, 1)  # [T,B,Di]
+        du = (delta * u).transpose(0, 1)
+        Bt, Ct = B.transpose(0, 1), C.transpose(0, 1)  # [T,B,N]
+        a = torch.exp(dt[..., None] * A)  # [T,B,Di,N]
+        b = du[..., None] * Bt[:, :, None, :]
+        H = linear_scan(a, b, method)
+        y = torch.matmul(H, Ct[..., None]).squeeze(-1).transpose(0, 1) + D * u
+        ctx.save_for_backward(u, delta, A, B, C, D, a, H)
+        ctx.method = method
+        ctx.set_materialize_grads(False)  # the states are usually not used: no zero gradient for them
+        return y, H.transpose(0, 1)
+
+    @staticmethod
+    def backward(ctx, gy, gH_out):  # type: ignore[override]
+        u, delta, A, B, C, D, a, H = ctx.saved_tensors
+        if gy is None:
+            gy = torch.zeros_like(u)
+        gyt = gy.transpose(0, 1)  # [T,B,Di]
+        Bt, Ct = B.transpose(0, 1), C.transpose(0, 1)
+        dt, du = delta.transpose(0, 1), (delta * u).transpose(0, 1)
+        gbar = gyt[..., None] * Ct[:, :, None, :]  # [T,B,Di,N]
+        if gH_out is not None:
+            gbar = gbar + gH_out.transpose(0, 1)
+        # reverse recurrence g_t = gbar_t + a_{t+1} g_{t+1}: a forward scan on the flipped sequence
+        a_next = torch.zeros_like(a)
+        a_next[:-1] = a[1:]
+        g = linear_scan(a_next.flip(0), gbar.flip(0), ctx.method).flip(0)
+        gC = torch.matmul(H.transpose(-1, -2), gyt[..., None]).squeeze(-1)  # [T,B,N]
+        gdu = torch.matmul(g, Bt[..., None]).squeeze(-1)  # [T,B,Di]
+        gB = torch.matmul(g.transpose(-1, -2), du[..., None]).squeeze(-1)  # [T,B,N]
+        Z = torch.zeros_like(g)
+        torch.mul(g[1:], H[:-1], out=Z[1:])
+        Z.mul_(a)  # dL/d(Delta A)
+        gdelta = (Z * A).sum(-1) + gdu * u.transpose(0, 1)  # [T,B,Di]
+        gA = (Z * dt[..., None]).sum((0, 1))
+        gu = gdu * dt
+        gD = (gy * u).sum((0, 1))
+        gu = gu.transpose(0, 1) + gy * D
+        return gu, gdelta.transpose(0, 1), gA, gB.transpose(0, 1), gC.transpose(0, 1), gD, None
+
+
+_KERNEL: dict[str, object] = {}
+
+
+def cpu_kernel() -> object | None:
+    """The fused C++ scan (``selective_scan_cpu.cpp``), compiled on first use with the PyTorch
+    C++ extension tools and cached by them; ``None`` where it cannot be built (no compiler or
+    ninja) or ``WINDTUNNEL_NO_KERNEL=1`` is set — then the pure-PyTorch scan is used instead."""
+    if "mod" not in _KERNEL:
+        mod = None
+        if os.environ.get("WINDTUNNEL_NO_KERNEL", "") in ("", "0"):
+            try:
+                from torch.utils.cpp_extension import load
+
+                src = os.path.join(os.path.dirname(__file__), "selective_scan_cpu.cpp")
+                mod = load("windtunnel_selective_scan", [src], extra_cflags=["-O3", "-ffast-math", "-march=native"],
+                           verbose=False)
+            except Exception as exc:  # a build failure must not stop training: fall back, say so once
+                warnings.warn(f"windtunnel: fused CPU scan unavailable ({type(exc).__name__}: {exc}); "
+                              "using the pure-PyTorch scan", stacklevel=2)
+        _KERNEL["mod"] = mod
+    return _KERNEL["mod"]
+
+
+class FusedScanCPU(torch.autograd.Function):
+    """:class:`SelectiveScan`'s maths in one C++ pass over time per (sequence, channel), forward
+    and backward (the state stays in cache instead of a dozen full-size tensors per step; the
+    backward pass recomputes one sequence's states at a time rather than storing them all)."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D):  # type: ignore[override]
+        kernel = cpu_kernel()
+        args = [t.contiguous() for t in (u, delta, A, B, C, D)]
+        ctx.save_for_backward(*args)
+        return kernel.forward(*args)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def backward(ctx, gy):  # type: ignore[override]
+        kernel = cpu_kernel()
+        return tuple(kernel.backward(*ctx.saved_tensors, gy.contiguous()))  # type: ignore[attr-defined]
+
+
 def selective_scan(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -125,49 +256,26 @@ def selective_scan(
     C: torch.Tensor,
     D: torch.Tensor,
     return_states: bool = False,
-    chunk_size: int | None = None,
+    method: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    r"""Fast selective scan, ``chunk_size`` steps at a time (same contract as :func:`selective_scan_ref`).
+    r"""Fast selective scan (same contract as :func:`selective_scan_ref`).
 
-    Within a chunk starting from state ``h_s``, with the cumulative log-decay
-    ``S_t = \sum_{r=\text{start}}^{t} \Delta_r A`` (``\le 0``, non-increasing):
-
-    .. math:: h_t = e^{S_t} h_s + \sum_{s \le t} e^{S_t - S_s}\, \Delta_s u_s B_s .
-
-    The pairwise exponents are masked to ``-inf`` above the diagonal before exponentiating, so
-    every exponentiated number is ``\le 0``: no overflow, and underflow only where the true
-    weight is below 1e-38.  Per chunk the work is ``[B, K, K, Di, N]``, i.e. ``K`` times the
-    sequential work in ``K`` times fewer steps: it pays where kernel launches are the cost (GPU),
-    not on a CPU.  ``chunk_size=None`` picks 1 on CPU (the plain recurrence; per-step tensors
-    stay in cache.  Measured fwd+bwd of one layer at B=128, T=37, Di=514, N=16, 1 thread:
-    0.18 s, against 0.29 s for the reference, 0.9 s for K=2 and 6 s for K=8) and 8 on other
-    devices (not measured: no GPU was available).
+    ``method``: ``"fused"`` — the C++ kernel (:class:`FusedScanCPU`; CPU tensors, states not
+    returned); ``"loop"`` / ``"doubling"`` — :class:`SelectiveScan` with that recurrence walk
+    (:func:`linear_scan`); ``"auto"`` (default) — ``fused`` where it applies and can be built,
+    else ``loop``.  Measured with ``benchmarks/mamba_scan.py``.
     """
-    Bsz, T, Di = u.shape
-    K = chunk_size if chunk_size is not None else (1 if u.device.type == "cpu" else 8)
-    h = u.new_zeros(Bsz, Di, A.shape[1])
-    du = (delta * u)[..., None]  # [B,T,Di,1]
-    tri = torch.ones(K, K, dtype=torch.bool, device=u.device).tril()
-    ys, hs = [], []
-    # split/unbind (not indexing in the loop): backward then concatenates once instead of
-    # scattering every step's gradient into a fresh full-size zero tensor
-    for d_c, du_c, B_c, C_c in zip(delta.split(K, 1), du.split(K, 1), B.split(K, 1), C.split(K, 1)):
-        k = d_c.shape[1]
-        if k == 1:  # one step of the recurrence
-            h = torch.addcmul(torch.exp(d_c[:, 0, :, None] * A) * h, du_c[:, 0], B_c[:, 0, None, :])
-            hc = h[:, None]
-        else:
-            S = torch.cumsum(d_c[..., None] * A, dim=1)  # [B,k,Di,N]
-            b = du_c * B_c[:, :, None, :]  # [B,k,Di,N]
-            seg = S[:, :, None] - S[:, None, :]  # [B,t,s,Di,N] = sum_{s<r<=t} dA_r
-            W = torch.exp(seg.masked_fill(~tri[:k, :k, None, None], float("-inf")))
-            hc = (W * b[:, None]).sum(2) + torch.exp(S) * h[:, None]  # [B,k,Di,N]
-            h = hc[:, -1]
-        ys.append((hc * C_c[:, :, None, :]).sum(-1))
-        if return_states:
-            hs.append(hc)
-    y = torch.cat(ys, dim=1) + D * u
-    return (y, torch.cat(hs, dim=1)) if return_states else y
+    if method not in SCAN_METHODS:
+        raise ValueError(f"invalid method: must be one of {', '.join(SCAN_METHODS)}, got {method!r}")
+    fusable = u.device.type == "cpu" and not return_states and u.dtype in (torch.float32, torch.float64)
+    if method == "fused" and not fusable:
+        raise ValueError("invalid method: 'fused' needs CPU float tensors and return_states=False")
+    if method in ("auto", "fused") and fusable and cpu_kernel() is not None:
+        return FusedScanCPU.apply(u, delta, A, B, C, D)
+    if method == "fused":
+        raise RuntimeError("the fused CPU scan could not be built (see the warning above)")
+    y, H = SelectiveScan.apply(u, delta, A, B, C, D, "doubling" if method == "doubling" else "loop")
+    return (y, H) if return_states else y
 
 
 # --- model -----------------------------------------------------------------------------------------
@@ -179,7 +287,7 @@ class MambaBlock(Block):
         super().__init__()
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         d, Di, N, R = cfg.d_model, cfg.inner, cfg.d_state, cfg.rank
-        self.scan, self.chunk_size = cfg.scan, cfg.chunk_size
+        self.scan, self.scan_method = cfg.scan, cfg.scan_method
         self.d_inner, self.d_state, self.dt_rank = Di, N, R
         self.in_proj = nn.Linear(d, 2 * Di, bias=False)
         self.conv1d = nn.Conv1d(Di, Di, cfg.d_conv, groups=Di, padding=cfg.d_conv - 1, bias=True)
@@ -213,7 +321,7 @@ class MambaBlock(Block):
         delta = F.softplus(self.dt_proj(dt))  # [B,T,Di]
         A = -torch.exp(self.A_log.float())  # [Di,N]
         scan = selective_scan if self.scan == "fast" else selective_scan_ref
-        kw = {"chunk_size": self.chunk_size} if self.scan == "fast" else {}
+        kw = {"method": self.scan_method} if self.scan == "fast" else {}
         if self.hook_state.hooked:
             _, h = scan(x, delta, A, Bm, Cm, self.D, return_states=True, **kw)
             h = self.hook_state(h)  # may be patched: y is recomputed from it

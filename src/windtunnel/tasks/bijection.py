@@ -12,6 +12,14 @@ Exact posterior after the pairs ``(k_j, π(k_j))_{j<t}``:
 
 Without replacement ``m_t = t - 1`` and ``H_Bayes(t) = log2(V - t + 1)``: the staircase.  With
 replacement a repeated key drops to 0 bits: the sawtooth (accumulation plus binding).
+
+``key_pool`` (with replacement): each episode first draws a random set of ``key_pool`` keys and
+samples its keys from that set only, so keys repeat more often.  The posterior above is unchanged
+(keys are drawn independently of ``π``, so the shown pairs are all the evidence), but the
+context-blind average of the posterior is no longer uniform: a seen value is more likely than an
+unseen one.  That gives gradient descent a stepping stone towards binding, which the full sawtooth
+(``key_pool = V``, where the context-blind average is exactly uniform) lacks — a curriculum
+(``TrainConfig.curriculum``) uses it early in training.
 """
 
 from __future__ import annotations
@@ -34,12 +42,19 @@ class Bijection(Task):
     V: int = 20
     L: int = 19
     replacement: bool = False
+    key_pool: int | None = None
 
     def validate(self) -> None:
-        check(isinstance(self.V, int) and 2 <= self.V <= 1024, "V", "an integer in [2, 1024]")
+        check(isinstance(self.V, int) and not isinstance(self.V, bool) and 2 <= self.V <= 1024, "V", "an integer in [2, 1024]")
         check(isinstance(self.replacement, bool), "replacement", "true or false")
         hi = 4096 if self.replacement else self.V
-        check(isinstance(self.L, int) and 1 <= self.L <= hi, "L", f"an integer in [1, {hi}]")
+        check(isinstance(self.L, int) and not isinstance(self.L, bool) and 1 <= self.L <= hi, "L", f"an integer in [1, {hi}]")
+        check(
+            self.key_pool is None
+            or (self.replacement and isinstance(self.key_pool, int) and not isinstance(self.key_pool, bool) and 1 <= self.key_pool <= self.V),
+            "key_pool",
+            f"null, or with replacement an integer in [1, V] = [1, {self.V}]",
+        )
 
     @property
     def n_classes(self) -> int:
@@ -62,7 +77,10 @@ class Bijection(Task):
         g = generator(seed)
         V, L = self.V, self.L
         perm = torch.argsort(torch.rand(n, V, generator=g), dim=1)  # perm[b, key] = value index
-        if self.replacement:
+        if self.replacement and self.key_pool is not None:
+            pool = torch.argsort(torch.rand(n, V, generator=g), dim=1)[:, : self.key_pool]
+            keys = pool.gather(1, torch.randint(0, self.key_pool, (n, L), generator=g))
+        elif self.replacement:
             keys = torch.randint(0, V, (n, L), generator=g)
         else:
             keys = torch.argsort(torch.rand(n, V, generator=g), dim=1)[:, :L]
