@@ -304,7 +304,7 @@ def make_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_tasks)
 
     def train_args(q: argparse.ArgumentParser, task_positional: bool = False) -> None:
-        q.add_argument("--arch", default="transformer", choices=["transformer", "mamba", "lstm", "mlp"])
+        q.add_argument("--arch", default="transformer", choices=None)
         q.add_argument("--params", type=int, help="size the model to this many parameters (±3%%)")
         q.add_argument("--steps", type=int)
         q.add_argument("--seed", type=int)
@@ -346,7 +346,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     tb = sub.add_parser("table", help="the architecture × inference-primitive table")
     tb.add_argument("--preset", default="quick", choices=["quick", "paper"])
-    tb.add_argument("--seeds", type=int, default=1)
+    tb.add_argument("--seeds", type=int, default=3, help="training seeds per cell (default 3)")
     tb.add_argument("--archs", nargs="+")
     tb.add_argument("--tasks", nargs="+")
     tb.add_argument("--params", type=int)

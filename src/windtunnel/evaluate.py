@@ -384,13 +384,25 @@ def evaluate(
 
 
 # --- across seeds --------------------------------------------------------------------------------
+# two-sided 95% quantiles of Student's t with k - 1 degrees of freedom (k = 2..11 values)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
 def mean_std(xs: list[float]) -> dict[str, Any]:
-    """Mean and sample std (ddof 1; 0 for one value) of ``xs``, NaN and None skipped."""
+    r"""Mean, sample std (ddof 1; 0 for one value) and 95% interval of ``xs``, NaN and None skipped.
+
+    The interval is Student's :math:`\bar x \pm t_{0.975,k-1}\, s/\sqrt{k}` over the ``k`` values
+    (training seeds: each an independent replicate of the whole run); ``None`` for ``k < 2``.
+    """
     vals = [x for x in xs if x is not None and not math.isnan(x)]
     k = len(vals)
     mean = sum(vals) / k if k else math.nan
     std = math.sqrt(sum((x - mean) ** 2 for x in vals) / (k - 1)) if k > 1 else (0.0 if k == 1 else math.nan)
-    return {"mean": mean, "std": std, "n": k, "values": xs}
+    ci = None
+    if k > 1:
+        half = _T975.get(k - 1, 1.96) * std / math.sqrt(k)
+        ci = [mean - half, mean + half]
+    return {"mean": mean, "std": std, "n": k, "values": xs, "ci95": ci}
 
 
 def aggregate(results: Sequence[EvalResult | Mapping[str, Any]]) -> dict[str, Any]:

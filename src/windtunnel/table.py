@@ -11,7 +11,12 @@ column                      primitive                                   headline
 ``recall``                  random-access binding                       accuracy
 ==========================  ==========================================  ===================
 
-Rows are the four architectures, capacity-matched (``params``), plus the Bayes oracle.  Each
+Rows are the architectures, capacity-matched (``params``) — ``mlp`` sees its prefix through a
+window, ``mlp_pointwise`` (the papers' MLP control) sees only its own position — and two
+references computed on the same evaluation episodes: the Bayes oracle (0 by construction) and the
+context-blind optimum (``tasks.context_blind``: the best any predictor can do from its position and
+own input alone, the floor of "no in-context inference").  Each cell is the mean over seeds with a
+95% interval across seeds (Student's t; the within-seed bootstrap interval is in table.json).  Each
 (column, architecture, seed) cell is an ordinary run folder under ``OUT/runs/``; a cell whose
 ``eval.json`` exists is never redone, and an unfinished one resumes from its last checkpoint, so
 a killed table restarted with the same command loses nothing.  Cells run in parallel in worker
@@ -38,7 +43,8 @@ COLUMNS: dict[str, dict[str, Any]] = {
     "hmm": {"primitive": "transport", "metric": "kl", "unit": "bits", "lengths": [20, 30, 50]},
     "recall": {"primitive": "binding", "metric": "accuracy", "unit": "%"},
 }
-ARCHS = ["transformer", "mamba", "lstm", "mlp"]
+ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp_pointwise"]
+DEFAULT_SEEDS = 3
 EVAL_N = {"quick": 1000, "paper": 2000}
 
 
@@ -52,6 +58,11 @@ def cell_config(preset: str, column: str, arch: str, seed: int, params: int | No
     if params is not None:
         cfg["params"] = params
     if steps is not None:
+        # a shorter (or longer) budget keeps the curriculum's share of training
+        cfg["curriculum"] = [
+            dict(stage, until=max(1, stage["until"] * steps // cfg["steps"])) for stage in cfg.get("curriculum", [])
+            if max(1, stage["until"] * steps // cfg["steps"]) < steps
+        ]
         cfg["steps"] = steps
         cfg["warmup"] = min(cfg["warmup"], steps // 10)
         cfg["eval_every"] = cfg["ckpt_every"] = max(1, min(cfg["eval_every"], steps))
@@ -97,6 +108,7 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
     figs = run / "figures"
     figs.mkdir(exist_ok=True)
     figures.entropy_curve(result, figs / "entropy.png")
+    figures.training_curves(run / "metrics.jsonl", figs / "training.png")
     if job.get("lengths"):
         figures.kl_curve(result, figs / "kl.png")
     cell = {
@@ -130,12 +142,11 @@ def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         metrics = {}
         for name in names:
             ms = mean_std([c["metrics"].get(name) for c in cs])
-            ms["ci"] = cs[0]["ci"].get(name) if len(cs) == 1 else None
+            ms["bootstrap_ci"] = [c["ci"].get(name) for c in cs]  # within each seed, over sequences
             metrics[name] = ms
         for K in cs[0].get("lengths", {}):
             for name in ("kl", "entropy_mae", "entropy_mae_curve"):
                 ms = mean_std([c["lengths"][K].get(name) for c in cs])
-                ms["ci"] = None
                 metrics[f"{name}@K={K}"] = ms
         out.append({
             "task": task,
@@ -149,18 +160,28 @@ def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _num(column: str, x: float) -> str:
+    if COLUMNS[column]["unit"] == "%":
+        return f"{100 * x:.1f}%"
+    return f"{x:.2e}" if abs(x) < 1e-2 else f"{x:.3f}"
+
+
 def _fmt(column: str, m: dict[str, Any] | None) -> str:
+    """``mean [lo, hi]`` with the 95% interval across seeds (one seed: its bootstrap interval, marked b)."""
     if m is None or m.get("mean") is None or math.isnan(m["mean"]):
         return "—"
-    spec = COLUMNS[column]
-    if spec["unit"] == "%":
-        s = f"{100 * m['mean']:.1f}%"
-        return s + (f" ± {100 * m['std']:.1f}" if m.get("std") else "")
-    s = f"{m['mean']:.2e}" if m["mean"] < 1e-2 else f"{m['mean']:.3f}"
-    return s + (f" ± {m['std']:.1e}" if m.get("std") else "")
+    s = _num(column, m["mean"])
+    if m.get("ci95"):
+        lo, hi = m["ci95"]
+        if COLUMNS[column]["unit"] == "%":
+            lo, hi = max(lo, 0.0), min(hi, 1.0)
+        return s + f" [{_num(column, max(lo, 0.0))}, {_num(column, hi)}]"
+    boot = (m.get("bootstrap_ci") or [None])[0]
+    return s + (f" [{_num(column, boot[0])}, {_num(column, boot[1])}]b" if boot else "")
 
 
-def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], meta: dict[str, Any]) -> str:
+def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], meta: dict[str, Any],
+              references: dict[str, dict[str, Any]]) -> str:
     by = {(c["task"], c["arch"]): c for c in cells}
     head = ["model", "params"] + [f"{c} ({COLUMNS[c]['primitive']}; {COLUMNS[c]['metric']})" for c in columns]
     extra = [c for c in columns if "lengths" in COLUMNS[c]]
@@ -179,14 +200,25 @@ def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str],
             for K in COLUMNS[col]["lengths"][1:]:
                 row.append(_fmt(col, cell["metrics"].get(f"kl@K={K}") if cell else None))
         lines.append("| " + " | ".join(row) + " |")
-    oracle = ["Bayes oracle", "0"] + [("100.0%" if COLUMNS[c]["unit"] == "%" else "0") for c in columns]
-    oracle += ["0" for c in extra for _ in COLUMNS[c]["lengths"][1:]]
-    lines.append("| " + " | ".join(oracle) + " |")
+    for ref, label in (("oracle", "Bayes oracle"), ("context_blind", "context-blind optimum")):
+        row = [label, "0"]
+        for col in columns:
+            m = references.get(col, {}).get(ref, {}).get("metrics", {})
+            row.append(_num(col, m[COLUMNS[col]["metric"]]) if COLUMNS[col]["metric"] in m else "—")
+        for col in extra:
+            for K in COLUMNS[col]["lengths"][1:]:
+                m = references.get(col, {}).get(ref, {}).get("lengths", {}).get(str(K), {})
+                row.append(_num(col, m["kl"]) if "kl" in m else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    seeds_done = sorted({len(c["seeds"]) for c in cells})
     notes = [
         "",
-        f"Preset `{meta['preset']}`, seeds {meta['seeds']}; errors in bits against the exact posterior "
+        f"Preset `{meta['preset']}`, {meta['seeds']} seed(s) requested, {'/'.join(map(str, seeds_done))} per cell "
+        "finished; errors in bits against the exact posterior "
         "(`entropy_mae_curve`: the papers' entropy MAE of mean curves; `kl`: mean KL(Bayes‖model)); "
-        "recall: accuracy at query positions. ± is the std over seeds.",
+        "recall: accuracy at query positions. Each cell: mean over seeds [95% interval across seeds, "
+        "Student's t]; with one seed, [its bootstrap interval over sequences]b. The context-blind "
+        "optimum sees only its position and its own token: the floor without in-context inference.",
         f"Wall time {meta['wall_s'] / 60:.1f} min on {meta['device']} ({meta['workers']} workers).",
         f"Command: `{meta['command']}`",
     ]
@@ -194,6 +226,12 @@ def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str],
 
 
 def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str]) -> str:
+    return _html_grid(markdown, cells, columns, archs, "entropy.png", "Entropy per position (model vs Bayes)") \
+        + _html_grid("", cells, columns, archs, "training.png", "Learning curves (seed 0)")
+
+
+def _html_grid(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str], figure: str,
+               title: str) -> str:
     by = {(c["task"], c["arch"]): c for c in cells}
     rows = []
     for line in markdown.splitlines():
@@ -205,7 +243,7 @@ def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs:
         grid.append(f"<tr><th>{arch}</th>")
         for col in columns:
             cell = by.get((col, arch))
-            img = Path(cell["run_dirs"][0]) / "figures" / "entropy.png" if cell else None
+            img = Path(cell["run_dirs"][0]) / "figures" / figure if cell else None
             if img is not None and img.is_file():
                 data = base64.b64encode(img.read_bytes()).decode()
                 grid.append(f"<td><img src='data:image/png;base64,{data}' width=320></td>")
@@ -214,18 +252,41 @@ def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs:
         grid.append("</tr>")
     grid.append("</table>")
     notes = "".join(f"<p>{html.escape(l)}</p>" for l in markdown.splitlines() if l and not l.startswith("|"))
-    return (
+    head = (
         "<!doctype html><meta charset=utf-8><title>windtunnel: inference-primitives table</title>"
         "<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style>"
         "<h1>Architecture × inference primitive</h1><table>" + "".join(rows) + "</table>" + notes
-        + "<h2>Entropy per position (model vs Bayes)</h2>" + "".join(grid)
-    )
+    ) if markdown else ""
+    return head + f"<h2>{html.escape(title)}</h2>" + "".join(grid)
+
+
+def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
+    """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
+    oracle and the context-blind optimum (``tasks.context_blind``)."""
+    from . import presets, tasks
+    from .evaluate import evaluate
+
+    name, params = presets.task_spec(column, preset)
+    task = tasks.make(name, **params)
+    out = {}
+    for ref, model in (("oracle", tasks.oracle(task)), ("context_blind", tasks.context_blind(task))):
+        r = evaluate(model, task, n=eval_n, seed=12345, lengths=lengths if ref == "oracle" else None, n_boot=200)
+        out[ref] = {
+            "metrics": {k: v["value"] for k, v in r.metrics.items()},
+            "lengths": {str(K): {k: v["value"] for k, v in d["metrics"].items()} for K, d in r.lengths.items()},
+        }
+    if lengths:  # the context-blind table is fitted per length
+        for K in lengths:
+            tK = task.with_length(K)
+            rK = evaluate(tasks.context_blind(tK), tK, n=eval_n, seed=12345, n_boot=200)
+            out["context_blind"]["lengths"][str(K)] = {k: v["value"] for k, v in rK.metrics.items()}
+    return out
 
 
 def run_table(
     preset: str = "quick",
-    seeds: int = 1,
+    seeds: int = DEFAULT_SEEDS,
     archs: list[str] | None = None,
     tasks: list[str] | None = None,
     params: int | None = None,
@@ -271,9 +332,9 @@ def run_table(
                     "threads": threads,
                     "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
                 })
-    # the slowest cells first so the pool drains evenly
+    # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
     order = {"mamba": 0, "transformer": 1, "lstm": 2, "mlp": 3}
-    jobs.sort(key=lambda j: (order.get(j["arch"], 9), j["column"]))
+    jobs.sort(key=lambda j: (j["seed"], order.get(j["arch"], 9), j["column"]))
     t0 = time.perf_counter()
     cells: list[dict[str, Any]] = []
     if workers == 1:
@@ -308,8 +369,15 @@ def run_table(
         "workers": workers,
         "command": " ".join(argv),
     }
-    md = _markdown(table, columns, archs, meta)
+    refs_path = out / "references.json"
+    refs = json.loads(refs_path.read_text()) if refs_path.is_file() else {}
+    key = {"eval_n": eval_n or EVAL_N[preset]}
+    for col in columns:
+        if refs.get(col, {}).get("key") != key:
+            refs[col] = {"key": key, **references(preset, col, key["eval_n"], COLUMNS[col].get("lengths"))}
+    write_text_atomic(refs_path, json.dumps(refs, indent=1))
+    md = _markdown(table, columns, archs, meta, refs)
     write_text_atomic(out / "table.md", md)
     write_text_atomic(out / "table.html", _html(md, table, columns, archs))
-    write_text_atomic(out / "table.json", json.dumps({"meta": meta, "cells": table}, indent=1))
+    write_text_atomic(out / "table.json", json.dumps({"meta": meta, "cells": table, "references": refs}, indent=1))
     return out / "table.md"

@@ -10,12 +10,12 @@ one from its saved config.  Every model maps ``tokens [B,T]`` (+ ``features [B,T
 from .base import HookPoint, ModelConfig, WindTunnelModel
 from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig, selective_scan, selective_scan_ref
-from .mlp import MLP, MLPConfig
+from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
 from .registry import build, count_params, fit_width, make, names
 from .transformer import Transformer, TransformerConfig
 
 __all__ = [
     "HookPoint", "ModelConfig", "WindTunnelModel", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
-    "selective_scan", "selective_scan_ref", "MLP", "MLPConfig", "Transformer",
+    "selective_scan", "selective_scan_ref", "MLP", "MLPConfig", "PointwiseMLP", "PointwiseMLPConfig", "Transformer",
     "TransformerConfig", "build", "count_params", "fit_width", "make", "names",
 ]

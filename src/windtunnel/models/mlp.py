@@ -101,3 +101,48 @@ class MLP(WindTunnelModel):
             x = block(x)
         x = self.hook_final(self.norm(x))
         return self.head(x).float()
+
+
+@dataclass
+class PointwiseMLPConfig(MLPConfig):
+    """Hyper-parameters of :class:`PointwiseMLP` (``window`` is fixed at 1; ``max_len`` positions)."""
+
+    arch: str = "mlp_pointwise"
+    window: int = 1
+    max_len: int = 512
+
+    def validate(self) -> None:
+        _check(self.arch == "mlp_pointwise", "arch", "'mlp_pointwise'")
+        _check(self.window == 1, "window", "1 (a pointwise MLP sees only its own position)")
+        _check(_pos_int(self.max_len), "max_len", "a positive integer")
+        object.__setattr__(self, "arch", "mlp")  # reuse the shared checks, then restore the name
+        try:
+            super().validate()
+        finally:
+            object.__setattr__(self, "arch", "mlp_pointwise")
+
+
+class PointwiseMLP(MLP):
+    r"""The papers' MLP control: the same residual MLP at every position, with no cross-position mixing.
+
+    .. math:: x^{(0)}_t = W_{in}(E[\text{tokens}_t] + W_f\,\text{features}_t + P_t) + b_{in}
+
+    then the residual blocks of :class:`MLP`.  Position ``t`` sees its own input and its index
+    (learned embedding ``P``) and nothing else, so in-context inference is impossible by
+    construction: the best it can do is the *context-blind optimum*
+    ``E[posterior_t | t, input_t]`` (``windtunnel.tasks.context_blind``), the floor that the
+    table's context-blind row reports.
+    """
+
+    config: PointwiseMLPConfig
+
+    def __init__(self, config: PointwiseMLPConfig) -> None:
+        super().__init__(config)
+        self.pos = nn.Embedding(config.max_len, config.d_embed)
+        nn.init.normal_(self.pos.weight, std=0.02)
+
+    def window(self, e: torch.Tensor) -> torch.Tensor:
+        T = e.shape[1]
+        if T > self.config.max_len:
+            raise ValueError(f"invalid input: length {T} exceeds max_len={self.config.max_len}")
+        return e + self.pos.weight[:T]

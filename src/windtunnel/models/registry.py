@@ -12,7 +12,7 @@ import torch
 from .base import ModelConfig, WindTunnelModel
 from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig
-from .mlp import MLP, MLPConfig
+from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
 from .transformer import Transformer, TransformerConfig
 
 TOLERANCE = 0.03
@@ -50,6 +50,7 @@ _ARCHS: dict[str, Arch] = {
     "mamba": Arch(Mamba, MambaConfig, {}, "d_inner"),
     "lstm": Arch(LSTM, LSTMConfig, {}, None),
     "mlp": Arch(MLP, MLPConfig, {"window": lambda task: task.seq_len}, "d_ff"),
+    "mlp_pointwise": Arch(PointwiseMLP, PointwiseMLPConfig, {"max_len": lambda task: 4 * task.seq_len}, "d_ff"),
 }
 
 MAX_WIDTH = 16384

@@ -299,3 +299,50 @@ def oracle(task: Task) -> BayesOracle:
 def uniform_rows(shape: tuple[int, ...], n_classes: int) -> torch.Tensor:
     """Uniform placeholder distributions for unscored positions."""
     return torch.full((*shape, n_classes), 1.0 / n_classes, dtype=torch.float64)
+
+
+class ContextBlind(torch.nn.Module):
+    r"""The best predictor that sees only its position and its own input: the context-blind optimum.
+
+    .. math:: q(y \mid t, x_t) = \mathbb{E}\left[\,p_{\text{Bayes}}(y \mid x_{\le t}) \;\middle|\; t, x_t\right]
+
+    — the conditional mean of the exact posterior given the position ``t`` and the token
+    ``x_t`` there, which minimises the expected KL(Bayes ‖ q) (and the cross-entropy) among all
+    predictors that ignore the rest of the context.  It is what a network with no cross-position
+    mixing (``mlp_pointwise``) can reach at best; on the bijection it is uniform over the ``V``
+    values at every key position, the papers' "MLP fails" plateau.  Estimated by averaging the
+    posteriors of ``n`` sampled episodes per (position, token) cell (a (token, position) pair never
+    sampled falls back to the position's average); real-valued features are ignored.
+    """
+
+    NEG = -1e30
+
+    def __init__(self, task: Task, n: int = 20000, seed: int = 0x5EED_B11D, chunk: int = 2000) -> None:
+        super().__init__()
+        self.task = task
+        T, V, C = task.seq_len, task.vocab_size, task.n_classes
+        sums = torch.zeros(T, V, C, dtype=torch.float64)
+        counts = torch.zeros(T, V, dtype=torch.float64)
+        for i, start in enumerate(range(0, n, chunk)):
+            ep = task.sample(min(chunk, n - start), seed + i)
+            idx = (torch.arange(T) * V)[None, :] + ep.tokens  # [B,T] flat (position, token) cell
+            sums.view(T * V, C).index_add_(0, idx.reshape(-1), ep.posterior.reshape(-1, C))
+            counts.view(-1).index_add_(0, idx.reshape(-1), torch.ones(idx.numel(), dtype=torch.float64))
+        by_position = sums.sum(1) / counts.sum(1, keepdim=True).clamp_min(1)  # [T,C]
+        table = torch.where(counts[..., None] > 0, sums / counts.clamp_min(1)[..., None], by_position[:, None, :])
+        self.register_buffer("table", table)
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        T = tokens.shape[1]
+        if T > self.table.shape[0]:
+            raise ValueError(f"invalid input: length {T} exceeds the fitted length {self.table.shape[0]}")
+        post = self.table[torch.arange(T, device=tokens.device)[None, :], tokens]  # [B,T,C]
+        return torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG)).float()
+
+    def n_params(self) -> int:
+        return 0
+
+
+def context_blind(task: Task, n: int = 20000) -> ContextBlind:
+    """The context-blind optimum for ``task`` as a model (see :class:`ContextBlind`)."""
+    return ContextBlind(task, n=n)
