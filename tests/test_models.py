@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from windtunnel import models, tasks
-from windtunnel.models.mamba import selective_scan, selective_scan_ref
+from windtunnel.models.mamba import cpu_kernel, linear_scan, selective_scan, selective_scan_ref
 
 
-ARCHS = ["transformer", "mamba", "lstm", "mlp"]
+ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp_pointwise"]
 TINY = {
+    "mlp_pointwise": {"d_model": 16, "n_layers": 2, "d_embed": 4},
     "transformer": {"d_model": 24, "n_layers": 2, "n_heads": 3},
     "mamba": {"d_model": 16, "n_layers": 2, "d_state": 4},
     "lstm": {"d_model": 16, "n_layers": 2},
@@ -44,7 +45,7 @@ def all_hooks_removed(model: torch.nn.Module) -> bool:
 
 
 def test_names():
-    assert models.names() == ["transformer", "mamba", "lstm", "mlp"]
+    assert models.names() == ["transformer", "mamba", "lstm", "mlp", "mlp_pointwise"]
 
 
 # --- shapes and causality -------------------------------------------------------------------------
@@ -68,6 +69,8 @@ def test_shape_and_causality(arch, which):
             out = model(**y)
         torch.testing.assert_close(out[:, :t], base[:, :t], atol=1e-6, rtol=0)  # the past is untouched
         assert (out[:, t] - base[:, t]).abs().max() > 1e-6  # the present sees the change
+        if arch == "mlp_pointwise":  # and nothing later does: no cross-position mixing at all
+            torch.testing.assert_close(out[:, t + 1 :], base[:, t + 1 :], atol=0, rtol=0)
 
 
 def test_mlp_window_limits_what_it_sees():
@@ -124,7 +127,7 @@ def expected_shapes(model: models.WindTunnelModel, B: int, T: int) -> dict[str, 
     c = model.config
     d, L = c.d_model, c.n_layers
     out: dict[str, tuple[int, ...]] = {}
-    if c.arch == "mlp":
+    if c.arch in ("mlp", "mlp_pointwise"):
         out["hook_embed"] = (B, T, c.d_embed)
         out["hook_window"] = (B, T, c.window * c.d_embed)
     else:
@@ -144,7 +147,7 @@ def expected_shapes(model: models.WindTunnelModel, B: int, T: int) -> dict[str, 
             out[p + "hook_state"] = (B, T, c.inner, c.d_state)
         elif c.arch == "lstm":
             out[p + "hook_state"] = (B, T, d)
-        elif c.arch == "mlp":
+        elif c.arch in ("mlp", "mlp_pointwise"):
             out[p + "hook_mlp_out"] = (B, T, d)
         out[p + "hook_resid_post"] = (B, T, d)
     out["hook_final"] = (B, T, d)
@@ -309,34 +312,72 @@ def scan_inputs(B=2, T=11, Di=6, N=4, scale=1.0, seed=0):
     return [t.requires_grad_(True) for t in (u, delta, A, Bm, C, D)]
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 16])
-def test_fast_scan_equals_reference(chunk):
-    xs = scan_inputs()
-    y0, h0 = selective_scan_ref(*xs, return_states=True)
-    y1, h1 = selective_scan(*xs, return_states=True, chunk_size=chunk)
-    torch.testing.assert_close(y1, y0, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(h1, h0, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(selective_scan(*xs, chunk_size=chunk), y0, atol=1e-5, rtol=1e-5)
+FAST_METHODS = ["loop", "doubling"] + (["fused"] if cpu_kernel() is not None else [])
+
+
+@pytest.mark.parametrize("method", FAST_METHODS)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("T", [1, 2, 11, 200])
+def test_fast_scan_equals_reference(method, dtype, tol, T):
+    """Values and all six gradients of the fast scans against the step-by-step reference."""
+    xs = [x.detach().to(dtype).requires_grad_(True) for x in scan_inputs(T=T, seed=T)]
+    y0 = selective_scan_ref(*xs)
+    y1 = selective_scan(*xs, method=method)
+    scale = y0.abs().max()
+    assert (y1 - y0).abs().max() <= tol * scale
     w = torch.randn_like(y0)
     g0 = torch.autograd.grad((y0 * w).sum(), xs)
-    g1 = torch.autograd.grad((selective_scan(*xs, chunk_size=chunk) * w).sum(), xs)
+    g1 = torch.autograd.grad((y1 * w).sum(), xs)
+    for a, b in zip(g1, g0):
+        assert (a - b).abs().max() <= 10 * tol * b.abs().max()
+
+
+@pytest.mark.parametrize("method", ["loop", "doubling"])
+def test_fast_scan_returns_states_with_gradients(method):
+    xs = scan_inputs(T=13)
+    y0, h0 = selective_scan_ref(*xs, return_states=True)
+    y1, h1 = selective_scan(*xs, return_states=True, method=method)
+    torch.testing.assert_close(h1, h0, atol=1e-5, rtol=1e-5)
+    w, v = torch.randn_like(y0), torch.randn_like(h0)
+    g0 = torch.autograd.grad((y0 * w).sum() + (h0 * v).sum(), xs)
+    g1 = torch.autograd.grad((y1 * w).sum() + (h1 * v).sum(), xs)
     for a, b in zip(g1, g0):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_fast_scan_is_stable_under_huge_decay():
-    xs = scan_inputs(scale=200.0)  # |delta * A| in the hundreds: exp(-S) would overflow
+def test_linear_scan_methods_agree_with_the_recurrence():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(37, 3, 5, generator=g, dtype=torch.float64), torch.randn(37, 3, 5, generator=g, dtype=torch.float64)
+    h, expect = torch.zeros(3, 5, dtype=torch.float64), []
+    for t in range(37):
+        h = a[t] * h + b[t]
+        expect.append(h)
+    for method in ("loop", "doubling"):
+        torch.testing.assert_close(linear_scan(a, b, method), torch.stack(expect), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", FAST_METHODS)
+def test_fast_scan_is_stable_under_huge_decay(method):
+    xs = scan_inputs(scale=200.0)  # |delta * A| in the hundreds: any exp(-sum) form would overflow
     y0 = selective_scan_ref(*xs)
-    for chunk in (1, 4, 11):
-        y = selective_scan(*xs, chunk_size=chunk)
-        assert torch.isfinite(y).all()
-        torch.testing.assert_close(y, y0, atol=1e-5, rtol=1e-5)
-        grads = torch.autograd.grad(y.sum(), xs)
-        assert all(torch.isfinite(g).all() for g in grads)
+    y = selective_scan(*xs, method=method)
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, y0, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(y.sum(), xs)
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
-def test_mamba_ref_and_fast_models_agree():
-    fast = tiny("mamba", seed=3)
+def test_fused_scan_refuses_what_it_cannot_do():
+    xs = scan_inputs()
+    with pytest.raises(ValueError, match="fused"):
+        selective_scan(*xs, return_states=True, method="fused")
+    with pytest.raises(ValueError, match="method"):
+        selective_scan(*xs, method="chunked")
+
+
+@pytest.mark.parametrize("method", FAST_METHODS)
+def test_mamba_ref_and_fast_models_agree(method):
+    fast = tiny("mamba", seed=3, scan_method=method)
     ref = tiny("mamba", seed=3, scan="ref")
     ref.load_state_dict(fast.state_dict())
     x = inputs(TASK)

@@ -41,14 +41,20 @@ def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_table_resumes_without_redoing(tmp_path: Path) -> None:
-    kw = dict(preset="quick", archs=["lstm", "mlp"], tasks=["recall"], out=tmp_path, workers=1, steps=20, eval_n=64)
+    kw = dict(preset="quick", archs=["lstm", "mlp"], tasks=["recall"], out=tmp_path, workers=1, steps=20, eval_n=64,
+              seeds=1)
     md = run_table(**kw)
     table = json.loads((tmp_path / "table.json").read_text())
     assert {c["arch"] for c in table["cells"]} == {"lstm", "mlp"}
     cell = table["cells"][0]
     assert set(cell) >= {"task", "arch", "seeds", "params", "metrics", "run_dirs"}
-    assert set(cell["metrics"]["accuracy"]) >= {"mean", "std", "ci"}
-    assert "Bayes oracle" in md.read_text() and (tmp_path / "table.html").exists()
+    assert set(cell["metrics"]["accuracy"]) >= {"mean", "std", "ci95", "bootstrap_ci"}
+    text = md.read_text()
+    assert "Bayes oracle" in text and "context-blind optimum" in text and (tmp_path / "table.html").exists()
+    refs = table["references"]["recall"]
+    assert refs["oracle"]["metrics"]["accuracy"] == 1.0
+    # the context-blind optimum on recall: chance over the 16 values (uniform at every query)
+    assert abs(refs["context_blind"]["metrics"]["kl"] - 4.0) < 0.05
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")}
     run_table(**kw)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")} == stamps

@@ -15,11 +15,13 @@ replacement a repeated key drops to 0 bits: the sawtooth (accumulation plus bind
 
 ``key_pool`` (with replacement): each episode first draws a random set of ``key_pool`` keys and
 samples its keys from that set only, so keys repeat more often.  The posterior above is unchanged
-(keys are drawn independently of ``π``, so the shown pairs are all the evidence), but the
-context-blind average of the posterior is no longer uniform: a seen value is more likely than an
-unseen one.  That gives gradient descent a stepping stone towards binding, which the full sawtooth
-(``key_pool = V``, where the context-blind average is exactly uniform) lacks — a curriculum
-(``TrainConfig.curriculum``) uses it early in training.
+(keys are drawn independently of ``π``, so the shown pairs are all the evidence).  What changes is
+the reward for *partial* use of the context.  With the full pool (``key_pool = V``) a predictor
+that knows which ``m`` values were shown but cannot match keys does no better than uniform: the
+seen values carry on average exactly their uniform share ``m/V`` of the posterior mass.  With a
+small pool they carry more, so reading the shown values already pays — a stepping stone towards
+binding that the full sawtooth lacks.  A curriculum (``TrainConfig.curriculum``) uses it early in
+training.
 """
 
 from __future__ import annotations
