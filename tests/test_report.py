@@ -9,49 +9,28 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import report, tasks
-from windtunnel.evaluate import evaluate, predict
+from windtunnel import report, stages
+from windtunnel.runs import RunDir, RunError
+from windtunnel.train import TrainConfig
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-class TinyCausal(torch.nn.Module):
-    def __init__(self, vocab: int, n_classes: int, d: int = 16):
-        super().__init__()
-        torch.manual_seed(0)
-        self.emb = torch.nn.Embedding(vocab, d)
-        self.head = torch.nn.Linear(d, n_classes)
-
-    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        return self.head(torch.tanh(self.emb(tokens).cumsum(1) / torch.arange(1, tokens.shape[1] + 1)[:, None]))
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    task = tasks.make("bijection", V=12, L=8)
-    model = TinyCausal(task.vocab_size, task.n_classes)
-    run = tmp_path_factory.mktemp("run")
-    result = evaluate(model, task, n=200, n_boot=100, lengths=[10, 12])
-    (run / "eval.json").write_text(json.dumps(result.to_dict(), allow_nan=False))
-    (run / "config.json").write_text(json.dumps({"task": {"name": "bijection", **task.params()},
-                                                 "model": {"arch": "tiny"}, "lr": 1e-3}))
-    lines = [json.dumps({"step": s, "loss": 2.5 * 0.99**s, "bayes_gap": 0.6 * 0.98**s, "lr": 1e-3}) for s in range(0, 200, 5)]
-    lines += [json.dumps({"step": 200, "eval": {"kl": 0.01}}), "garbage", json.dumps({"note": "no step"})]
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    (run / "geometry.json").write_text(json.dumps({"keys": {"mean_abs_cos": 0.05, "random": 0.08},
-                                                   "pc1_by_layer": [0.9, 0.8, 0.85]}))
-    figs = run / "figures"
-    ep = task.sample(100, 3)
-    report.calibration(predict(model, ep), ep, figs / "calibration.png")
-    report.entropy_curve(result, figs / "entropy.png")
-    report.kl_curve(result, figs / "kl.png")
-    report.training_curves(run / "metrics.jsonl", figs / "training.png")
-    report.entropy_curve(result.to_dict(), figs / "entropy_L12.png", length=12)
-    return run
+    """A real tiny run folder, written by the stages users run (train, eval, analyze)."""
+    run = RunDir(tmp_path_factory.mktemp("run") / "r")
+    cfg = TrainConfig(task="bijection", task_params={"V": 6, "L": 5}, arch="transformer",
+                      model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=40, eval_every=20,
+                      ckpt_every=20, eval_n=32, progress=False)
+    stages.train_run(cfg, run)
+    stages.evaluate_run(run, n=200, lengths=[5, 6])
+    stages.analyze_run(run, n=64)
+    return run.path
 
 
 def test_figures_exist(run_dir: Path) -> None:
-    for name in ("calibration", "entropy", "kl", "training", "entropy_L12"):
+    for name in ("calibration", "entropy", "kl", "training"):
         p = run_dir / "figures" / f"{name}.png"
         assert p.exists() and p.stat().st_size > 10_000, name
         assert p.read_bytes()[:8] == PNG
@@ -61,12 +40,13 @@ def test_report_is_self_contained(run_dir: Path) -> None:
     out = report.write_report(run_dir)
     assert out == run_dir / "report.html"
     text = out.read_text()
-    assert text.count("data:image/png;base64,") == 5
+    assert text.count("data:image/png;base64,") == len(list((run_dir / "figures").glob("*.png")))
     srcs = re.findall(r"""(?:src|href)\s*=\s*['"]([^'"]*)""", text)
     assert srcs and all(s.startswith("data:") for s in srcs)
     assert "<script" not in text and "<link" not in text and "@import" not in text
-    for needle in ("Bayes oracle", "entropy_mae_curve", "infeasible_mass", "beyond", "mean_abs_cos",
-                   "torch", "numpy", "windtunnel", "forward_s", "&quot;lr&quot;"):
+    for needle in ("Bayes oracle", "entropy_mae_curve", "infeasible_mass", "beyond", "key_orthogonality",
+                   "torch", "numpy", "windtunnel", "forward_s", "&quot;lr&quot;", "training wall time",
+                   "run.train_s", "run.eval_s"):
         assert needle in text, needle
     md = (run_dir / "summary.md").read_text()
     assert "| model |" in md and "figures/kl.png" in md
@@ -75,8 +55,15 @@ def test_report_is_self_contained(run_dir: Path) -> None:
     assert order == sorted(order)
 
 
+def test_report_shows_the_training_time_the_loop_logged(run_dir: Path) -> None:
+    seconds = RunDir(run_dir).training_seconds()
+    assert seconds is not None and seconds > 0
+    assert RunDir(run_dir).timings()["train_s"] == seconds
+    assert "training wall time (s)" in (run_dir / "summary.md").read_text()
+
+
 def test_report_draws_missing_figures_and_keeps_existing(tmp_path: Path, run_dir: Path) -> None:
-    for name in ("eval.json", "metrics.jsonl"):
+    for name in ("eval.json", "metrics.jsonl", "config.json"):
         (tmp_path / name).write_text((run_dir / name).read_text())
     report.write_report(tmp_path)
     made = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
@@ -86,9 +73,20 @@ def test_report_draws_missing_figures_and_keeps_existing(tmp_path: Path, run_dir
     assert (tmp_path / "figures" / "kl.png").stat().st_mtime_ns == before
 
 
-def test_report_on_a_bare_folder(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text("{}")
-    text = report.write_report(tmp_path).read_text()
-    assert "Versions" in text
-    with pytest.raises(ValueError, match="run_dir"):
+@pytest.mark.parametrize("damage", ["", "{}", "[]", "not json", '{"train": 1}'])
+def test_report_refuses_a_damaged_config(tmp_path: Path, run_dir: Path, damage: str) -> None:
+    for name in ("eval.json", "metrics.jsonl"):
+        (tmp_path / name).write_text((run_dir / name).read_text())
+    (tmp_path / "config.json").write_text(damage)
+    with pytest.raises(RunError, match="config.json"):
+        report.write_report(tmp_path)
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_report_refuses_an_empty_eval(tmp_path: Path, run_dir: Path) -> None:
+    (tmp_path / "config.json").write_text((run_dir / "config.json").read_text())
+    (tmp_path / "eval.json").write_text("{}")
+    with pytest.raises(RunError, match="eval.json"):
+        report.write_report(tmp_path)
+    with pytest.raises(RunError, match="config.json"):
         report.write_report(tmp_path / "missing")

@@ -35,7 +35,7 @@ def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureF
     assert main(args) == 0  # same command: resumes (already complete), re-evaluates, nothing lost
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000030"
     # a different configuration in the same folder is refused, and the folder is intact
-    assert main(["run", "bijection", "--V", "5", "--steps", "30", "--out", str(out), "--no-progress"]) == 2
+    assert main(["run", "bijection", "--V", "5", "--L", "4", "--steps", "30", "--out", str(out), "--no-progress"]) == 2
     assert "different configuration" in capsys.readouterr().err
     assert json.loads((out / "config.json").read_text())["task"]["params"]["V"] == 4
 

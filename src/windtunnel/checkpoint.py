@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .errors import UserError
 from safetensors.torch import load_file, save_file
 
 LATEST = "latest"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing or unreadable."""
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint is missing, unreadable, of another model, or holds non-finite weights."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -179,7 +181,14 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
         weights = load_file(str(path / "model.safetensors"))
     except Exception as exc:  # corrupt or missing files
         raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise CheckpointError(f"checkpoint {path} holds non-finite weights ({bad[0]}): the run diverged before it")
+    try:
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+    except RuntimeError as exc:  # same names, other shapes: a different model size
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise CheckpointError(f"checkpoint {path} does not match the model: {first}") from None
     if missing or unexpected:
         raise CheckpointError(
             f"checkpoint {path} does not match the model (missing {list(missing)[:3]}, unexpected {list(unexpected)[:3]})"

@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from .errors import UserError
+
 EXIT_USAGE = 2
 
 
-class UsageError(Exception):
-    """A user error: reported as one line, exit status 2."""
+class UsageError(UserError):
+    """A command-line mistake: reported as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,15 +117,29 @@ def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
 # --- train / run ----------------------------------------------------------------------------
 
 
-def _check_out(out: Path, resume: bool, force: bool) -> None:
-    if out.exists() and any(out.iterdir()) and not (resume or force):
-        raise UsageError(f"{out} already exists; pass --resume to continue it or --force to start over")
-    if force and out.exists():
+def _check_out(run: "Any", resume: bool, force: bool) -> None:
+    """Refuse to write over an existing folder unless resuming or forced; ``--force`` only ever
+    removes a windtunnel run folder (called after the new configuration has been validated)."""
+    if run.path.exists() and not run.path.is_dir():
+        raise UsageError(f"cannot use {run.path} as a run folder: it is a file")
+    if not run.is_empty() and not (resume or force):
+        raise UsageError(f"{run.path} already exists; pass --resume to continue it or --force to start over")
+    if force and not run.is_empty():
         import shutil
 
-        if not (out / "config.json").exists() and any(out.iterdir()):
-            raise UsageError(f"refusing to --force over {out}: it is not a windtunnel run folder")
-        shutil.rmtree(out)
+        if not run.is_run():
+            raise UsageError(f"refusing to --force over {run.path}: it is not a windtunnel run folder")
+        with run.lock():  # not while another process trains there
+            shutil.rmtree(run.checkpoints, ignore_errors=True)
+            for p in run.path.iterdir():
+                if p.name != run.LOCK:
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _positive(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UsageError(f"invalid {name}: must be a positive integer, got {value!r}")
+    return value
 
 
 def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
@@ -134,7 +150,7 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
         d.update(load_config_file(args.config))
     for key in ("task", "arch", "params", "steps", "seed", "batch_size", "lr"):
         val = getattr(args, key, None)
-        if val is not None:
+        if val is not None:  # flags given override the file; flags not given leave it alone
             d[key] = val
     if extra:
         d["task_params"] = {**d.get("task_params", {}), **_params(extra)}
@@ -144,51 +160,45 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
-    from .train import TrainConfig, train
+    from . import checkpoint as ckpt
+    from .runs import RunDir
+    from .train import TrainConfig, build, train
 
-    if args.resume:
-        run = Path(args.resume)
-        cfg_path = run / "config.json"
-        if not cfg_path.is_file():
-            raise UsageError(f"cannot resume {run}: no config.json there")
-        cfg = TrainConfig.from_dict(json.loads(cfg_path.read_text())["train"])
+    if args.resume is not None:
+        given = [f"--{k.replace('_', '-')}" for k in ("task", "arch", "params", "seed", "batch_size", "lr", "config", "out")
+                 if getattr(args, k, None) is not None] + (["--force"] if args.force else []) + list(extra[:1])
+        if given:
+            raise UsageError(f"{given[0]} cannot be changed on --resume (the run keeps its configuration; only --steps may extend it)")
+        run = RunDir(args.resume)
+        record = run.read_config()
+        fields = dict(record["train"])
         if args.steps is not None:
-            cfg.steps = args.steps
+            _positive(args.steps, "steps")
+            found = ckpt.find_latest(run.checkpoints)
+            done = int(found.name.split("_")[1]) if found is not None else 0
+            if args.steps < done:
+                raise UsageError(f"invalid steps: {run.path} is already at step {done}; --steps must be ≥ {done}")
+            fields["steps"] = args.steps
+        fields["progress"] = not args.no_progress and fields.get("progress", True)
+        cfg = TrainConfig.from_dict(fields)
         train(cfg, run, resume=True)
-        print(f"resumed and finished {run}")
+        print(f"resumed and finished {run.path}")
         return 0
-    if not args.out:
+    if args.out is None:
         raise UsageError("train needs --out DIR (or --resume DIR)")
     cfg = _train_config(args, extra)
-    out = Path(args.out)
-    _check_out(out, False, args.force)
-    train(cfg, out)
-    print(f"trained {cfg.arch} on {cfg.task}: {out}")
+    run = RunDir(args.out)
+    build(cfg)  # validate task and model before anything on disk is touched
+    _check_out(run, False, args.force)
+    train(cfg, run)
+    print(f"trained {cfg.arch} on {cfg.task}: {run.path}")
     return 0
 
 
-def _evaluate_run(run: Path, n: int, lengths: list[int] | None, seed: int) -> "Any":
-    from .evaluate import evaluate
-    from .report import figures
-    from .train import load
-    from .checkpoint import write_text_atomic
+def _evaluate_run(run: "Any", n: int, lengths: list[int] | None, seed: int) -> "Any":
+    from .stages import evaluate_run
 
-    task, model = load(run)
-    result = evaluate(model, task, n=n, seed=seed, lengths=lengths)
-    write_text_atomic(run / "eval.json", json.dumps(result.to_dict(), indent=1))
-    figs = run / "figures"
-    figs.mkdir(exist_ok=True)
-    figures.entropy_curve(result, figs / "entropy.png")
-    figures.kl_curve(result, figs / "kl.png")
-    if (run / "metrics.jsonl").exists():
-        figures.training_curves(run / "metrics.jsonl", figs / "training.png")
-    import torch
-
-    ep = task.sample(min(n, 512), seed)
-    with torch.no_grad():
-        logits = model(**ep.inputs)
-    figures.calibration(logits, ep, figs / "calibration.png")
-    return result
+    return evaluate_run(run, n=n, lengths=lengths, seed=seed)
 
 
 def _print_metrics(result: Any) -> None:
@@ -199,22 +209,24 @@ def _print_metrics(result: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
+    from .runs import RunDir
+
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
-    run = Path(args.run)
+    _positive(args.n, "n")
+    run = RunDir(args.run)
     result = _evaluate_run(run, args.n, args.lengths, args.seed)
+    run = run.path
     print(f"evaluated {run} on {args.n} sequences:")
     _print_metrics(result)
     return 0
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from .report import write_report
+    from .runs import RunDir
+    from .stages import write_report
 
-    run = Path(args.run)
-    if not (run / "config.json").is_file():
-        raise UsageError(f"{run} is not a run folder (no config.json)")
-    path = write_report(run)
+    path = write_report(RunDir(args.run))
     print(f"wrote {path}")
     return 0
 
@@ -222,11 +234,15 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
     from . import presets
-    from .report import write_report
-    from .train import TrainConfig, train
+    from .train import TrainConfig, build
 
-    task_name = args.task or presets.DEFAULT_TASK
-    fields = presets.preset(args.preset, task_name, args.arch)
+    from .runs import RunDir
+    from .stages import evaluate_run, train_run, write_report
+
+    _positive(args.n, "n")
+    arch = args.arch or "transformer"
+    task_name = args.task if args.task is not None else presets.DEFAULT_TASK
+    fields = presets.preset(args.preset, task_name, arch)
     if extra:
         fields["task_params"] = {**fields["task_params"], **_params(extra)}
     if args.steps is not None:
@@ -240,30 +256,28 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["params"] = args.params
     fields["progress"] = not args.no_progress
     cfg = TrainConfig.from_dict(fields)
-    default_out = "runs/main" if args.task is None and args.preset == "quick" else f"runs/{task_name}-{args.arch}-{args.preset}"
-    out = Path(args.out or default_out)
+    default_out = "runs/main" if args.task is None and args.preset == "quick" else f"runs/{task_name}-{arch}-{args.preset}"
+    run = RunDir(args.out if args.out is not None else default_out)
+    build(cfg)  # validate before touching the folder
     resume = False
-    if out.exists() and any(out.iterdir()):
-        cfg_path = out / "config.json"
+    if not run.is_empty():
         if args.force:
-            _check_out(out, False, True)
-        elif not cfg_path.is_file():
-            raise UsageError(f"{out} exists and is not a windtunnel run folder; choose another --out")
+            _check_out(run, False, True)
+        elif not run.is_run():
+            raise UsageError(f"{run.path} exists and is not a windtunnel run folder; choose another --out")
         else:
-            old = json.loads(cfg_path.read_text())["train"]
+            old = run.read_config()["train"]
             if {k: v for k, v in old.items() if k != "progress"} != {k: v for k, v in cfg.to_dict().items() if k != "progress"}:
-                raise UsageError(f"{out} holds a run with a different configuration; pass --force to replace it or choose another --out")
+                raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
             resume = True
-    t0 = time.perf_counter()
-    train(cfg, out, resume=resume)
-    t_train = time.perf_counter() - t0
+    train_run(cfg, run, resume=resume)
     lengths = None
     if cfg.task == "hmm":
         k = cfg.task_params.get("K", 20)
         lengths = sorted({k, 30, 50})
-    result = _evaluate_run(out, args.n, lengths, 12345)
-    (out / "timings.json").write_text(json.dumps({"train_s": t_train, "total_s": time.perf_counter() - t0}))
-    report = write_report(out)
+    result = evaluate_run(run, n=args.n, lengths=lengths, seed=12345)
+    report = write_report(run)
+    t_train = run.training_seconds() or 0.0
     print(f"\n{cfg.arch} on {cfg.task} {cfg.task_params}: {cfg.steps} steps in {t_train:.0f} s")
     _print_metrics(result)
     print(f"report: {report}")
@@ -271,11 +285,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
-    from .geometry import analyze_run
+    from .runs import RunDir
+    from .stages import analyze_run
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
-    path = analyze_run(Path(args.run), n=args.n)
+    _positive(args.n, "n")
+    path = analyze_run(RunDir(args.run), n=args.n)
     print(f"wrote {path}")
     return 0
 
@@ -293,8 +309,17 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _arch_names() -> list[str]:
+    from . import models
+
+    return models.names()
+
+
 def make_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = _Parser(prog="windtunnel", description="Bayesian wind tunnels: is a sequence model exactly Bayesian? In bits.")
+    p.add_argument("--version", action="version", version=f"windtunnel {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     t = sub.add_parser("tasks", help="list tasks, or show one sampled episode with its posterior")
@@ -304,7 +329,7 @@ def make_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_tasks)
 
     def train_args(q: argparse.ArgumentParser, task_positional: bool = False) -> None:
-        q.add_argument("--arch", default="transformer", choices=None)
+        q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(_arch_names()))
         q.add_argument("--params", type=int, help="size the model to this many parameters (±3%%)")
         q.add_argument("--steps", type=int)
         q.add_argument("--seed", type=int)
@@ -357,24 +382,38 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from .checkpoint import CheckpointError
-    from .train import ConfigError, TrainingDiverged
+def _resource_error(exc: BaseException) -> bool:
+    """An allocation the machine cannot satisfy: the user asked for too much, not a bug."""
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and any(k in text for k in ("can't allocate", "cannot allocate", "out of memory"))
+    )
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted).
+
+    A bug is not caught: it keeps its traceback and Python's exit status 1.
+    """
     parser = make_parser()
     try:
         args, extra = parser.parse_known_args(argv)
         if not getattr(args, "command", None):
+            if extra:
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             parser.print_help()
             return 0
         if extra and args.command not in ("tasks", "train", "run"):
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
         return int(args.func(args, extra) or 0)
-    except (UsageError, ValueError, ConfigError, CheckpointError, FileNotFoundError, FileExistsError) as exc:
+    except UserError as exc:
         print(f"windtunnel: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except TrainingDiverged as exc:
-        print(f"windtunnel: error: {exc}", file=sys.stderr)
+    except (MemoryError, RuntimeError) as exc:
+        if not _resource_error(exc):
+            raise
+        print(f"windtunnel: error: not enough memory for this request ({str(exc).splitlines()[0][:160]}); "
+              "use smaller sizes", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("windtunnel: interrupted; rerun the same command (or --resume) to continue from the last checkpoint", file=sys.stderr)

@@ -32,6 +32,7 @@ import torch
 
 from . import metrics as M
 from .tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
+from .errors import InvalidValue
 
 __all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "percentile_ci", "predict", "resample_weights"]
 
@@ -243,7 +244,7 @@ def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
     """Logits ``[B,T,C]`` (on CPU) of ``model`` on ``episodes``: one forward per chunk of ``chunk``
     sequences, in eval mode under ``torch.inference_mode`` (every module's train/eval flag is restored)."""
     if not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"invalid chunk: must be a positive integer, got {chunk!r}")
+        raise InvalidValue(f"invalid chunk: must be a positive integer, got {chunk!r}")
     dev = torch.device(device) if device is not None else _model_device(model)
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -309,12 +310,12 @@ def evaluate(
     parameter).  The model's train/eval state is restored afterwards.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"invalid n: must be a positive integer, got {n!r}")
+        raise InvalidValue(f"invalid n: must be a positive integer, got {n!r}")
     if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 1:
-        raise ValueError(f"invalid n_boot: must be a positive integer, got {n_boot!r}")
+        raise InvalidValue(f"invalid n_boot: must be a positive integer, got {n_boot!r}")
     lengths = list(lengths) if lengths is not None else []
     if lengths and task.length_param is None:
-        raise ValueError(
+        raise InvalidValue(
             f"invalid lengths: task {task.name!r} has no length parameter, so lengths={lengths} cannot be evaluated"
         )
     tasks = {int(K): task.with_length(int(K)) for K in lengths}  # validates every K up front
@@ -415,7 +416,7 @@ def aggregate(results: Sequence[EvalResult | Mapping[str, Any]]) -> dict[str, An
     """
     rs = [r if isinstance(r, EvalResult) else EvalResult.from_dict(r) for r in results]
     if not rs:
-        raise ValueError("invalid results: need at least one EvalResult to aggregate")
+        raise InvalidValue("invalid results: need at least one EvalResult to aggregate")
 
     def agg(tables: list[Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
         names: list[str] = []

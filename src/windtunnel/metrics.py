@@ -38,6 +38,7 @@ import torch
 
 from .tasks.base import IGNORE, Episodes
 from .tasks.base import entropy_bits  # one definition, shared with the tasks
+from .errors import InvalidValue
 
 __all__ = [
     "ERROR_METRICS",
@@ -98,7 +99,7 @@ def _check(logits: torch.Tensor, episodes: Episodes) -> None:
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
     if logits.dim() != 3 or tuple(logits.shape) != tuple(episodes.posterior.shape):
-        raise ValueError(
+        raise InvalidValue(
             f"logits shape {tuple(logits.shape)} does not match the posterior's "
             f"{tuple(episodes.posterior.shape)} ([B, T, C] with C = task.n_classes)"
         )

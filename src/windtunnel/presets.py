@@ -9,6 +9,7 @@ HMM, and every other architecture capacity-matched to the transformer.
 from __future__ import annotations
 
 from typing import Any
+from .errors import InvalidValue
 
 PRESETS = ("quick", "paper")
 
@@ -85,7 +86,7 @@ def _transformer_overrides(task: str, layers: int, heads: int) -> dict[str, Any]
 def preset(name: str, task: str, arch: str) -> dict[str, Any]:
     """``TrainConfig`` fields for ``arch`` on ``task`` under preset ``name``."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
+        raise InvalidValue(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
     base, task_params = task_spec(task, name)
     if name == "quick":
         r = _QUICK_RECIPES.get(task, {"steps": 3000, "batch_size": 64, "layers": 4, "heads": 4})

@@ -36,6 +36,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
+from .errors import InvalidValue
 
 COLUMNS: dict[str, dict[str, Any]] = {
     "bijection": {"primitive": "accumulation", "metric": "entropy_mae_curve", "unit": "bits"},
@@ -52,6 +53,8 @@ def cell_config(preset: str, column: str, arch: str, seed: int, params: int | No
                 steps: int | None = None) -> dict[str, Any]:
     from . import presets
 
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise InvalidValue(f"invalid steps: must be a positive integer, got {steps!r}")
     cfg = presets.preset(preset, column, arch)
     cfg["seed"] = seed
     cfg["progress"] = False
@@ -84,48 +87,37 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
 def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from .checkpoint import write_text_atomic
-    from .evaluate import evaluate
-    from .report import figures
-    from .train import TrainConfig, load, train
+    from .runs import RunDir
+    from .stages import EVAL_SEED, evaluate_run, train_run
+    from .train import TrainConfig
 
     torch.set_num_threads(job["threads"])
     if job.get("device"):
         job["config"]["device"] = job["device"]
-    run = Path(job["run_dir"])
-    done = run / "eval.json"
-    if done.is_file():
-        return json.loads(done.read_text())["cell"]
+    run = RunDir(job["run_dir"])
+    cell = run.read_cell()
+    if cell is None and run.eval_path.is_file():  # a cell finished by windtunnel 0.1, whose eval.json held it
+        cell = run.read_eval().get("cell")
+        if cell is not None:
+            run.write_cell(cell)
+    if cell is not None:
+        return cell
     cfg = TrainConfig.from_dict(job["config"])
-    t0 = time.perf_counter()
-    resume = (run / "config.json").is_file()
-    train(cfg, run, resume=resume)
-    t_train = time.perf_counter() - t0
-    task, model = load(run)
-    if job.get("device"):
-        model.to(job["device"])
-    result = evaluate(model, task, n=job["eval_n"], seed=12345, lengths=job.get("lengths"))
-    figs = run / "figures"
-    figs.mkdir(exist_ok=True)
-    figures.entropy_curve(result, figs / "entropy.png")
-    figures.training_curves(run / "metrics.jsonl", figs / "training.png")
-    if job.get("lengths"):
-        figures.kl_curve(result, figs / "kl.png")
+    train_run(cfg, run, resume=run.is_run())
+    result = evaluate_run(run, n=job["eval_n"], lengths=job.get("lengths"), seed=EVAL_SEED, device=job.get("device"))
     cell = {
         "task": job["column"],
         "arch": job["arch"],
         "seed": job["seed"],
-        "params": model.n_params(),
-        "train_s": t_train,
+        "params": result.model.get("n_params"),
+        "train_s": run.training_seconds(),
         "metrics": {k: v["value"] for k, v in result.metrics.items()},
         "ci": {k: v["ci"] for k, v in result.metrics.items()},
         "oracle": {k: v["value"] for k, v in result.oracle.items()},
         "lengths": {str(K): {k: v["value"] for k, v in d["metrics"].items()} for K, d in result.lengths.items()},
-        "run_dir": str(run),
+        "run_dir": str(run.path),
     }
-    record = result.to_dict()
-    record["cell"] = cell
-    write_text_atomic(done, json.dumps(record))
+    run.write_cell(cell)
     return cell
 
 
@@ -261,6 +253,24 @@ def _html_grid(markdown: str, cells: list[dict[str, Any]], columns: list[str], a
     return head + f"<h2>{html.escape(title)}</h2>" + "".join(grid)
 
 
+def _is_table(path: Path) -> bool:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and {"meta", "cells"} <= set(d)
+
+
+def _validate_cells(preset: str, columns: list[str], archs: list[str], params: int | None, steps: int | None) -> None:
+    """Build the task and model of every (column, architecture) once: a bad ``params`` or ``steps``
+    is refused before the table touches its folder."""
+    from .train import TrainConfig, build
+
+    for col in columns:
+        for arch in archs:
+            build(TrainConfig.from_dict(cell_config(preset, col, arch, 0, params, steps)))
+
+
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
     """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
     oracle and the context-blind optimum (``tasks.context_blind``)."""
@@ -305,14 +315,28 @@ def run_table(
     columns = tasks or list(COLUMNS)
     for a in archs:
         if a not in models.names():
-            raise ValueError(f"unknown arch {a!r}: choose from {', '.join(models.names())}")
+            raise InvalidValue(f"unknown arch {a!r}: choose from {', '.join(models.names())}")
     for c in columns:
         if c not in COLUMNS:
-            raise ValueError(f"unknown table column {c!r}: choose from {', '.join(COLUMNS)}")
+            raise InvalidValue(f"unknown table column {c!r}: choose from {', '.join(COLUMNS)}")
     if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"invalid seeds: must be a positive integer, got {seeds!r}")
+        raise InvalidValue(f"invalid seeds: must be a positive integer, got {seeds!r}")
+    if out is not None and str(out).strip() == "":
+        raise InvalidValue("invalid out: the output folder is empty")
     out = Path(out or f"results/{preset}")
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise InvalidValue(f"invalid workers: must be a positive integer, got {workers!r}")
+    if eval_n is not None and (not isinstance(eval_n, int) or isinstance(eval_n, bool) or eval_n < 1):
+        raise InvalidValue(f"invalid eval_n: must be a positive integer, got {eval_n!r}")
+    _validate_cells(preset, columns, archs, params, steps)  # every config builds, before anything is written
+    if out.exists() and not out.is_dir():
+        raise InvalidValue(f"invalid out: {out} is a file")
+    if (out / "table.md").exists() and not _is_table(out / "table.json"):
+        raise InvalidValue(f"invalid out: {out} holds a table.md that windtunnel did not write; choose another folder")
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidValue(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
 
     n_gpu = torch.cuda.device_count()
     cores = os.cpu_count() or 1

@@ -23,6 +23,7 @@ stream ``(seed, step, r)`` and only rank 0 writes.  A single process is the dege
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,17 +40,19 @@ import torch.nn.functional as F
 from . import checkpoint as ckpt
 from .metrics import bayes_gap
 from . import models, tasks
+from .errors import UserError
+from .runs import RunDir, RunError
 from .tasks.base import Episodes, Task
 
 LOG2E = 1.0 / math.log(2.0)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad configuration key or value (the CLI turns it into one line and exit status 2)."""
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite."""
+class TrainingDiverged(UserError, RuntimeError):
+    """The loss or the weights became NaN or infinite (no checkpoint of that state is written)."""
 
 
 @dataclass
@@ -95,7 +98,7 @@ class TrainConfig:
 
         need(isinstance(self.task, str), "task", "a task name")
         need(isinstance(self.task_params, dict), "task_params", "a table of task parameters")
-        need(isinstance(self.arch, str), "arch", f"one of {', '.join(models.names())}")
+        need(isinstance(self.arch, str) and self.arch in models.names(), "arch", f"one of {', '.join(models.names())}")
         need(self.params is None or (isinstance(self.params, int) and self.params >= 1000), "params", "an integer ≥ 1000")
         need(isinstance(self.model, dict), "model", "a table of model overrides")
         for key in ("steps", "batch_size", "log_every", "eval_every", "eval_n", "ckpt_every"):
@@ -238,47 +241,34 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
     return task, model
 
 
-def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop log lines written after the checkpoint we resume from."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill
-    ckpt.write_text_atomic(path, "".join(k + "\n" for k in keep))
-
-
 # --- the loop -------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: int | None = None) -> Path:
+def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, until: int | None = None) -> Path:
     """Train (or resume) a run in ``out_dir``; returns the run folder.
 
     ``until``: stop (with a checkpoint) after that step although the schedule runs to
     ``cfg.steps`` — an interruption on purpose; resuming continues exactly where it stopped.
     """
-    out = Path(out_dir)
+    run = out_dir if isinstance(out_dir, RunDir) else RunDir(out_dir)
     ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if ddp and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     main_proc = rank == 0
     device = pick_device(cfg.device)
+    task, model = build(cfg)  # every user error is raised here, before anything is written
+    if main_proc:
+        run.prepare()
+    with (run.lock() if main_proc else contextlib.nullcontext()):
+        return _train_locked(cfg, run, task, model, device, resume, until, ddp, rank, main_proc)
+
+
+def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
+                  resume: bool, until: int | None, ddp: bool, rank: int, main_proc: bool) -> Path:
+    if ddp and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-
-    task, model = build(cfg)
     soft = cfg.loss == "posterior" or (cfg.loss == "auto" and task.soft_targets)
     model.to(device)
     # decay matrices only; vectors, gains and parameters flagged `_no_weight_decay` (Mamba's A_log, D) are exempt
@@ -295,8 +285,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
 
     start = 0
     elapsed = 0.0
-    ckpt_root = out / "checkpoints"
-    metrics_path = out / "metrics.jsonl"
+    ckpt_root = run.checkpoints
     if resume:
         found = ckpt.find_latest(ckpt_root)
         if found is not None:
@@ -304,17 +293,20 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
             start = int(state["step"])
             elapsed = float(state.get("elapsed", 0.0))
             ckpt.set_rng_state(state["rng"])
-            if main_proc:
-                _truncate_metrics(metrics_path, start)
+        elif ckpt.list_checkpoints(ckpt_root):
+            raise ckpt.CheckpointError(
+                f"cannot resume {run.path}: none of its checkpoints can be read; nothing was changed "
+                "(start over with --force, or another folder)"
+            )
+        if main_proc:
+            run.truncate_metrics(start)  # also drops lines logged before a kill that preceded any checkpoint
     if main_proc:
-        out.mkdir(parents=True, exist_ok=True)
-        config_record = {
+        run.write_config({
             "train": cfg.to_dict(),
             "task": {"name": task.name, "params": task.params()},
             "model": model.config_dict(),
             "n_params": model.n_params(),
-        }
-        ckpt.write_text_atomic(out / "config.json", json.dumps(config_record, indent=2))
+        })
 
     net: torch.nn.Module = model
     if cfg.compile:
@@ -327,6 +319,11 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
     keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
 
     def save(step: int) -> None:
+        bad = next((n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+        if bad is not None:  # never let `latest` point at weights that diverged
+            raise TrainingDiverged(
+                f"weights became non-finite ({bad}) by step {step}; stopped, last good checkpoint kept in {ckpt_root}"
+            )
         if main_proc:
             ckpt.save(ckpt_root, step, model, optimizer, {"elapsed": elapsed, "config": cfg.to_dict()})
             ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
@@ -372,11 +369,11 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
                 "grad_norm": float(grad_norm),
                 "time": elapsed + time.perf_counter() - t0,
             }
-            _append_jsonl(metrics_path, record)
+            run.append_metrics(record)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
         if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
-            _append_jsonl(metrics_path, {"step": done, "eval": evaluate_batch(model, eval_batch)})
+            run.append_metrics({"step": done, "eval": evaluate_batch(model, eval_batch)})
             model.train()
         if done % cfg.ckpt_every == 0 or done in (cfg.steps, stop) or done in keep_steps:
             elapsed_now = elapsed + time.perf_counter() - t0
@@ -388,7 +385,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, resume: bool = False, until: in
         bar.close()
     if ddp:
         torch.distributed.barrier()
-    return out
+    return run.path
 
 
 @torch.no_grad()
@@ -403,25 +400,22 @@ def evaluate_batch(model: torch.nn.Module, ep: Episodes) -> dict[str, float]:
     return {k: float(vals[k]) for k in ("entropy_mae_curve", "entropy_mae", "kl", "accuracy") if k in vals}
 
 
-def load(run_dir: str | Path, step: int | None = None) -> tuple[Task, torch.nn.Module]:
+def load(run_dir: str | Path | RunDir, step: int | None = None) -> tuple[Task, torch.nn.Module]:
     """The task and trained model of a run folder (latest checkpoint, or ``step``)."""
-    run = Path(run_dir)
-    cfg_path = run / "config.json"
-    if not cfg_path.is_file():
-        raise ckpt.CheckpointError(f"{run} is not a run folder (no config.json)")
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    record = run.read_config()
     try:
-        record = json.loads(cfg_path.read_text())
         task = tasks.make(record["task"]["name"], **record["task"]["params"])
         model = models.build(record["model"])
-    except Exception as exc:
-        raise ckpt.CheckpointError(f"{cfg_path} is unreadable: {exc}") from exc
+    except (ValueError, TypeError) as exc:
+        raise RunError(f"{run.config_path} is damaged: {exc}") from None
     if step is None:
-        found = ckpt.find_latest(run / "checkpoints")
+        found = ckpt.find_latest(run.checkpoints)
     else:
-        found = run / "checkpoints" / f"step_{step:08d}"
+        found = run.checkpoints / f"step_{step:08d}"
         found = found if found.is_dir() else None
     if found is None:
-        raise ckpt.CheckpointError(f"no complete checkpoint in {run / 'checkpoints'}")
+        raise ckpt.CheckpointError(f"no complete checkpoint in {run.checkpoints}")
     ckpt.load(found, model)
     model.eval()
     return task, model

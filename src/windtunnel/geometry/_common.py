@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..tasks.base import Episodes, Task, entropy_bits
+from ..errors import InvalidValue
 
 GEOMETRY_SEED = 2**62 + 2**40
 """Episode seed of the diagnostics: disjoint from every training stream (``seed*2^44 + step``) and
@@ -71,7 +72,7 @@ def episodes_for(task: Task, n: int, seed: int, episodes: Episodes | None) -> Ep
     if episodes is not None:
         return episodes
     if not isinstance(n, int) or n < 2:
-        raise ValueError(f"invalid n: must be an integer >= 2, got {n!r}")
+        raise InvalidValue(f"invalid n: must be an integer >= 2, got {n!r}")
     return task.sample(n, seed)
 
 
@@ -322,7 +323,7 @@ def kmeans(X: torch.Tensor, k: int, n_init: int = 4, iters: int = 100, seed: int
     X = X.double()
     N = len(X)
     if not 1 <= k <= N:
-        raise ValueError(f"invalid k: must be in [1, {N}], got {k!r}")
+        raise InvalidValue(f"invalid k: must be in [1, {N}], got {k!r}")
     g = torch.Generator().manual_seed(int(seed))
     best_labels, best_inertia = None, math.inf
     for _ in range(n_init):
@@ -366,7 +367,7 @@ def adjusted_rand_index(a: torch.Tensor, b: torch.Tensor) -> float:
     a = torch.as_tensor(a).long().reshape(-1)
     b = torch.as_tensor(b).long().reshape(-1)
     if len(a) != len(b):
-        raise ValueError("labellings must have the same length")
+        raise InvalidValue("labellings must have the same length")
     _, ia = torch.unique(a, return_inverse=True)
     _, ib = torch.unique(b, return_inverse=True)
     table = torch.zeros(int(ia.max()) + 1, int(ib.max()) + 1, dtype=torch.float64)

@@ -14,6 +14,7 @@ from ..evaluate import predict
 from ..tasks.base import Episodes, Task
 from . import _plot
 from ._common import GEOMETRY_SEED, arch_of, ci, clean, episodes_for, n_layers, not_applicable, resample_weights
+from ..errors import InvalidValue
 
 __all__ = ["head_ablation", "layer_ablation", "ablation_figure", "head_ablation_figure", "layer_ablation_figure"]
 
@@ -117,7 +118,7 @@ def head_ablation(
     if arch_of(model) != "transformer" or not hasattr(model, "ablate_head"):
         return not_applicable(f"architecture {arch_of(model)!r} has no attention heads")
     if metric not in METRICS:
-        raise ValueError(f"invalid metric: must be one of {', '.join(METRICS)}")
+        raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)
     L, H = n_layers(model), model.config.n_heads
     ls = list(range(L)) if layers is None else layers
@@ -162,7 +163,7 @@ def layer_ablation(
     if not hasattr(model, "bypass_layer") or n_layers(model) == 0:
         return not_applicable(f"architecture {arch_of(model)!r} has no bypassable layers")
     if metric not in METRICS:
-        raise ValueError(f"invalid metric: must be one of {', '.join(METRICS)}")
+        raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)
     variants = [({"layer": l}, (lambda l=l: model.bypass_layer(l))) for l in range(n_layers(model))]
     out = _run(model, task, ep, variants, n_boot, seed, metric)

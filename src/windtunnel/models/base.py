@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from ..errors import InvalidValue
 
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
 
@@ -73,12 +74,12 @@ class InputEmbedding(nn.Module):
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         x = self.tok(tokens)
         if self.feat is None and features is not None:
-            raise ValueError("invalid features: this model was built for a task without features (n_features=0)")
+            raise InvalidValue("invalid features: this model was built for a task without features (n_features=0)")
         if self.feat is not None:
             if features is None:
-                raise ValueError(f"invalid features: this model expects features [B,T,{self.n_features}]")
+                raise InvalidValue(f"invalid features: this model expects features [B,T,{self.n_features}]")
             if features.shape[:2] != tokens.shape or features.shape[-1] != self.n_features:
-                raise ValueError(
+                raise InvalidValue(
                     f"invalid features: shape {tuple(features.shape)} does not match tokens "
                     f"{tuple(tokens.shape)} and n_features={self.n_features}"
                 )
@@ -107,7 +108,7 @@ class ModelConfig:
 
 def _check(condition: bool, field: str, allowed: str) -> None:
     if not condition:
-        raise ValueError(f"invalid {field}: must be {allowed}")
+        raise InvalidValue(f"invalid {field}: must be {allowed}")
 
 
 def _pos_int(value: Any) -> bool:
@@ -189,7 +190,7 @@ class WindTunnelModel(nn.Module):
         names = list(names)
         for n in names:
             if n not in points:
-                raise ValueError(f"unknown hook name {n!r}: see model.hook_names()")
+                raise InvalidValue(f"unknown hook name {n!r}: see model.hook_names()")
         return names
 
     @contextmanager
@@ -240,13 +241,13 @@ class WindTunnelModel(nn.Module):
     def _layer(self, layer: int) -> Block:
         n = len(self.blocks)
         if not isinstance(layer, int) or not -n <= layer < n:
-            raise ValueError(f"invalid layer: must be an integer in [0, {n - 1}], got {layer!r}")
+            raise InvalidValue(f"invalid layer: must be an integer in [0, {n - 1}], got {layer!r}")
         return self.blocks[layer]
 
     @contextmanager
     def ablate_head(self, layer: int, head: int) -> Iterator["WindTunnelModel"]:
         """Zero one attention head's output ``z`` before the output projection (transformers only)."""
-        raise ValueError(f"invalid ablate_head: architecture {self.config.arch!r} has no attention heads")
+        raise InvalidValue(f"invalid ablate_head: architecture {self.config.arch!r} has no attention heads")
         yield self  # pragma: no cover
 
     @contextmanager

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
+from ..errors import InvalidValue
 
 SCANS = ("fast", "ref")
 SCAN_METHODS = ("auto", "fused", "loop", "doubling")
@@ -266,10 +267,10 @@ def selective_scan(
     else ``loop``.  Measured with ``benchmarks/mamba_scan.py``.
     """
     if method not in SCAN_METHODS:
-        raise ValueError(f"invalid method: must be one of {', '.join(SCAN_METHODS)}, got {method!r}")
+        raise InvalidValue(f"invalid method: must be one of {', '.join(SCAN_METHODS)}, got {method!r}")
     fusable = u.device.type == "cpu" and not return_states and u.dtype in (torch.float32, torch.float64)
     if method == "fused" and not fusable:
-        raise ValueError("invalid method: 'fused' needs CPU float tensors and return_states=False")
+        raise InvalidValue("invalid method: 'fused' needs CPU float tensors and return_states=False")
     if method in ("auto", "fused") and fusable and cpu_kernel() is not None:
         return FusedScanCPU.apply(u, delta, A, B, C, D)
     if method == "fused":

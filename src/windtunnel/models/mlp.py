@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, WindTunnelModel, _check, _pos_int
+from ..errors import InvalidValue
 
 
 @dataclass
@@ -144,5 +145,5 @@ class PointwiseMLP(MLP):
     def window(self, e: torch.Tensor) -> torch.Tensor:
         T = e.shape[1]
         if T > self.config.max_len:
-            raise ValueError(f"invalid input: length {T} exceeds max_len={self.config.max_len}")
+            raise InvalidValue(f"invalid input: length {T} exceeds max_len={self.config.max_len}")
         return e + self.pos.weight[:T]

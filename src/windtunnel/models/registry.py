@@ -14,6 +14,7 @@ from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig
 from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
 from .transformer import Transformer, TransformerConfig
+from ..errors import InvalidValue
 
 TOLERANCE = 0.03
 """Relative tolerance of capacity matching: ``|n_params - N| <= 0.03 N``."""
@@ -63,7 +64,7 @@ def names() -> list[str]:
 
 def _arch(arch: str) -> Arch:
     if arch not in _ARCHS:
-        raise ValueError(f"unknown architecture {arch!r}: choose from {', '.join(names())}")
+        raise InvalidValue(f"unknown architecture {arch!r}: choose from {', '.join(names())}")
     return _ARCHS[arch]
 
 
@@ -71,7 +72,7 @@ def _check_keys(arch: str, keys: Sequence[str]) -> None:
     allowed = {f.name for f in fields(_arch(arch).config)} - {"arch"}
     unknown = sorted(set(keys) - allowed)
     if unknown:
-        raise ValueError(
+        raise InvalidValue(
             f"unknown parameter {unknown[0]!r} for model {arch!r}: allowed {', '.join(sorted(allowed))}"
         )
 
@@ -121,7 +122,7 @@ def fit_width(
     to its default wins.  ``ValueError`` if nothing is within ``tol``.
     """
     if not isinstance(target, int) or isinstance(target, bool) or target < 1:
-        raise ValueError(f"invalid params: must be a positive integer, got {target!r}")
+        raise InvalidValue(f"invalid params: must be a positive integer, got {target!r}")
     cache: dict[tuple[int, int | None], int] = {}
 
     def n(width: int, knob: int | None = None) -> int:
@@ -146,7 +147,7 @@ def fit_width(
                 best = cand if best is None or cand < best else best
     if best is None:
         arch = config_at(w, None).arch
-        raise ValueError(
+        raise InvalidValue(
             f"invalid params: cannot size {arch!r} to {target} parameters within {tol:.0%} "
             f"(closest: {k} at d_model={w})"
         )
@@ -172,7 +173,7 @@ def make(arch: str, task: Any, params: int | None = None, **overrides: Any) -> W
     if params is None:
         return spec.model(spec.config(arch=arch, **base))
     if "d_model" in overrides:
-        raise ValueError("invalid d_model: cannot be given together with params (params chooses the width)")
+        raise InvalidValue("invalid d_model: cannot be given together with params (params chooses the width)")
     knob = spec.refine if spec.refine is not None and spec.refine not in overrides else None
 
     def config_at(width: int, value: int | None) -> ModelConfig:
@@ -193,7 +194,7 @@ def make(arch: str, task: Any, params: int | None = None, **overrides: Any) -> W
 def build(config: dict[str, Any]) -> WindTunnelModel:
     """Rebuild a model (fresh weights) from ``model.config_dict()``; load the state dict separately."""
     if not isinstance(config, dict) or "arch" not in config:
-        raise ValueError("invalid model config: a dict with an 'arch' field is required")
+        raise InvalidValue("invalid model config: a dict with an 'arch' field is required")
     arch = config["arch"]
     spec = _arch(arch)
     rest = {k: v for k, v in config.items() if k != "arch"}

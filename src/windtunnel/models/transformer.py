@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
+from ..errors import InvalidValue
 
 POSITIONS = ("rotary", "learned", "none")
 
@@ -228,7 +229,7 @@ class Transformer(WindTunnelModel):
         if self.pos_embed is not None:
             T = tokens.shape[1]
             if T > self.config.max_len:
-                raise ValueError(
+                raise InvalidValue(
                     f"invalid sequence length: {T} exceeds max_len={self.config.max_len} of the learned positions"
                 )
             x = x + self.pos_embed.weight[:T]
@@ -244,7 +245,7 @@ class Transformer(WindTunnelModel):
         attn: Attention = self._layer(layer).attn
         H = self.config.n_heads
         if not isinstance(head, int) or not 0 <= head < H:
-            raise ValueError(f"invalid head: must be an integer in [0, {H - 1}], got {head!r}")
+            raise InvalidValue(f"invalid head: must be an integer in [0, {H - 1}], got {head!r}")
         old = attn.head_mask
         mask = torch.ones(H, device=self.device) if old is None else old.clone()
         mask[head] = 0.0

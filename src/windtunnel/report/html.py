@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import figures as F
+from ..errors import InvalidValue
 
 __all__ = ["write_report"]
 
@@ -199,26 +200,28 @@ def _training_summary(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         vals = [r[k] for r in steps if isinstance(r.get(k), (int, float))]
         if vals:
             out.append((f"final {k}", vals[-1]))
-    for k in ("elapsed_s", "time_s", "wall_s", "elapsed", "seconds"):
-        vals = [r[k] for r in steps if isinstance(r.get(k), (int, float))]
-        if vals:
-            out.append((f"training {k}", vals[-1]))
-            break
     return out
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write ``run_dir/report.html`` (self-contained) and ``run_dir/summary.md``; return the HTML path.
+def write_report(run_dir: "str | Path | RunDir") -> Path:
+    """Write ``report.html`` (self-contained) and ``summary.md`` into a run folder; return the HTML path.
 
-    ``ValueError`` if ``run_dir`` is not a directory.
+    The folder must hold a readable ``config.json``; ``eval.json`` and ``geometry.json`` are shown
+    when present and must then be readable (``RunError`` otherwise: a damaged record is never
+    reported as an empty one).
     """
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise ValueError(f"invalid run_dir: {str(run)!r} is not a directory")
-    config = _read_json(run / "config.json") if (run / "config.json").exists() else None
-    ev = _read_json(run / "eval.json") if (run / "eval.json").exists() else None
-    geometry = _read_json(run / "geometry.json") if (run / "geometry.json").exists() else None
-    rows = _read_jsonl(run / "metrics.jsonl")
+    from ..runs import RunDir
+
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    run = rd.path
+    config = rd.read_config()
+    ev = rd.read_eval() if rd.eval_path.exists() else None
+    geometry = _read_json(rd.geometry_path) if rd.geometry_path.exists() else None
+    if rd.geometry_path.exists() and geometry is None:
+        from ..runs import RunError
+
+        raise RunError(f"{rd.geometry_path} is damaged; re-run `windtunnel analyze`")
+    rows = rd.metrics()
     _ensure_figures(run, ev)
     figs = sorted((run / "figures").glob("*.png"), key=_figure_key) if (run / "figures").exists() else []
     versions = _versions()
@@ -311,6 +314,9 @@ def write_report(run_dir: str | Path) -> Path:
         md.append("")
 
     train = _training_summary(rows)
+    seconds = rd.training_seconds()
+    if seconds is not None:
+        train.append(("training wall time (s)", seconds))
     if train:
         parts.append("<h2>Training</h2>" + _kv_table(train))
         md += ["## Training", ""] + [f"- {k}: {_fmt(v)}" for k, v in train] + [""]
@@ -318,8 +324,7 @@ def write_report(run_dir: str | Path) -> Path:
     timings: list[tuple[str, Any]] = []
     if ev and ev.get("timings"):
         timings += [(f"eval.{k}", v) for k, v in ev["timings"].items()]
-    if isinstance(config, Mapping) and isinstance(config.get("timings"), Mapping):
-        timings += [(f"config.{k}", v) for k, v in config["timings"].items()]
+    timings += [(f"run.{k}", v) for k, v in rd.timings().items()]
     if timings:
         parts.append("<h2>Timings (seconds unless named)</h2>" + _kv_table(timings))
         md += ["## Timings", ""] + [f"- {k}: {_fmt(v)}" for k, v in timings] + [""]
@@ -334,9 +339,9 @@ def write_report(run_dir: str | Path) -> Path:
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_CSS}</style></head>"
            f"<body><main>{''.join(parts)}</main></body></html>")
-    out = run / "report.html"
+    out = rd.report_path
     tmp = run / "report.html.tmp"
     tmp.write_text(doc, encoding="utf-8")
     tmp.replace(out)
-    (run / "summary.md").write_text("\n".join(md), encoding="utf-8")
+    rd.summary_path.write_text("\n".join(md), encoding="utf-8")
     return out

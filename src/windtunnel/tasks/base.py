@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch
+from ..errors import InvalidValue
 
 IGNORE = -100
 """Target value at unscored positions (the ``ignore_index`` of ``torch.nn.functional.cross_entropy``)."""
@@ -113,13 +114,13 @@ class Episodes:
 def check(condition: bool, parameter: str, allowed: str) -> None:
     """Raise ``ValueError`` naming ``parameter`` and its allowed values unless ``condition``."""
     if not condition:
-        raise ValueError(f"invalid {parameter}: must be {allowed}")
+        raise InvalidValue(f"invalid {parameter}: must be {allowed}")
 
 
 def generator(seed: int) -> torch.Generator:
     """A CPU generator seeded deterministically (sampling is always on CPU: reproducible everywhere)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"invalid seed: must be an integer, got {seed!r}")
+        raise InvalidValue(f"invalid seed: must be an integer, got {seed!r}")
     g = torch.Generator()
     g.manual_seed(seed)
     return g
@@ -208,7 +209,7 @@ class Task:
     def with_length(self, length: int) -> "Task":
         """The same task at another episode length (``ValueError`` if the task has no such knob)."""
         if self.length_param is None:
-            raise ValueError(f"invalid lengths: task {self.name!r} has no length parameter")
+            raise InvalidValue(f"invalid lengths: task {self.name!r} has no length parameter")
         return self.replace(**{self.length_param: length})
 
     def bayes_entropy(self, episodes: Episodes) -> torch.Tensor:
@@ -243,7 +244,7 @@ def get(name: str) -> type[Task]:
     if name in _PRESETS:
         return _REGISTRY[_PRESETS[name]["task"]]
     if name not in _REGISTRY:
-        raise ValueError(f"unknown task {name!r}: choose from {', '.join(names())}")
+        raise InvalidValue(f"unknown task {name!r}: choose from {', '.join(names())}")
     return _REGISTRY[name]
 
 
@@ -256,7 +257,7 @@ def make(name: str, **params: Any) -> Task:
     allowed = {f.name for f in fields(cls)}
     unknown = sorted(set(params) - allowed)
     if unknown:
-        raise ValueError(
+        raise InvalidValue(
             f"unknown parameter {unknown[0]!r} for task {cls.name!r}: allowed {', '.join(sorted(allowed)) or 'none'}"
         )
     return cls(**{**base, **params})
@@ -335,7 +336,7 @@ class ContextBlind(torch.nn.Module):
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         T = tokens.shape[1]
         if T > self.table.shape[0]:
-            raise ValueError(f"invalid input: length {T} exceeds the fitted length {self.table.shape[0]}")
+            raise InvalidValue(f"invalid input: length {T} exceeds the fitted length {self.table.shape[0]}")
         post = self.table[torch.arange(T, device=tokens.device)[None, :], tokens]  # [B,T,C]
         return torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG)).float()
 

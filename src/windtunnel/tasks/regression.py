@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import IGNORE, Episodes, Task, check, generator, register, uniform_rows
+from ..errors import InvalidValue
 
 
 def _positive_real(x: object) -> bool:
@@ -176,7 +177,7 @@ class Regression(Task):
 
     def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         if features is None:
-            raise ValueError("invalid features: the regression task needs real-valued features")
+            raise InvalidValue("invalid features: the regression task needs real-valued features")
         B, T = tokens.shape
         mean, std = self.predictive(features)
         out = uniform_rows((B, T), self.C)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import Episodes, Task, check, generator, register
+from ..errors import InvalidValue
 
 
 def sticky_matrix(n_symbols: int, self_prob: float) -> torch.Tensor:
@@ -131,7 +132,7 @@ class Sticky(Task):
 
     def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         if features is None:
-            raise ValueError("invalid features: the sticky task needs the real-valued features")
+            raise InvalidValue("invalid features: the sticky task needs the real-valued features")
         V = self.n_symbols
         x = features.double()
         B, L, _ = x.shape

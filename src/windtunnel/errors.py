@@ -1,0 +1,18 @@
+"""The one distinction the command line relies on: a user's mistake versus a bug.
+
+:class:`UserError` (and its subclasses, e.g. ``train.ConfigError``, ``checkpoint.CheckpointError``,
+``runs.RunError``) is something the user can fix — a bad name or value, a damaged or busy run
+folder, an output path that cannot be written, a size that cannot be allocated.  The CLI prints
+its message as one line and exits with status 2.  Every other exception is a bug in windtunnel:
+it keeps its traceback and the interpreter's own exit status (1).
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in what was asked for; reported as one line, exit status 2."""
+
+
+class InvalidValue(UserError, ValueError):
+    """An invalid name or parameter value given to the library (also a ``ValueError``)."""

@@ -1,0 +1,232 @@
+"""``RunDir``: the one owner of a run folder's layout and records.
+
+A run folder holds everything one training run produced::
+
+    config.json      what rebuilds the task, model and optimiser   (write_config / read_config)
+    checkpoints/     atomic safetensors checkpoints, ``latest``    (checkpoint.py, via .checkpoints)
+    metrics.jsonl    one JSON line per logged step                  (append_metrics / metrics)
+    eval.json        the evaluation (EvalResult.to_dict)            (write_eval / read_eval)
+    timings.json     wall seconds of the stages                     (add_timing / timings)
+    cell.json        a table cell's summary, when a table made it   (write_cell / read_cell)
+    geometry.json    the geometric diagnostics                      (geometry_path)
+    figures/*.png    report.html, summary.md
+
+Training, evaluation, analysis, the report, the table and the CLI reach these files only through
+this class, so a file's name and shape are written down once.  Reading a damaged record raises
+:class:`RunError` (a user error: one line, exit 2), never returns an empty stand-in.
+:meth:`RunDir.lock` keeps two processes from writing one run at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import UserError
+
+
+class RunError(UserError):
+    """A run folder is missing, damaged, busy, or cannot be written."""
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """A run folder (see the module docstring)."""
+
+    CONFIG = "config.json"
+    EVAL = "eval.json"
+    CELL = "cell.json"
+    TIMINGS = "timings.json"
+    METRICS = "metrics.jsonl"
+    GEOMETRY = "geometry.json"
+    REPORT = "report.html"
+    SUMMARY = "summary.md"
+    LOCK = ".lock"
+
+    def __init__(self, path: str | Path) -> None:
+        if str(path).strip() == "":
+            raise RunError("invalid run folder: the path is empty")
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    # --- paths ------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def eval_path(self) -> Path:
+        return self.path / self.EVAL
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def geometry_path(self) -> Path:
+        return self.path / self.GEOMETRY
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / self.REPORT
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def figures(self) -> Path:
+        """The figures folder (created on first use)."""
+        p = self.path / "figures"
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+    # --- state ------------------------------------------------------------------------------
+    def is_run(self) -> bool:
+        """Whether the folder holds a run (a ``config.json``)."""
+        return self.config_path.is_file()
+
+    def is_empty(self) -> bool:
+        """True if the folder does not exist or holds nothing."""
+        return not self.path.exists() or (self.path.is_dir() and not any(self.path.iterdir()))
+
+    def prepare(self) -> None:
+        """Create the folder, or raise :class:`RunError` saying why it cannot be written."""
+        if self.path.exists() and not self.path.is_dir():
+            raise RunError(f"cannot use {self.path} as a run folder: it is a file")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-test{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise RunError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder's lock for the duration; :class:`RunError` if another process holds it."""
+        self.prepare()
+        import fcntl
+
+        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise RunError(f"{self.path} is in use by another windtunnel process; wait for it or choose another folder") from None
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # --- JSON records -----------------------------------------------------------------------
+    def _read(self, name: str, what: str) -> Any:
+        path = self.path / name
+        if not path.is_file():
+            raise RunError(f"{self.path} has no {name} ({what})")
+        try:
+            return json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RunError(f"{path} is damaged ({exc}); re-create it or choose another run folder") from None
+
+    def _write(self, name: str, record: Any, indent: int | None = 1) -> Path:
+        self.prepare()
+        path = self.path / name
+        _atomic_write(path, json.dumps(record, indent=indent))
+        return path
+
+    def read_config(self) -> dict[str, Any]:
+        """The run's ``config.json``: ``{"train": {...}, "task": {"name", "params"}, "model": {"arch", ...}, "n_params"}``."""
+        cfg = self._read(self.CONFIG, "not a windtunnel run folder")
+        ok = (
+            isinstance(cfg, dict) and isinstance(cfg.get("train"), dict) and isinstance(cfg.get("task"), dict)
+            and isinstance(cfg["task"].get("name"), str) and isinstance(cfg["task"].get("params"), dict)
+            and isinstance(cfg.get("model"), dict) and isinstance(cfg["model"].get("arch"), str)
+        )
+        if not ok:
+            raise RunError(f"{self.config_path} is damaged: not a windtunnel run configuration")
+        return cfg
+
+    def write_config(self, record: dict[str, Any]) -> Path:
+        return self._write(self.CONFIG, record, indent=2)
+
+    def read_eval(self) -> dict[str, Any]:
+        ev = self._read(self.EVAL, "not evaluated yet: run `windtunnel eval` first")
+        if not isinstance(ev, dict) or not isinstance(ev.get("metrics"), dict) or not ev["metrics"]:
+            raise RunError(f"{self.eval_path} is damaged: no metrics in it")
+        return ev
+
+    def write_eval(self, record: dict[str, Any]) -> Path:
+        return self._write(self.EVAL, record)
+
+    def read_cell(self) -> dict[str, Any] | None:
+        """A table cell's summary, or ``None`` where the run was not (yet) made by a table."""
+        if not (self.path / self.CELL).is_file():
+            return None
+        cell = self._read(self.CELL, "a table cell")
+        if not isinstance(cell, dict) or not {"task", "arch", "seed", "metrics"} <= set(cell):
+            raise RunError(f"{self.path / self.CELL} is damaged: not a table cell")
+        return cell
+
+    def write_cell(self, cell: dict[str, Any]) -> Path:
+        return self._write(self.CELL, cell)
+
+    def timings(self) -> dict[str, float]:
+        """Wall seconds per stage (``train_s``, ``eval_s``, …); empty where none were recorded."""
+        if not (self.path / self.TIMINGS).is_file():
+            return {}
+        t = self._read(self.TIMINGS, "timings")
+        return {k: float(v) for k, v in t.items() if isinstance(v, (int, float))} if isinstance(t, dict) else {}
+
+    def add_timing(self, **seconds: float) -> Path:
+        return self._write(self.TIMINGS, {**self.timings(), **{k: float(v) for k, v in seconds.items()}})
+
+    # --- the training log -------------------------------------------------------------------
+    def metrics(self) -> list[dict[str, Any]]:
+        """The lines of ``metrics.jsonl`` (a line cut by a kill is skipped)."""
+        if not self.metrics_path.is_file():
+            return []
+        out = []
+        for line in self.metrics_path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+    def truncate_metrics(self, step: int) -> None:
+        """Drop log lines after ``step`` (resuming from the checkpoint of that step)."""
+        if self.metrics_path.exists():
+            keep = [r for r in self.metrics() if r.get("step", 0) <= step]
+            _atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
+
+    def training_seconds(self) -> float | None:
+        """Wall seconds of training: ``timings.json``'s ``train_s``, else the last logged ``time``."""
+        t = self.timings().get("train_s")
+        if t is not None:
+            return t
+        times = [r["time"] for r in self.metrics() if isinstance(r.get("time"), (int, float))]
+        return times[-1] if times else None

@@ -1,0 +1,80 @@
+"""The stages of a run, each taking a :class:`~windtunnel.runs.RunDir`: the CLI and the table only call these.
+
+* :func:`train_run` — train (or resume) and record the wall time (``timings.json``: ``train_s``);
+* :func:`evaluate_run` — evaluate against the exact posterior, write ``eval.json`` and the figures
+  (entropy, KL, learning curves, calibration), record ``eval_s``;
+* :func:`analyze_run` — the geometric diagnostics (``geometry.json``);
+* :func:`write_report` — ``report.html`` and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .runs import RunDir
+
+EVAL_SEED = 12345
+"""The seed of every run's evaluation episodes (so runs, seeds and architectures share them)."""
+
+
+def _rundir(run: str | Path | RunDir) -> RunDir:
+    return run if isinstance(run, RunDir) else RunDir(run)
+
+
+def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: int | None = None) -> RunDir:
+    """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``)."""
+    from .train import train
+
+    rd = _rundir(run)
+    t0 = time.perf_counter()
+    train(cfg, rd, resume=resume, until=until)
+    rd.add_timing(train_s=rd.training_seconds() or (time.perf_counter() - t0))
+    return rd
+
+
+def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | None = None,
+                 seed: int = EVAL_SEED, device: str | None = None) -> Any:
+    """Evaluate the run's latest checkpoint on ``n`` episodes (and ``lengths``); write ``eval.json``
+    and the figures; return the :class:`~windtunnel.evaluate.EvalResult`."""
+    from .evaluate import evaluate
+    from .report import figures
+    from .train import load
+
+    rd = _rundir(run)
+    t0 = time.perf_counter()
+    task, model = load(rd)
+    if device:
+        model.to(device)
+    result = evaluate(model, task, n=n, seed=seed, lengths=lengths)
+    rd.write_eval(result.to_dict())
+    figs = rd.figures
+    figures.entropy_curve(result, figs / "entropy.png")
+    figures.kl_curve(result, figs / "kl.png")
+    if rd.metrics_path.exists():
+        figures.training_curves(rd.metrics_path, figs / "training.png")
+    ep = task.sample(min(n, 512), seed)
+    with torch.no_grad():
+        logits = model(**{k: v.to(next(model.parameters()).device) for k, v in ep.inputs.items()}).cpu()
+    figures.calibration(logits, ep, figs / "calibration.png")
+    rd.add_timing(eval_s=time.perf_counter() - t0)
+    return result
+
+
+def analyze_run(run: str | Path | RunDir, n: int = 512) -> Path:
+    """The geometric diagnostics of the run (``geometry.json``, figures, refreshed report)."""
+    from .geometry import analyze_run as _analyze
+
+    rd = _rundir(run)
+    rd.read_config()  # a clear error for a damaged folder before any work
+    return _analyze(rd.path, n=n)
+
+
+def write_report(run: str | Path | RunDir) -> Path:
+    """``report.html`` and ``summary.md`` of the run."""
+    from .report import write_report as _write
+
+    return _write(_rundir(run))
