@@ -88,6 +88,9 @@ def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
     if not args.name:
         raise UsageError("`windtunnel tasks show` needs a task name")
     task = tasks.make(args.name, **_params(extra))
+    from .tasks.base import check_memory
+
+    check_memory(task, 1, "task size")
     ep = task.sample(1, args.seed)
     decoded = task.decode(ep, 0)
     H = entropy_bits(ep.posterior[0])
@@ -134,6 +137,13 @@ def _check_out(run: "Any", resume: bool, force: bool) -> None:
             for p in run.path.iterdir():
                 if p.name != run.LOCK:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _out_path(text: str | None) -> Path | None:
+    """``--out`` as given (``None``: the command's default); an empty string is a mistake, not ``.``."""
+    if text is not None and text.strip() == "":
+        raise UsageError("invalid --out: the folder name is empty")
+    return None if text is None else Path(text)
 
 
 def _positive(value: Any, name: str) -> int:
@@ -257,7 +267,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     fields["progress"] = not args.no_progress
     cfg = TrainConfig.from_dict(fields)
     default_out = "runs/main" if args.task is None and args.preset == "quick" else f"runs/{task_name}-{arch}-{args.preset}"
-    run = RunDir(args.out if args.out is not None else default_out)
+    run = RunDir(_out_path(args.out) or default_out)
     build(cfg)  # validate before touching the folder
     resume = False
     if not run.is_empty():
@@ -303,7 +313,7 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r}")
     path = run_table(
         preset=args.preset, seeds=args.seeds, archs=args.archs, tasks=args.tasks, params=args.params,
-        out=Path(args.out) if args.out else None, workers=args.workers, steps=args.steps,
+        out=_out_path(args.out), workers=args.workers, steps=args.steps,
     )
     print(f"wrote {path}")
     return 0

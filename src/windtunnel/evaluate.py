@@ -319,6 +319,10 @@ def evaluate(
             f"invalid lengths: task {task.name!r} has no length parameter, so lengths={lengths} cannot be evaluated"
         )
     tasks = {int(K): task.with_length(int(K)) for K in lengths}  # validates every K up front
+    from .tasks.base import check_memory
+
+    for t in [task, *tasks.values()]:
+        check_memory(t, n, "n")
 
     t_start = time.perf_counter()
     timings: dict[str, float] = {"forward_s": 0.0, "oracle_s": 0.0, "metrics_s": 0.0, "sample_s": 0.0}

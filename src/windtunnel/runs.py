@@ -55,6 +55,8 @@ class RunDir:
         if str(path).strip() == "":
             raise RunError("invalid run folder: the path is empty")
         self.path = Path(path)
+        if any(len(part.encode()) > 255 for part in self.path.parts):
+            raise RunError(f"invalid run folder: a name in {str(self.path)[:60]}… is longer than 255 bytes")
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -161,6 +163,11 @@ class RunDir:
         )
         if not ok:
             raise RunError(f"{self.config_path} is damaged: not a windtunnel run configuration")
+        from . import models, tasks
+
+        if cfg["task"]["name"] not in tasks.names() or cfg["model"]["arch"] not in models.names():
+            raise RunError(f"{self.config_path} is damaged: unknown task {cfg['task']['name']!r} "
+                           f"or architecture {cfg['model']['arch']!r}")
         return cfg
 
     def write_config(self, record: dict[str, Any]) -> Path:

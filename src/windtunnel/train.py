@@ -114,6 +114,14 @@ class TrainConfig:
         need(isinstance(self.seed, int) and 0 <= self.seed < 2**31, "seed", "an integer in [0, 2^31)")
         need(self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:"), "device", "auto, cpu, cuda or mps")
         need(self.bf16 in ("auto", "on", "off"), "bf16", "auto, on or off")
+        if isinstance(self.device, str) and self.device.startswith("cuda"):
+            index = int(self.device.split(":")[1]) if self.device.startswith("cuda:") and self.device[5:].isdigit() else 0
+            need(self.device == "cuda" or self.device[5:].isdigit(), "device", "cuda or cuda:N")
+            need(torch.cuda.is_available() and index < torch.cuda.device_count(), "device",
+                 f"a CUDA device this machine has ({torch.cuda.device_count()} visible)")
+        if self.device == "mps":
+            need(getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(), "device",
+                 "a device this machine has (no MPS here)")
         stages_ok = isinstance(self.curriculum, list) and all(
             isinstance(s, dict) and set(s) == {"until", "task_params"} and isinstance(s["until"], int)
             and not isinstance(s["until"], bool) and isinstance(s["task_params"], dict)
@@ -152,9 +160,12 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             except ModuleNotFoundError:  # Python 3.10
                 import tomli as tomllib  # type: ignore[no-redef]
             return tomllib.loads(text)
-        return json.loads(text)
+        data = json.loads(text)
     except Exception as exc:
         raise ConfigError(f"config file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of TrainConfig fields, not a {type(data).__name__}")
+    return data
 
 
 # --- pieces of the loop ---------------------------------------------------------------------
@@ -233,6 +244,14 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
             task.replace(**stage["task_params"])  # validate every stage before training starts
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"curriculum: {exc}" if isinstance(exc, TypeError) else str(exc)) from exc
+    from .tasks.base import check_memory, physical_memory
+
+    # weights, gradients and two AdamW moments: 16 bytes a parameter in float32
+    if cfg.params is not None and physical_memory() and 16 * cfg.params > physical_memory() // 2:
+        raise ConfigError(f"invalid params: {cfg.params} parameters need ≈{16 * cfg.params / 2**30:.0f} GiB to train, "
+                          f"more than half of this machine's {physical_memory() / 2**30:.0f} GiB")
+    check_memory(task, cfg.batch_size, "batch_size")
+    check_memory(task, cfg.eval_n, "eval_n")
     torch.manual_seed(cfg.seed)
     try:
         model = models.make(cfg.arch, task, params=cfg.params, **cfg.model)

@@ -20,6 +20,7 @@ features)``): the Bayes oracle is then a genuine model that sees what the networ
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
@@ -217,6 +218,27 @@ class Task:
         return entropy_bits(episodes.posterior) * episodes.mask
 
 
+def physical_memory() -> int:
+    """Bytes of physical memory on this machine (0 where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def check_memory(task: "Task", n: int, what: str = "batch") -> None:
+    """Refuse (``InvalidValue``) to sample ``n`` episodes whose posteriors alone would need more
+    than half of this machine's memory: ``n·T·(8C + 32)`` bytes (float64 posterior, tokens,
+    targets, mask).  A size that cannot be allocated is the user's to change, not a crash."""
+    need = n * task.seq_len * (8 * task.n_classes + 32)
+    limit = physical_memory() // 2
+    if limit and need > limit:
+        raise InvalidValue(
+            f"invalid {what}: {n} episodes of {task.name} need ≈{need / 2**30:.1f} GiB for their posteriors, "
+            f"more than half of this machine's {2 * limit / 2**30:.0f} GiB; use a smaller {what} or task"
+        )
+
+
 # --- registry ------------------------------------------------------------------------------
 _REGISTRY: dict[str, type[Task]] = {}
 _PRESETS: dict[str, dict[str, Any]] = {}
@@ -260,7 +282,13 @@ def make(name: str, **params: Any) -> Task:
         raise InvalidValue(
             f"unknown parameter {unknown[0]!r} for task {cls.name!r}: allowed {', '.join(sorted(allowed)) or 'none'}"
         )
-    return cls(**{**base, **params})
+    for f in fields(cls):  # a flag value "true" must not pass as the integer 1
+        if f.name in params and isinstance(params[f.name], bool) and "bool" not in str(f.type):
+            raise InvalidValue(f"invalid {f.name}: must be a number, got {params[f.name]!r}")
+    try:
+        return cls(**{**base, **params})
+    except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
+        raise InvalidValue(f"invalid parameters for task {cls.name!r}: {exc}") from None
 
 
 def defaults(name: str) -> dict[str, Any]:

@@ -86,9 +86,10 @@ class Regression(Task):
         check(_is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
         check(_is_int(self.points) and 1 <= self.points <= 4096, "points", "an integer in [1, 4096]")
         check(_is_int(self.C) and 3 <= self.C <= 65536, "C", "an integer in [3, 65536]")
-        check(_positive_real(self.sigma_w), "sigma_w", "a finite number > 0")
-        check(_positive_real(self.sigma), "sigma", "a finite number > 0")
-        check(_positive_real(self.y_range), "y_range", "a finite number > 0")
+        # scales outside [1e-6, 1e6] make the float64 precision matrices singular or overflow
+        for name in ("sigma_w", "sigma", "y_range"):
+            v = getattr(self, name)
+            check(_positive_real(v) and 1e-6 <= v <= 1e6, name, "a number in [1e-6, 1e6]")
 
     @property
     def n_classes(self) -> int:

@@ -66,7 +66,7 @@ class Sticky(Task):
         check(is_int(self.dim) and 1 <= self.dim <= 4096, "dim", "an integer in [1, 4096]")
         check(is_int(self.length) and 1 <= self.length <= 100_000, "length", "an integer in [1, 100000]")
         check(is_int(self.means_seed), "means_seed", "an integer")
-        check(is_real(self.noise) and self.noise > 0, "noise", "a positive finite number")
+        check(is_real(self.noise) and 1e-6 <= self.noise <= 1e6, "noise", "a number in [1e-6, 1e6] (the Gaussian likelihood under- or overflows beyond)")
 
     # --- sizes ----------------------------------------------------------------------------
     @property
