@@ -5,7 +5,7 @@
 Trains the same transformer (capacity-matched, same seed and data stream) on HMM filtering at
 K=20 with ``pos`` = learned, rotary and none, then evaluates KL(Bayes‖model) in bits at K=20, 30
 and 50 — overall and over the positions beyond the training horizon only (the all-position
-aggregate hides extrapolation error behind the in-range positions; papers.md §3).  Runs are
+aggregate hides extrapolation error behind the in-range positions).  Runs are
 ordinary run folders, so a killed measurement resumes.
 """
 

@@ -3,7 +3,7 @@
     python benchmarks/tasks_throughput.py [--n 20000] [--reps 5] [--threads 2] [--json out.json]
 
 The HMM figure is compared with the authors' generator measured on the same 2-core CPU
-(authors-code-audit.md §7a: 2,000 sequences with exact posteriors in 3.24 s ≈ 620 episodes/s;
+(the authors' generator, measured on this CPU: 2,000 sequences with exact posteriors in 3.24 s ≈ 620 episodes/s;
 their code is not vendored here, so that baseline is quoted, not re-run).  Target: ≥ 100×.
 """
 
@@ -18,7 +18,7 @@ import torch
 
 from windtunnel import tasks
 
-AUTHORS_HMM_EPISODES_PER_S = 2000 / 3.24  # authors-code-audit.md §7a, construction + __getitem__
+AUTHORS_HMM_EPISODES_PER_S = 2000 / 3.24  # the authors' generator on this CPU, construction + __getitem__
 
 
 def measure(name: str, n: int, reps: int) -> dict[str, float]:

@@ -3,13 +3,13 @@
     python benchmarks/train_throughput.py [--batch 128] [--steps 20] [--threads 2] [--device cpu]
                                          [--profile] [--compile] [--bf16] [--json out.json]
 
-Setting (papers.md §2, authors-code-audit.md §7c): bijection V=20, L=19 (37 tokens), the 6-layer,
+Setting (the papers' bijection model): bijection V=20, L=19 (37 tokens), the 6-layer,
 6-head, d=192 transformer (≈2.7M parameters), batch 128, AdamW with gradient clipping, fp32 on
 CPU.  One step = fresh episodes + forward + backward + clip + AdamW, exactly as ``train.py`` does.
 MFU = achieved model FLOP/s ÷ a dense fp32 matmul peak measured in the same run.  The model FLOPs
 per token are 6·N (weights, forward+backward) + 12·n_layers·T·d (attention scores and mixing),
 the nanoGPT/PaLM convention.  The authors' TinyGPT step on this CPU ran ≈7,100 tokens/s
-(≈114 GFLOP/s; audit §7c) — quoted, since their code is not vendored.
+(≈114 GFLOP/s, measured on this CPU) — quoted, since their code is not vendored.
 """
 
 from __future__ import annotations

@@ -165,8 +165,8 @@ def test_uniform_model_on_bijection_is_analytic() -> None:
     assert r["values"]["accuracy"] == pytest.approx(1 / V)
 
 
-def test_uniform_model_default_bijection_matches_audit() -> None:
-    # authors-code-audit.md §3: the best position-only predictor scores MAE 1.107 bits (V=20, L=19)
+def test_uniform_model_default_bijection_matches_the_position_only_optimum() -> None:
+    # the best position-only predictor scores MAE 1.107 bits (V=20, L=19)
     task = tasks.make("bijection")
     ep = task.sample(50, 0)
     r = M.compute(torch.zeros(ep.posterior.shape), ep)

@@ -1,4 +1,4 @@
-"""The task contract (DESIGN.md "Tasks"), checked for every registered task, plus golden episodes.
+"""The task contract (windtunnel.tasks.base), checked for every registered task, plus golden episodes.
 
 Golden files pin a few sampled episodes per task so that a silent change of a generator (a
 different random stream, a re-ordered token layout, a changed posterior) fails loudly.  After an

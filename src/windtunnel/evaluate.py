@@ -3,7 +3,7 @@
 ``evaluate(model, task)`` samples ``n`` fresh episodes (deterministic in ``seed``), runs the model
 once per chunk of sequences under ``torch.inference_mode`` — a causal model's logits at every position
 come from that single pass; prefixes are never re-run one by one, unlike the authors'
-``evaluate_entropy_calibration`` (authors-code-audit.md §3) — and scores the concatenated logits
+``evaluate_entropy_calibration`` (the authors' released evaluator) — and scores the concatenated logits
 with ``windtunnel.metrics.compute``.  The Bayes oracle is evaluated beside the model on the same
 episodes: its errors must be ~0 and are reported, not asserted.
 
@@ -12,9 +12,9 @@ With resampling counts ``W [n_boot, n]`` (multinomial, ``Σ_b W_rb = n``) and an
 ``X [n, T]`` with mask ``M``, resample ``r`` of a pooled metric is
 ``Σ_t (W X)_rt / Σ_t (W M)_rt`` and its per-position curve ``(W X)_rt / (W M)_rt``;
 ``entropy_mae_curve`` is re-derived per resample from the re-averaged entropy curves
-(papers.md §3's average-over-sequences-first order).
+(the papers' average-over-sequences-first order).
 
-Length generalisation (papers.md §3, "Length generalisation protocol"): ``lengths=[K, …]``
+Length generalisation (the papers' protocol): ``lengths=[K, …]``
 evaluates ``task.with_length(K)`` for each ``K``, records metrics and curves per length, and
 also the metrics over the positions *beyond* the training horizon only, since the aggregate over
 all positions understates extrapolation error.

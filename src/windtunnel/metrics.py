@@ -5,7 +5,7 @@ is ``q = softmax(logits)`` over the ``C = task.n_classes`` output classes, taken
 reference is ``p = episodes.posterior`` (exact, float64).  Everything is measured over the
 *scored* positions (``episodes.mask``), in bits (``log2``) unless stated otherwise.
 
-Definitions (the contract of DESIGN.md "Metrics"; papers.md §3 and authors-code-audit.md §3 list
+Definitions (the project's metric contract; the papers and the authors' released code use
 the four entropy-MAE variants and two KL directions of the original code — these are ours):
 
 * ``entropy_mae_curve`` — the papers' published number (their ``evaluate_entropy_calibration``

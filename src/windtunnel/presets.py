@@ -2,7 +2,7 @@
 
 ``preset(name, task, arch)`` returns the ``TrainConfig`` fields for one cell.  The ``quick``
 sizes were measured on 2 CPU cores (see the closing notes and ``benchmarks/``); ``paper`` follows
-papers.md §2: the 6×6×192 transformer (≈2.67M parameters) for bijection and recall, 9 layers for
+the papers' sizes: the 6×6×192 transformer (≈2.67M parameters) for bijection and recall, 9 layers for
 HMM, and every other architecture capacity-matched to the transformer.
 """
 

@@ -1,4 +1,4 @@
-"""The architecture × inference-primitive table (Paper I v3; papers.md §4) in one command.
+"""The architecture × inference-primitive table (Paper I v3, arXiv 2512.22471) in one command.
 
 Columns are wind tunnels chosen to isolate a primitive:
 

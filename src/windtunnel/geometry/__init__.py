@@ -1,4 +1,4 @@
-"""Paper I's geometric diagnostics as library functions (papers.md §5; authors-code-audit.md §3).
+"""Paper I's geometric diagnostics as library functions (arXiv 2512.22471, 2512.22473).
 
 Each diagnostic is ``f(model, task, **options) -> dict`` of plain JSON numbers with a null
 baseline for every statistic, returns ``{"applicable": False, "reason": ...}`` for an architecture

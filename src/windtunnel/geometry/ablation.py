@@ -1,5 +1,5 @@
-"""Head and layer ablations with paired bootstrap intervals (papers.md §4 "Geometry and ablation",
-§5.2; authors-code-audit.md §3 "Head ablation", "Layer ablation")."""
+"""Head and layer ablations with paired bootstrap intervals (Paper I's
+"Geometry and ablation"; the frame-head criterion of the authors' released code is discussed below)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def head_ablation(
     ``delta = metric(ablated) − metric(intact)``; ``delta_ci`` is a paired 95% percentile bootstrap
     over sequences (the same resampled sequences for both); ``fold = ablated / intact``.  The
     *hypothesis-frame head* is the head with the largest ``delta`` of ``metric`` (Paper I's
-    indispensability criterion; authors-code-audit §3 shows that the lowest-key-cosine criterion
+    indispensability criterion; the authors' released analysis shows that the lowest-key-cosine criterion
     picks a different head), ``ratio_to_runner_up`` = its delta over the second largest (``None``
     when that is ≤ 0; 1 when two heads are interchangeable), with a bootstrap interval of the
     top-two ratio and ``top_share``, the fraction of resamples in which the same head is the top.

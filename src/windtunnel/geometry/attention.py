@@ -1,4 +1,4 @@
-"""Attention focusing with depth (Paper I's "progressive QK alignment"; papers.md §5.3)."""
+"""Attention focusing with depth (Paper I's "progressive QK alignment")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frame–precision dissociation over a run's checkpoints (Paper II's prediction; papers.md §5.5)."""
+"""Frame–precision dissociation over a run's checkpoints (Paper II's prediction, arXiv 2512.22473)."""
 
 from __future__ import annotations
 

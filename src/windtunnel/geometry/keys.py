@@ -1,4 +1,4 @@
-"""Key orthogonality of the hypothesis tokens (Paper I's "hypothesis frame"; papers.md §5.1)."""
+"""Key orthogonality of the hypothesis tokens (Paper I's "hypothesis frame")."""
 
 from __future__ import annotations
 

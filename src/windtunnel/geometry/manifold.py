@@ -1,4 +1,4 @@
-"""The value manifold: PCA of attention outputs and of the residual stream (papers.md §5.4)."""
+"""The value manifold: PCA of attention outputs and of the residual stream (Paper I)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Linear probes of the posterior and of its entropy, per layer; k-means of the final states on HMM
-(the papers' "5-cluster" Mamba geometry; papers.md §4, authors-code-audit.md §3 "Mamba analysis")."""
+(the papers' "5-cluster" Mamba geometry, Paper I v3)."""
 
 from __future__ import annotations
 

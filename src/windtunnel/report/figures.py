@@ -79,7 +79,7 @@ def _band(ax: plt.Axes, x: np.ndarray, lo: np.ndarray, hi: np.ndarray, color: st
 def entropy_curve(result: Any, path: str | Path, length: int | None = None) -> Path:
     """Mean model entropy vs mean Bayes entropy per position, bits, with 95% bootstrap bands.
 
-    ``H̄_q(t)`` and ``H̄_p(t)`` (averaged over sequences; papers.md §3) — on bijection the Bayes
+    ``H̄_q(t)`` and ``H̄_p(t)`` (averaged over sequences first, as the papers do) — on bijection the Bayes
     curve is the staircase ``log2(V − k + 1)`` (with replacement: a sawtooth).  The lower panel is
     ``|H̄_q − H̄_p|`` per position, whose mean is ``entropy_mae_curve``.  ``length`` picks one of the
     evaluated lengths instead of the training length.

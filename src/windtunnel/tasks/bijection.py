@@ -1,4 +1,4 @@
-"""Bijection elimination (Paper I §"bijection"; papers.md §1.1): belief *accumulation*.
+"""Bijection elimination (Paper I, arXiv 2512.22471, "bijection elimination"): belief *accumulation*.
 
 A fresh permutation ``π`` of ``[V]`` per episode.  Tokens ``[k1, v1, k2, v2, …, kL]`` with keys in
 ids ``0..V-1`` and values in ids ``V..2V-1`` (separate ranges; the final value is never shown

@@ -1,4 +1,4 @@
-"""Coin: Beta–Bernoulli flips, or Paper III's two-label SULA task (papers.md §7).
+"""Coin: Beta–Bernoulli flips, or Paper III's two-label SULA task (Paper III, arXiv 2512.23752).
 
 ``labels="flips"`` (conjugate accumulation): a coin bias ``p ~ Beta(a, b)`` per episode and
 flips ``f_1..f_n ~ Bernoulli(p)`` (1 = heads).  Tokens ``[BOS, f_1, …, f_{n-1}]`` (flips are ids

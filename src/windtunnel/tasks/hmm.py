@@ -1,4 +1,4 @@
-"""HMM filtering (Paper I §"HMM"; papers.md §1.2): belief accumulation plus *transport*.
+"""HMM filtering (Paper I, arXiv 2512.22471, "HMM filtering"): belief accumulation plus *transport*.
 
 A fresh hidden Markov model per episode: ``S`` states, ``O`` symbols, uniform initial state.
 Every row of the transition matrix ``T`` (``T[i, j] = p(s_{t+1}=j | s_t=i)``) and of the emission

@@ -1,4 +1,4 @@
-"""Associative recall (Paper I v3; papers.md §1.3): random-access *binding*.
+"""Associative recall (Paper I v3, arXiv 2512.22471): random-access *binding*.
 
 Each episode stores ``N = pairs`` key→value bindings with distinct keys (drawn from ``n_keys``)
 and distinct values (drawn from ``n_values``), written as ``k v`` token pairs; then ``filler``

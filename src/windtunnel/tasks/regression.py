@@ -1,4 +1,4 @@
-"""Bayesian linear regression in context (papers.md §1.4; Garg et al. 2022, §9, with a Gaussian prior).
+"""Bayesian linear regression in context (Paper I; Garg et al. 2022, with a Gaussian prior).
 
 Per episode ``w ~ N(0, σ_w² I_d)``; ``points`` inputs ``x_i ~ N(0, I_d)`` and responses
 ``y_i = w·x_i + e_i``, ``e_i ~ N(0, σ²)``.  The model reads real-valued ``features [B, 2·points, d+2]``:

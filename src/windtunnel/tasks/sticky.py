@@ -1,4 +1,4 @@
-"""Sticky Markov chain (Paper II §5.2, EM vs SGD; papers.md §6): filtering from noisy vectors.
+"""Sticky Markov chain (Paper II, arXiv 2512.22473, §5.2, EM vs SGD): filtering from noisy vectors.
 
 A fixed chain on ``n_symbols`` symbols: stay with probability ``self_prob``, otherwise move to
 ``j != i`` with probability ``∝ 1 / d(i, j)``, ``d`` the circular distance ``min(|i-j|, n-|i-j|)``
