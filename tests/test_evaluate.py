@@ -190,3 +190,17 @@ def test_json_round_trip_and_aggregate(task: tasks.Task) -> None:
     assert agg["oracle"]["kl"]["mean"] < 1e-9
     assert 9 in agg["lengths"] and agg["lengths"][9]["kl"]["n"] == 4
     json.dumps(agg, allow_nan=False)
+
+
+@pytest.mark.parametrize("name,params", [("bijection", {"V": 10, "L": 9}), ("bijection", {"V": 10, "L": 12, "replacement": True}),
+                                         ("hmm", {"K": 6})])
+def test_oracle_point_estimates_lie_inside_their_intervals(name, params) -> None:
+    """The curve metric's point estimate and its bootstrap resamples sum the same signed gaps, so
+    even at rounding-noise level (the oracle, ~1e-16 bits) the point is inside its interval."""
+    task = tasks.make(name, **params)
+    res = evaluate(tasks.oracle(task), task, n=500, n_boot=200)
+    for metric in ("entropy_mae_curve", "entropy_mae", "kl"):
+        m = res.metrics[metric]
+        assert m["value"] < 1e-12
+        slack = 1e-9 * abs(m["value"])  # summation order alone moves the last bits
+        assert m["ci"][0] - slack <= m["value"] <= m["ci"][1] + slack, (metric, m)

@@ -204,6 +204,9 @@ def compute(logits: torch.Tensor, episodes: Episodes) -> dict[str, Any]:
         "bayes_nll": (maps["bayes_nll"], tmask),
         "entropy_model": (h_q, mask),
         "entropy_bayes": (h_p, mask),
+        # signed gap per element: the curve metric averages this (one sum, the same summands in the
+        # point estimate and in every bootstrap resample) instead of subtracting two averages
+        "entropy_gap": (h_q - h_p, mask),
     }
     per_position = {k: torch.where(m, x, nan) for k, (x, m) in elementwise.items()}
 
@@ -219,7 +222,7 @@ def compute(logits: torch.Tensor, episodes: Episodes) -> dict[str, Any]:
 
     h_q_curve = curve(h_q, mask)
     h_p_curve = curve(h_p, mask)
-    mae_curve = (h_q_curve - h_p_curve).abs()
+    mae_curve = curve(*elementwise["entropy_gap"]).abs()
     curves = {"entropy_mae_curve": mae_curve}
     curves.update({k: curve(*elementwise[k]) for k in METRICS[1:]})
     curves["entropy_model"] = h_q_curve
