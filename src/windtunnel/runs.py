@@ -38,6 +38,19 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON-object lines of a file; blank lines, lines cut by a kill and non-objects are skipped."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 class RunDir:
     """A run folder (see the module docstring)."""
 
@@ -207,17 +220,7 @@ class RunDir:
     # --- the training log -------------------------------------------------------------------
     def metrics(self) -> list[dict[str, Any]]:
         """The lines of ``metrics.jsonl`` (a line cut by a kill is skipped)."""
-        if not self.metrics_path.is_file():
-            return []
-        out = []
-        for line in self.metrics_path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-        return out
+        return read_jsonl(self.metrics_path) if self.metrics_path.is_file() else []
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         with open(self.metrics_path, "a") as f:

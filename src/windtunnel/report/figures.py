@@ -231,21 +231,6 @@ def calibration(logits: torch.Tensor, episodes: Any, path: str | Path, bins: int
         return _save(fig, path)
 
 
-def _read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def _finite(x: Any) -> float | None:
     if isinstance(x, Mapping):
         x = x.get("value")
@@ -262,7 +247,9 @@ def training_curves(metrics_jsonl_path: str | Path, path: str | Path) -> Path:
     drawn in a small lower panel.  Anything else is skipped.  Loss is drawn in the units it was
     logged in (the training loop's cross-entropy); the Bayes gap is ``KL(Bayes ‖ model)`` in bits.
     """
-    rows = _read_jsonl(metrics_jsonl_path)
+    from ..runs import read_jsonl
+
+    rows = read_jsonl(metrics_jsonl_path)
     series: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ("loss", "bayes_gap", "lr", "eval")}
     for r in rows:
         step = _finite(r.get("step"))

@@ -56,12 +56,6 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return F._read_jsonl(path)
-
-
 def _fmt(x: Any) -> str:
     if x is None:
         return "—"
