@@ -23,7 +23,7 @@ import torch
 from common import median_time
 from windtunnel import models, presets, tasks
 from windtunnel.models.mamba import cpu_kernel, selective_scan, selective_scan_ref
-from windtunnel.train import loss_fn
+from windtunnel.training import loss_fn
 
 
 def scan_times(reps: int) -> dict[str, float]:

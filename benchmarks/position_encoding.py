@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from windtunnel.evaluate import evaluate
-from windtunnel.train import TrainConfig, load, train
+from windtunnel.evaluation import evaluate
+from windtunnel.training import TrainConfig, load, train
 
 
 def main() -> None:

@@ -56,8 +56,8 @@ def candidates(grid: str, task: str, arch: str, steps: int) -> list[dict[str, An
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
-    from windtunnel.evaluate import evaluate
-    from windtunnel.train import TrainConfig, load, train
+    from windtunnel.evaluation import evaluate
+    from windtunnel.training import TrainConfig, load, train
 
     cfg = TrainConfig.from_dict(job["config"])
     run = Path(job["run_dir"])

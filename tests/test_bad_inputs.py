@@ -14,7 +14,7 @@ import pytest
 from windtunnel import tasks
 from windtunnel.cli import main
 from windtunnel.runs import RunDir
-from windtunnel.train import TrainConfig, train
+from windtunnel.training import TrainConfig, train
 
 TASKS = [n for n in tasks.names()]
 BAD_VALUES = ["true", "-1", "abc", "1e400", "nan", ""]

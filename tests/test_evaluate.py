@@ -1,4 +1,4 @@
-"""windtunnel.evaluate: chunking, the oracle beside the model, bootstrap intervals, lengths, JSON."""
+"""windtunnel.evaluation: chunking, the oracle beside the model, bootstrap intervals, lengths, JSON."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from windtunnel import metrics as M
 from windtunnel import tasks
-from windtunnel.evaluate import EvalResult, aggregate, evaluate, percentile_ci, predict, resample_weights
+from windtunnel.evaluation import EvalResult, aggregate, evaluate, percentile_ci, predict, resample_weights
 from windtunnel.tasks.bijection import Bijection
 
 

@@ -238,7 +238,7 @@ def test_every_diagnostic_runs_on_every_architecture(arch: str, tmp_path: Path) 
 
 
 def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
-    from windtunnel.train import TrainConfig, train
+    from windtunnel.training import TrainConfig, train
 
     cfg = TrainConfig(task="bijection", task_params={"V": 5, "L": 4}, arch="transformer",
                       model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=12, batch_size=16, eval_every=12,

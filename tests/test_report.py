@@ -11,7 +11,7 @@ import torch
 
 from windtunnel import report, stages
 from windtunnel.runs import RunDir, RunError
-from windtunnel.train import TrainConfig
+from windtunnel.training import TrainConfig
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

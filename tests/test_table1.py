@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from windtunnel import models, tasks
-from windtunnel.evaluate import evaluate, mean_std
+from windtunnel.evaluation import evaluate, mean_std
 from windtunnel.table import cell_config
-from windtunnel.train import ConfigError, TrainConfig, curriculum_task, train
+from windtunnel.training import ConfigError, TrainConfig, curriculum_task, train
 
 from test_bijection import brute_force
 

@@ -14,7 +14,7 @@ import torch
 from windtunnel import checkpoint as ckpt
 from windtunnel import models, tasks
 from windtunnel.cli import main as cli_main
-from windtunnel.train import ConfigError, TrainConfig, TrainingDiverged, load, train
+from windtunnel.training import ConfigError, TrainConfig, TrainingDiverged, load, train
 
 
 def tiny(**kw) -> TrainConfig:
@@ -70,7 +70,7 @@ KILL_SCRIPT = textwrap.dedent(
     import torch
     torch.set_num_threads(__THREADS__)  # same float reductions as the parent's uninterrupted run
     from windtunnel import checkpoint
-    from windtunnel.train import TrainConfig, train
+    from windtunnel.training import TrainConfig, train
     real = checkpoint.save_file
     def dying_save_file(tensors, path):
         if "step_00000020" in path and path.endswith("model.safetensors"):
@@ -110,7 +110,7 @@ def test_sigkill_while_writing_checkpoint_resumes_from_previous(tmp_path: Path) 
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    train_mod = importlib.import_module("windtunnel.train")  # the module (windtunnel.train is the function)
+    train_mod = importlib.import_module("windtunnel.training")  # the module (windtunnel.train is the function)
 
     real = train_mod.loss_fn
     calls = {"n": 0}
@@ -163,3 +163,18 @@ def test_config_rejects_unknown_key() -> None:
         TrainConfig.from_dict({"nonsense": 1})
     with pytest.raises(ConfigError, match="loss"):
         TrainConfig(loss="mse")
+
+
+def test_modules_and_functions_do_not_shadow_each_other() -> None:
+    """``windtunnel.train`` / ``windtunnel.evaluate`` are the functions; the modules are nouns."""
+    import importlib
+
+    import windtunnel as wt
+
+    assert callable(wt.train) and callable(wt.evaluate)
+    assert importlib.import_module("windtunnel.training").train is wt.train
+    assert importlib.import_module("windtunnel.evaluation").evaluate is wt.evaluate
+    for sub in ("geometry", "models", "tasks", "runs", "stages", "table", "report", "metrics"):
+        assert getattr(wt, sub).__name__ == f"windtunnel.{sub}"
+    with pytest.raises(ImportError):
+        importlib.import_module("windtunnel.train")

@@ -153,7 +153,7 @@ def _positive(value: Any, name: str) -> int:
 
 
 def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
-    from .train import TrainConfig, load_config_file
+    from .training import TrainConfig, load_config_file
 
     d: dict[str, Any] = {}
     if args.config:
@@ -172,7 +172,7 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from . import checkpoint as ckpt
     from .runs import RunDir
-    from .train import TrainConfig, build, train
+    from .training import TrainConfig, build, train
 
     if args.resume is not None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "arch", "params", "seed", "batch_size", "lr", "config", "out")
@@ -244,7 +244,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
     from . import presets
-    from .train import TrainConfig, build
+    from .training import TrainConfig, build
 
     from .runs import RunDir
     from .stages import evaluate_run, train_run, write_report

@@ -27,7 +27,7 @@ def _rundir(run: str | Path | RunDir) -> RunDir:
 
 def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: int | None = None) -> RunDir:
     """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``)."""
-    from .train import train
+    from .training import train
 
     rd = _rundir(run)
     t0 = time.perf_counter()
@@ -39,10 +39,10 @@ def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: i
 def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | None = None,
                  seed: int = EVAL_SEED, device: str | None = None) -> Any:
     """Evaluate the run's latest checkpoint on ``n`` episodes (and ``lengths``); write ``eval.json``
-    and the figures; return the :class:`~windtunnel.evaluate.EvalResult`."""
-    from .evaluate import evaluate
+    and the figures; return the :class:`~windtunnel.evaluation.EvalResult`."""
+    from .evaluation import evaluate
     from .report import figures
-    from .train import load
+    from .training import load
 
     rd = _rundir(run)
     t0 = time.perf_counter()

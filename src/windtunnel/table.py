@@ -89,7 +89,7 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
 
     from .runs import RunDir
     from .stages import EVAL_SEED, evaluate_run, train_run
-    from .train import TrainConfig
+    from .training import TrainConfig
 
     torch.set_num_threads(job["threads"])
     if job.get("device"):
@@ -123,7 +123,7 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
 
 def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Group seeds of the same (task, arch) into one table cell with mean/std (and the seed CI)."""
-    from .evaluate import mean_std
+    from .evaluation import mean_std
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for c in cells:
@@ -264,7 +264,7 @@ def _is_table(path: Path) -> bool:
 def _validate_cells(preset: str, columns: list[str], archs: list[str], params: int | None, steps: int | None) -> None:
     """Build the task and model of every (column, architecture) once: a bad ``params`` or ``steps``
     is refused before the table touches its folder."""
-    from .train import TrainConfig, build
+    from .training import TrainConfig, build
 
     for col in columns:
         for arch in archs:
@@ -275,7 +275,7 @@ def references(preset: str, column: str, eval_n: int, lengths: list[int] | None)
     """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
     oracle and the context-blind optimum (``tasks.context_blind``)."""
     from . import presets, tasks
-    from .evaluate import evaluate
+    from .evaluation import evaluate
 
     name, params = presets.task_spec(column, preset)
     task = tasks.make(name, **params)

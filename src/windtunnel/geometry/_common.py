@@ -389,7 +389,7 @@ def adjusted_rand_index(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # --- bootstrap -------------------------------------------------------------------------------------
 def resample_weights(n: int, n_boot: int, seed: int) -> torch.Tensor:
-    from ..evaluate import resample_weights as rw
+    from ..evaluation import resample_weights as rw
 
     return rw(n, n_boot, seed)
 

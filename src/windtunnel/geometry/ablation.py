@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from .. import metrics as M
-from ..evaluate import predict
+from ..evaluation import predict
 from ..tasks.base import Episodes, Task
 from . import _plot
 from ._common import GEOMETRY_SEED, arch_of, ci, clean, episodes_for, n_layers, not_applicable, resample_weights

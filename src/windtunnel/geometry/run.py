@@ -90,7 +90,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     (and printed) so the others still run.
     """
     from ..report import write_report
-    from ..train import load
+    from ..training import load
 
     run = Path(run_dir)
     task, model = load(run)
