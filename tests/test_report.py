@@ -90,3 +90,15 @@ def test_report_refuses_an_empty_eval(tmp_path: Path, run_dir: Path) -> None:
         report.write_report(tmp_path)
     with pytest.raises(RunError, match="config.json"):
         report.write_report(tmp_path / "missing")
+
+
+def test_training_time_accumulates_across_a_resume(tmp_path: Path) -> None:
+    """A run stopped at step 20 and resumed to 40 reports the time of both parts, not the first."""
+    run = RunDir(tmp_path / "r")
+    cfg = TrainConfig(task="bijection", task_params={"V": 5, "L": 4}, arch="lstm", model={"d_model": 8, "n_layers": 1},
+                      steps=40, log_every=10, eval_every=20, ckpt_every=20, eval_n=8, progress=False)
+    stages.train_run(cfg, run, until=20)
+    first = run.timings()["train_s"]
+    stages.train_run(cfg, run, resume=True)
+    assert run.timings()["train_s"] > first
+    assert run.timings()["train_s"] == run.training_seconds()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -205,12 +204,6 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _evaluate_run(run: "Any", n: int, lengths: list[int] | None, seed: int) -> "Any":
-    from .stages import evaluate_run
-
-    return evaluate_run(run, n=n, lengths=lengths, seed=seed)
-
-
 def _print_metrics(result: Any) -> None:
     for name, m in result.metrics.items():
         ci = m.get("ci")
@@ -223,9 +216,11 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
+    from .stages import evaluate_run
+
     _positive(args.n, "n")
     run = RunDir(args.run)
-    result = _evaluate_run(run, args.n, args.lengths, args.seed)
+    result = evaluate_run(run, n=args.n, lengths=args.lengths, seed=args.seed)
     run = run.path
     print(f"evaluated {run} on {args.n} sequences:")
     _print_metrics(result)

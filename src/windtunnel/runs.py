@@ -234,9 +234,7 @@ class RunDir:
             _atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
 
     def training_seconds(self) -> float | None:
-        """Wall seconds of training: ``timings.json``'s ``train_s``, else the last logged ``time``."""
-        t = self.timings().get("train_s")
-        if t is not None:
-            return t
+        """Wall seconds of training: the last ``time`` the loop logged (it accumulates across
+        resumes), else ``timings.json``'s ``train_s``."""
         times = [r["time"] for r in self.metrics() if isinstance(r.get("time"), (int, float))]
-        return times[-1] if times else None
+        return times[-1] if times else self.timings().get("train_s")
