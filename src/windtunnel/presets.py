@@ -83,6 +83,14 @@ def _transformer_overrides(task: str, layers: int, heads: int) -> dict[str, Any]
     return {"n_layers": layers, "n_heads": heads, **pos}
 
 
+def _model_overrides(task: str, arch: str, layers: int, heads: int) -> dict[str, Any]:
+    """The recipe's depth for every registered architecture (and heads for the transformer); a
+    user's model (``package.module:factory``) gets only the parameter target and sizes itself."""
+    if ":" in arch:
+        return {}
+    return _transformer_overrides(task, layers, heads) if arch == "transformer" else {"n_layers": layers}
+
+
 def preset(name: str, task: str, arch: str) -> dict[str, Any]:
     """``TrainConfig`` fields for ``arch`` on ``task`` under preset ``name``."""
     if name not in PRESETS:
@@ -96,7 +104,7 @@ def preset(name: str, task: str, arch: str) -> dict[str, Any]:
             "task_params": task_params,
             "arch": arch,
             "params": _QUICK_PARAMS,
-            "model": _transformer_overrides(base, layers, r["heads"]) if arch == "transformer" else {"n_layers": layers},
+            "model": _model_overrides(base, arch, layers, r["heads"]),
             "steps": r["steps"],
             "batch_size": r["batch_size"],
             "curriculum": [dict(stage) for stage in r.get("curriculum", [])],
@@ -112,7 +120,7 @@ def preset(name: str, task: str, arch: str) -> dict[str, Any]:
         "task_params": task_params,
         "arch": arch,
         "params": _PAPER_PARAMS.get(base, 2_670_000),
-        "model": _transformer_overrides(base, 6, 6) if arch == "transformer" else {"n_layers": 6},
+        "model": _model_overrides(base, arch, 6, 6),
         "steps": 100_000,
         "batch_size": 128,
         "lr": 3e-4,
@@ -123,7 +131,7 @@ def preset(name: str, task: str, arch: str) -> dict[str, Any]:
         "ckpt_every": 5000,
     }
     if base == "hmm":
-        cfg["model"] = _transformer_overrides(base, 9, 8) if arch == "transformer" else {"n_layers": 9}
+        cfg["model"] = _model_overrides(base, arch, 9, 8)
         cfg["steps"] = 50_000
         cfg["batch_size"] = 64
         cfg["weight_decay"] = 0.01

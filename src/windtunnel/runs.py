@@ -178,7 +178,8 @@ class RunDir:
             raise RunError(f"{self.config_path} is damaged: not a windtunnel run configuration")
         from . import models, tasks
 
-        if cfg["task"]["name"] not in tasks.names() or cfg["model"]["arch"] not in models.names():
+        arch = cfg["model"]["arch"]
+        if cfg["task"]["name"] not in tasks.names() or (arch not in models.names() and not models.is_external(arch)):
             raise RunError(f"{self.config_path} is damaged: unknown task {cfg['task']['name']!r} "
                            f"or architecture {cfg['model']['arch']!r}")
         return cfg

@@ -314,8 +314,10 @@ def run_table(
     archs = archs or list(ARCHS)
     columns = tasks or list(COLUMNS)
     for a in archs:
-        if a not in models.names():
-            raise InvalidValue(f"unknown arch {a!r}: choose from {', '.join(models.names())}")
+        if models.is_external(a):
+            models.load_factory(a)
+        elif a not in models.names():
+            raise InvalidValue(f"unknown arch {a!r}: choose from {', '.join(models.names())} or package.module:factory")
     for c in columns:
         if c not in COLUMNS:
             raise InvalidValue(f"unknown table column {c!r}: choose from {', '.join(COLUMNS)}")
@@ -350,7 +352,7 @@ def run_table(
                 jobs.append({
                     "column": col, "arch": arch, "seed": seed,
                     "config": cell_config(preset, col, arch, seed, params, steps),
-                    "run_dir": str(out / "runs" / f"{col}-{arch}-s{seed}"),
+                    "run_dir": str(out / "runs" / f"{col}-{arch.replace(':', '-')}-s{seed}"),
                     "eval_n": eval_n or EVAL_N[preset],
                     "lengths": COLUMNS[col].get("lengths"),
                     "threads": threads,

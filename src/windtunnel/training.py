@@ -98,7 +98,10 @@ class TrainConfig:
 
         need(isinstance(self.task, str), "task", "a task name")
         need(isinstance(self.task_params, dict), "task_params", "a table of task parameters")
-        need(isinstance(self.arch, str) and self.arch in models.names(), "arch", f"one of {', '.join(models.names())}")
+        need(isinstance(self.arch, str) and (self.arch in models.names() or models.is_external(self.arch)), "arch",
+             f"one of {', '.join(models.names())} or package.module:factory")
+        if models.is_external(self.arch):
+            models.load_factory(self.arch)  # importable now, not after the run folder is written
         need(self.params is None or (isinstance(self.params, int) and self.params >= 1000), "params", "an integer ≥ 1000")
         need(isinstance(self.model, dict), "model", "a table of model overrides")
         for key in ("steps", "batch_size", "log_every", "eval_every", "eval_n", "ckpt_every"):

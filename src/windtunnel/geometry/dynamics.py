@@ -110,11 +110,14 @@ def frame_precision(
         paths = [paths[i] for i in keep]
     steps = [int(p.name.split("_")[1]) for p in paths]
     model = models.build(record["model"])
+    L = n_layers(model)
+    if L == 0:
+        return {"applicable": False, "reason": f"architecture {record['model']['arch']!r} has no windtunnel blocks "
+                                               "(no final residual stream to follow)"}
     if device is not None:
         model.to(device)
     ep = task.sample(n, seed)
     attn = has_hooks(model, "attn.hook_pattern")
-    L = n_layers(model)
     last_name = f"blocks.{L - 1}.hook_resid_post"
 
     ckpt.load(paths[-1], model)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .base import ModelConfig, WindTunnelModel
+from .external import build_external, is_external, make_external
 from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig
 from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
@@ -160,7 +161,10 @@ def make(arch: str, task: Any, params: int | None = None, **overrides: Any) -> W
     ``overrides`` set config fields (``n_layers=4``, ``pos='learned'``, ...); with ``params``
     the width ``d_model`` is chosen (and, at small budgets, ``d_ff``/``d_inner``), so it may
     not be overridden too.  Unknown architectures or fields raise ``ValueError`` naming them.
+    ``arch="package.module:factory"`` builds a user's model (``models.external``).
     """
+    if is_external(arch):
+        return make_external(arch, task, params, **overrides)
     spec = _arch(arch)
     _check_keys(arch, list(overrides))
     base: dict[str, Any] = {
@@ -196,6 +200,8 @@ def build(config: dict[str, Any]) -> WindTunnelModel:
     if not isinstance(config, dict) or "arch" not in config:
         raise InvalidValue("invalid model config: a dict with an 'arch' field is required")
     arch = config["arch"]
+    if is_external(arch):
+        return build_external(config)
     spec = _arch(arch)
     rest = {k: v for k, v in config.items() if k != "arch"}
     _check_keys(arch, list(rest))

@@ -1,0 +1,168 @@
+"""Bring your own model: a GRU written here, outside the package, trained, evaluated, resumed and
+tabulated through ``--arch module:factory``, and every broken contract refused in one line."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from windtunnel import models, tasks
+from windtunnel.cli import main
+from windtunnel.errors import InvalidValue
+from windtunnel.table import run_table
+
+THIRD_PARTY = '''
+"""A user's model, written without windtunnel's base classes (only its HookPoint, for a hook)."""
+import torch
+from torch import nn
+from windtunnel.models import HookPoint
+
+
+class TinyGRU(nn.Module):
+    def __init__(self, vocab, classes, hidden):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
+        self.hook_state = HookPoint()
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, tokens):
+        h, _ = self.gru(self.embed(tokens))
+        return self.head(self.hook_state(h))
+
+
+def count(task, hidden):  # embedding + GRU (3 gates, two weight matrices and two biases each) + head
+    return task.vocab_size * hidden + 6 * hidden * (hidden + 1) + (hidden + 1) * task.n_classes
+
+
+def make(task, params=None, hidden=16):
+    if params is not None:  # the smallest width whose count reaches the target
+        hidden = min(range(1, 2048), key=lambda h: abs(count(task, h) - params))
+    return TinyGRU(task.vocab_size, task.n_classes, hidden)
+
+
+def ignores_target(task, params=None):
+    return TinyGRU(task.vocab_size, task.n_classes, 8)
+
+
+def no_params(task):
+    return TinyGRU(task.vocab_size, task.n_classes, 8)
+
+
+class Peeking(nn.Module):  # sees the future: position t gets the mean embedding of the whole episode
+    def __init__(self, task):
+        super().__init__()
+        self.embed = nn.Embedding(task.vocab_size, 8)
+        self.head = nn.Linear(8, task.n_classes)
+
+    def forward(self, tokens):
+        e = self.embed(tokens)
+        return self.head(e + e.mean(1, keepdim=True))
+
+
+def peeking(task):
+    return Peeking(task)
+
+
+def wrong_shape(task):
+    return nn.Embedding(task.vocab_size, task.n_classes + 1)
+
+
+def not_a_module(task):
+    return 3
+'''
+
+
+@pytest.fixture()
+def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder holding ``thirdparty.py``, the current folder (as a user runs the CLI from there)."""
+    (tmp_path / "thirdparty.py").write_text(THIRD_PARTY)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    sys.modules.pop("thirdparty", None)
+
+
+def test_factory_model_is_built_checked_and_rebuilt(third_party: Path) -> None:
+    task = tasks.make("bijection", V=4, L=4)
+    model = models.make("thirdparty:make", task, params=3000)
+    assert abs(model.n_params() - 3000) <= 0.03 * 3000
+    ep = task.sample(3, seed=0)
+    logits, cache = model.run_with_cache(ep.tokens, names="net.hook_state")
+    assert logits.shape == (3, task.seq_len, task.n_classes)
+    assert cache["net.hook_state"].shape[:2] == (3, task.seq_len)
+    rebuilt = models.build(json.loads(json.dumps(model.config_dict())))
+    rebuilt.load_state_dict(model.state_dict())
+    assert torch.equal(rebuilt(ep.tokens), model(ep.tokens))
+    assert model.config_dict()["task"] == "bijection" and model.config_dict()["params"] == 3000
+
+
+@pytest.mark.parametrize("arch, message", [
+    ("thirdparty:peeking", "not causal"),
+    ("thirdparty:wrong_shape", "shape"),
+    ("thirdparty:not_a_module", "not a torch.nn.Module"),
+    ("thirdparty:nothing", "no attribute"),
+    ("no_such_module_xyz:make", "cannot import"),
+    ("thirdparty:", "package.module:factory"),
+    ("thirdparty:make-it", "package.module:factory"),
+])
+def test_broken_contracts_are_refused(third_party: Path, arch: str, message: str) -> None:
+    task = tasks.make("bijection", V=4, L=4)
+    with pytest.raises(InvalidValue, match=message):
+        models.make(arch, task)
+
+
+def test_a_target_the_factory_cannot_take_is_refused(third_party: Path) -> None:
+    task = tasks.make("bijection", V=4, L=4)
+    with pytest.raises(InvalidValue, match="takes no 'params'"):
+        models.make("thirdparty:no_params", task, params=5000)
+    models.make("thirdparty:no_params", task)  # without a target it is built as it is
+    with pytest.raises(InvalidValue, match="within 3%"):  # accepting the target is not enough: it is checked
+        models.make("thirdparty:ignores_target", task, params=50_000)
+
+
+def test_train_resume_and_table_through_the_cli(third_party: Path, capsys: pytest.CaptureFixture) -> None:
+    out = third_party / "run"
+    args = ["train", "--task", "bijection", "--V", "4", "--L", "4", "--arch", "thirdparty:make", "--params", "3000",
+            "--steps", "20", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["train"]["arch"] == cfg["model"]["arch"] == "thirdparty:make"
+    assert main(["train", "--resume", str(out), "--steps", "30", "--no-progress"]) == 0
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000030"
+    assert main(["eval", str(out), "--n", "64"]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert 0 <= result["metrics"]["kl"]["value"] < 10
+    assert main(["analyze", str(out), "--n", "32"]) == 0  # our diagnostics need our blocks: each says so
+    geometry = json.loads((out / "geometry.json").read_text())
+    assert all(str(v).startswith("not applicable") for v in geometry["summary"].values()), geometry["summary"]
+    capsys.readouterr()
+    assert main(["train", "--task", "bijection", "--arch", "thirdparty:peeking", "--steps", "5",
+                 "--out", str(third_party / "bad"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not causal" in err
+    assert not (third_party / "bad" / "config.json").exists()
+
+    table_out = third_party / "table"
+    md = run_table(preset="quick", archs=["lstm", "thirdparty:make"], tasks=["bijection"], out=table_out,
+                   workers=2, steps=10, eval_n=32, seeds=1, params=20000)
+    table = json.loads((table_out / "table.json").read_text())
+    cells = {c["arch"]: c for c in table["cells"]}
+    assert set(cells) == {"lstm", "thirdparty:make"}
+    assert abs(cells["thirdparty:make"]["params"] - 20000) <= 600
+    assert "thirdparty:make" in md.read_text()
+
+
+def test_the_console_script_finds_a_module_in_the_current_folder(third_party: Path) -> None:
+    exe = Path(sys.executable).with_name("windtunnel")
+    if not exe.exists():
+        pytest.skip("console script not installed")
+    env = dict(os.environ, PYTHONPATH="")
+    cmd = [str(exe), "train", "--task", "coin", "--arch", "thirdparty:make", "--steps", "3", "--out", "r", "--no-progress"]
+    proc = subprocess.run(cmd, cwd=third_party, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((third_party / "r" / "config.json").read_text())["model"]["arch"] == "thirdparty:make"
