@@ -139,6 +139,7 @@ def expected_shapes(model: models.WindTunnelModel, B: int, T: int) -> dict[str, 
             H, dh = c.n_heads, c.head_dim
             for n in ("q", "k", "v"):
                 out[p + f"attn.hook_{n}"] = (B, T, H, dh)
+            out[p + "attn.hook_scores"] = (B, H, T, T)
             out[p + "attn.hook_pattern"] = (B, H, T, T)
             out[p + "attn.hook_z"] = (B, T, H, dh)
             out[p + "hook_attn_out"] = (B, T, d)

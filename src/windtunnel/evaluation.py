@@ -33,32 +33,9 @@ import torch
 from . import metrics as M
 from .tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
 from .errors import InvalidValue
+from .stats import LEVEL, finite, mean_std, percentile_ci, resample_weights
 
-__all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "percentile_ci", "predict", "resample_weights"]
-
-LEVEL = 0.95
-"""Confidence level of every interval."""
-
-
-# --- bootstrap primitives ------------------------------------------------------------------------
-def resample_weights(n: int, n_boot: int, seed: int) -> torch.Tensor:
-    """Multinomial resampling counts ``W [n_boot, n]`` float64: row ``r`` counts how often each of
-    the ``n`` sequences is drawn (with replacement, ``n`` draws) in resample ``r``."""
-    g = torch.Generator()
-    g.manual_seed(int(seed))
-    idx = torch.randint(0, n, (n_boot, n), generator=g)
-    w = torch.zeros(n_boot, n, dtype=torch.float64)
-    w.scatter_add_(1, idx, torch.ones(n_boot, n, dtype=torch.float64))
-    return w
-
-
-def percentile_ci(samples: torch.Tensor, level: float = LEVEL) -> tuple[torch.Tensor, torch.Tensor]:
-    """Percentile interval ``[q_(1−level)/2, q_(1+level)/2]`` along dim 0 (NaN resamples ignored)."""
-    a = (1.0 - level) / 2.0
-    qs = torch.tensor([a, 1.0 - a], dtype=torch.float64)
-    out = torch.nanquantile(samples.double(), qs, dim=0)
-    return out[0], out[1]
-
+__all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "mean_std", "percentile_ci", "predict", "resample_weights"]
 
 def bootstrap(result: Mapping[str, Any], weights: torch.Tensor, level: float = LEVEL) -> dict[str, Any]:
     """Percentile intervals for every metric and curve of a ``metrics.compute`` result.
@@ -93,8 +70,7 @@ def bootstrap(result: Mapping[str, Any], weights: torch.Tensor, level: float = L
 # --- the result object ---------------------------------------------------------------------------
 def _num(x: Any) -> float | None:
     """JSON-safe float: NaN/inf → None."""
-    x = float(x)
-    return x if math.isfinite(x) else None
+    return finite(float(x))
 
 
 def _list(t: torch.Tensor | Sequence[float]) -> list[float | None]:
@@ -388,28 +364,7 @@ def evaluate(
     )
 
 
-# --- across seeds --------------------------------------------------------------------------------
-# two-sided 95% quantiles of Student's t with k - 1 degrees of freedom (k = 2..11 values)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-
-
-def mean_std(xs: list[float]) -> dict[str, Any]:
-    r"""Mean, sample std (ddof 1; 0 for one value) and 95% interval of ``xs``, NaN and None skipped.
-
-    The interval is Student's :math:`\bar x \pm t_{0.975,k-1}\, s/\sqrt{k}` over the ``k`` values
-    (training seeds: each an independent replicate of the whole run); ``None`` for ``k < 2``.
-    """
-    vals = [x for x in xs if x is not None and not math.isnan(x)]
-    k = len(vals)
-    mean = sum(vals) / k if k else math.nan
-    std = math.sqrt(sum((x - mean) ** 2 for x in vals) / (k - 1)) if k > 1 else (0.0 if k == 1 else math.nan)
-    ci = None
-    if k > 1:
-        half = _T975.get(k - 1, 1.96) * std / math.sqrt(k)
-        ci = [mean - half, mean + half]
-    return {"mean": mean, "std": std, "n": k, "values": xs, "ci95": ci}
-
-
+# --- across seeds ---------------------------------------------------------------------------------
 def aggregate(results: Sequence[EvalResult | Mapping[str, Any]]) -> dict[str, Any]:
     """Mean ± sample standard deviation (ddof = 1; 0 for a single result) of each metric over results
     (typically training seeds), for the model, the oracle and each evaluated length.

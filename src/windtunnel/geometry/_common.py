@@ -16,6 +16,7 @@ import torch
 
 from ..tasks.base import Episodes, Task, entropy_bits
 from ..errors import InvalidValue
+from ..stats import finite, finite_ci, json_safe as clean, resample_weights
 
 GEOMETRY_SEED = 2**62 + 2**40
 """Episode seed of the diagnostics: disjoint from every training stream (``seed*2^44 + step``) and
@@ -126,33 +127,6 @@ def split_rows(seq: torch.Tensor, train_frac: float = TRAIN_FRAC) -> tuple[torch
 
 
 # --- statistics ------------------------------------------------------------------------------------
-def finite(x: Any) -> float | None:
-    """A plain float, or ``None`` for NaN/inf/None (JSON has no NaN)."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-def clean(obj: Any) -> Any:
-    """Recursively turn tensors/numpy numbers into plain Python numbers, NaN/inf into ``None``."""
-    if isinstance(obj, dict):
-        return {str(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
-        return clean(obj.tolist()) if obj.dim() else clean(obj.item())
-    if isinstance(obj, np.ndarray):
-        return clean(obj.tolist())
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return finite(obj)
-    return obj
-
-
 def rankdata(x: torch.Tensor) -> torch.Tensor:
     """Ranks 1..N with ties given their average rank (as ``scipy.stats.rankdata``)."""
     a = np.asarray(x.detach().cpu().double().numpy())
@@ -388,16 +362,8 @@ def adjusted_rand_index(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # --- bootstrap -------------------------------------------------------------------------------------
-def resample_weights(n: int, n_boot: int, seed: int) -> torch.Tensor:
-    from ..evaluation import resample_weights as rw
-
-    return rw(n, n_boot, seed)
-
-
 def ci(samples: torch.Tensor, level: float = 0.95) -> list[float | None]:
-    s = samples.double()
-    s = s[torch.isfinite(s)]
-    if len(s) == 0:
-        return [None, None]
-    a = (1 - level) / 2
-    return [float(torch.quantile(s, a)), float(torch.quantile(s, 1 - a))]
+    """Percentile interval over the finite resamples (``stats.finite_ci``)."""
+    return finite_ci(samples, level)
+
+

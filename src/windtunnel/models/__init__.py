@@ -9,6 +9,7 @@ brings a model from outside the package (``models.external``: the protocol, chec
 """
 
 from .base import HookPoint, ModelConfig, WindTunnelModel
+from .attention_layer import AttentionLayer, AttentionLayerConfig, attention_layer
 from .external import ExternalModel, is_external, load_factory
 from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig, selective_scan, selective_scan_ref
@@ -17,7 +18,7 @@ from .registry import build, count_params, fit_width, make, names
 from .transformer import Transformer, TransformerConfig
 
 __all__ = [
-    "HookPoint", "ModelConfig", "WindTunnelModel", "ExternalModel", "is_external", "load_factory", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
+    "HookPoint", "ModelConfig", "WindTunnelModel", "AttentionLayer", "AttentionLayerConfig", "attention_layer", "ExternalModel", "is_external", "load_factory", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
     "selective_scan", "selective_scan_ref", "MLP", "MLPConfig", "PointwiseMLP", "PointwiseMLPConfig", "Transformer",
     "TransformerConfig", "build", "count_params", "fit_width", "make", "names",
 ]

@@ -25,7 +25,8 @@ d_model 192, d_ff 768 (2.67M parameters on bijection V=20).
 
 Hook points: ``hook_embed`` (input embedding, learned positions included), per block ``l``:
 ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_q|hook_k|hook_v`` ``[B,T,H,dh]`` (q, k after
-rotary), ``blocks.{l}.attn.hook_pattern`` ``[B,H,T,T]`` (post-softmax), ``blocks.{l}.attn.hook_z``
+rotary), ``blocks.{l}.attn.hook_scores`` ``[B,H,T,T]`` (pre-softmax :math:`q k^\top/\sqrt{d_h}`, before the
+causal mask), ``blocks.{l}.attn.hook_pattern`` ``[B,H,T,T]`` (post-softmax), ``blocks.{l}.attn.hook_z``
 ``[B,T,H,dh]``, ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``;
 ``hook_final`` (after the final norm).
 """
@@ -107,6 +108,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_scores = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
         #: per-head multiplier on z (``None``: no ablation); set by ``Transformer.ablate_head``
@@ -138,6 +140,7 @@ class Attention(nn.Module):
             self.explicit
             or self.head_mask is not None
             or self.hook_pattern.hooked
+            or self.hook_scores.hooked
             or self.hook_q.hooked
             or self.hook_k.hooked
             or self.hook_v.hooked
@@ -145,7 +148,7 @@ class Attention(nn.Module):
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B,H,T,dh]
         p = self.dropout if self.training else 0.0
         if explicit:
-            scores = (qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(dh))  # [B,H,T,T]
+            scores = self.hook_scores((qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(dh)))  # [B,H,T,T]
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
             pattern = self.hook_pattern(pattern)
