@@ -223,9 +223,10 @@ def test_every_diagnostic_runs_on_every_architecture(arch: str, tmp_path: Path) 
     for i, task in enumerate((tasks.make("bijection", V=5, L=6, replacement=True), tasks.make("hmm", S=2, O=2, K=4))):
         model, untrained = tiny(arch, task, 0), tiny(arch, task, 1)
         ep = task.sample(16, 3)
+        results = {}
         for name, (fn, fig) in G.DIAGNOSTICS.items():
-            kw = {"n_boot": 30} if "ablation" in name else {"untrained": untrained}
-            r = jsonable(fn(model, task, episodes=ep, **kw))
+            kw = {"n_boot": 30} if "ablation" in name else {} if name == "routing_law" else {"untrained": untrained}
+            r = results[name] = jsonable(fn(model, task, episodes=ep, **kw))
             applies = arch == "transformer" or name in ("value_manifold", "layer_ablation", "probes")
             assert r.get("applicable", True) is applies, (name, r)
             if not applies:
@@ -234,7 +235,7 @@ def test_every_diagnostic_runs_on_every_architecture(arch: str, tmp_path: Path) 
                 p = fig(r, tmp_path / f"{name}.png")
                 assert p.read_bytes()[:8] == PNG
         if task.name == "hmm":
-            assert "clusters" in r
+            assert "clusters" in results["probes"]
 
 
 def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
@@ -251,7 +252,9 @@ def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
     fp = doc["frame_precision"]
     assert fp["steps"][0] == 0 and fp["steps"][-1] == 12 and fp["series"][-1]["js_mean"] == 0.0
     pngs = sorted(p.name for p in (run / "figures").glob("geometry_*.png"))
-    assert len(pngs) == 7
+    assert len(pngs) == 8
+    assert doc["routing_law"]["summary"]["max_score_rel_error"] < 1e-4  # the law against autograd, float32
+    assert len(doc["routing_law"]["heads"]) == 4
     html = (run / "report.html").read_text()
     assert "<h2>Geometry</h2>" in html and "key_orthogonality.layer0_mean_abs_cos" in html
     assert "alt='geometry_frame_precision'" in html

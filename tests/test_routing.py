@@ -123,3 +123,76 @@ def test_shared_statistics_by_hand() -> None:
     assert m["ci95"] == pytest.approx([7 / 3 - 4.303 * s / math.sqrt(3), 7 / 3 + 4.303 * s / math.sqrt(3)])
     d = paired([3.0, 5.0, 7.0], [1.0, 2.0, 3.0])
     assert d["mean"] == pytest.approx(3.0) and d["ci95"][0] < 3.0 < d["ci95"][1]
+
+
+# --- EM-like vs SGD -----------------------------------------------------------------------------------
+from windtunnel.routing import em  # noqa: E402
+
+
+def test_em_arms_start_paired_and_the_control_matches_the_em_step_norm() -> None:
+    setup = em.EMSetup(length=48, steps=1, seeds=(5,))
+    runs = {arm: em.train_arm(arm, 5, setup) for arm in em.ARMS}
+    assert len({r["gap"][0] for r in runs.values()}) == 1  # same data, same initial weights
+    assert runs["sgd_matched"]["update_norm_mean"] == pytest.approx(runs["em_like"]["update_norm_mean"], rel=1e-9)
+    assert runs["sgd_fast"]["update_norm_mean"] == pytest.approx(10 * runs["sgd"]["update_norm_mean"], rel=1e-9)
+    assert runs["em_like"]["update_norm_mean"] > runs["sgd"]["update_norm_mean"]
+
+
+def test_alternation_moves_values_then_routing() -> None:
+    setup = em.EMSetup(length=32, steps=2)
+    task = setup.task()
+    ep = task.sample(1, seed=1)
+    torch.manual_seed(1)
+    model = models.attention_layer(task)
+    groups = em._groups(model)
+    grads = {k: [torch.ones_like(p) for p in ps] for k, ps in groups.items()}
+    assert em._step_sizes("alternating", 0, setup)(grads) == {"value": 0.1, "routing": 0.0}
+    assert em._step_sizes("alternating", 1, setup)(grads) == {"value": 0.0, "routing": 0.01}
+    eta = em._step_sizes("sgd_matched", 0, setup)(grads)
+    n_v, n_r = sum(p.numel() for p in groups["value"]), sum(p.numel() for p in groups["routing"])
+    assert eta["value"] == eta["routing"] == pytest.approx(math.sqrt((0.01 * n_v + 1e-4 * n_r) / (n_v + n_r)))
+    assert ep.features.shape == (1, 32, 20)
+
+
+def test_em_summary_by_hand() -> None:
+    setup = em.EMSetup(seeds=(1, 2), arms=("sgd", "em_like"))
+
+    def run(arm, seed, gap):
+        return {"arm": arm, "seed": seed, "gap": gap, "final_gap": gap[-1], "final_held_out_gap": gap[-1] + 0.1,
+                "final_entropy_bits": 1.0, "exact_entropy_bits": 0.9, "update_norm_mean": 0.5}
+
+    runs = [run("sgd", 1, [1.0, 0.8, 0.6, 0.4]), run("sgd", 2, [1.0, 0.9, 0.7, 0.6]),
+            run("em_like", 1, [1.0, 0.5, 0.3, 0.2]), run("em_like", 2, [1.0, 0.4, 0.35, 0.3])]
+    s = em.summarise(runs, setup)
+    assert s["threshold_bits"] == pytest.approx(0.5)  # SGD's mean final gap
+    a = s["arms"]["em_like"]
+    assert a["steps_to_threshold"] == {"1": 1, "2": 1}
+    assert s["arms"]["sgd"]["steps_to_threshold"] == {"1": 3, "2": None}  # seed 2 never reaches 0.5
+    assert a["speedup_vs_sgd"]["n"] == 1 and a["speedup_vs_sgd"]["geometric_mean"] == pytest.approx(3.0)
+    assert a["held_out_gap_minus_sgd"]["mean"] == pytest.approx(((0.2 - 0.4) + (0.3 - 0.6)) / 2)
+
+
+def test_run_em_resumes_and_writes_its_table(tmp_path: Path) -> None:
+    setup = em.EMSetup(length=32, steps=6, seeds=(1, 2), eval_every=3)
+    md = em.run_em(setup, tmp_path, progress=False)
+    assert {"em.json", "em.md", "em.png", "runs.jsonl"} <= {p.name for p in tmp_path.iterdir()}
+    text = md.read_text()
+    for arm in em.ARMS:
+        assert f"| {arm} |" in text
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * len(em.ARMS)
+    em.run_em(setup, tmp_path, progress=False)  # nothing to redo
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == len(lines)
+    with pytest.raises(InvalidValue, match="invalid steps"):
+        em.run_em(em.EMSetup(steps=0), tmp_path)
+
+
+def test_single_attention_layer_fused_and_explicit_paths_agree() -> None:
+    task = tasks.make("sticky", length=40)
+    torch.manual_seed(0)
+    model = models.attention_layer(task, init_std=0.5).double()
+    ep = _double(task.sample(3, seed=0))
+    fused = model(**ep.inputs)
+    explicit, cache = model.run_with_cache(**ep.inputs, names="blocks.0.attn.hook_pattern")
+    assert torch.allclose(fused, explicit, atol=1e-12, rtol=0)
+    assert torch.allclose(cache["blocks.0.attn.hook_pattern"].sum(-1), torch.ones(3, 1, 40, dtype=torch.float64))

@@ -314,6 +314,46 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
+    """``routing law RUN``: the law checked on every head; ``routing em``: EM-like vs SGD with controls."""
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}")
+    if args.action == "law":
+        from .routing import check_all_heads
+        from .runs import RunDir
+        from .stages import EVAL_SEED
+        from .training import load
+
+        if not args.run:
+            raise UsageError("routing law needs a run folder: windtunnel routing law RUN")
+        _positive(args.n, "n")
+        run = RunDir(args.run)
+        task, model = load(run)
+        rows = check_all_heads(model, task.sample(args.n, EVAL_SEED))
+        print(f"routing law on {run.path} ({args.n} episodes): law vs autograd, max relative error")
+        print(f"{'layer':>5} {'head':>4} {'dL/ds':>10} {'dL/dv':>10} {'b>E[b]':>7} {'|dL/ds|':>9} {'|dL/dv|':>9}")
+        for r in rows:
+            share = r["advantage_positive_share"]
+            print(f"{r['layer']:>5} {r['head']:>4} {r['score_rel_error']:>10.2e} {r['value_rel_error']:>10.2e} "
+                  f"{'–' if share is None else f'{share:.3f}':>7} {r['routing_grad_norm']:>9.3g} {r['value_grad_norm']:>9.3g}")
+        return 0
+    from .routing.em import PAPER_SEEDS, EMSetup, run_em
+
+    if args.run:
+        raise UsageError(f"unexpected argument {args.run!r}")
+    seeds = PAPER_SEEDS if args.seeds is None else None
+    if seeds is None:
+        _positive(args.seeds, "seeds")
+        seeds = PAPER_SEEDS[: args.seeds] + tuple(range(1, max(0, args.seeds - len(PAPER_SEEDS)) + 1))
+    fields = {"seeds": seeds}
+    if args.steps is not None:
+        fields["steps"] = args.steps
+    md = run_em(EMSetup(**fields), _out_path(args.out) or Path("results/routing"))
+    print(md.read_text())
+    print(f"wrote {md}")
+    return 0
+
+
 def _arch_names() -> list[str]:
     from . import models
 
@@ -384,6 +424,15 @@ def make_parser() -> argparse.ArgumentParser:
     tb.add_argument("--workers", type=int)
     tb.add_argument("--steps", type=int, help="override every cell's training steps (smoke runs)")
     tb.set_defaults(func=cmd_table)
+
+    ro = sub.add_parser("routing", help="Paper II: the routing law on a run's heads (law RUN), EM-like vs SGD (em)")
+    ro.add_argument("action", choices=["law", "em"])
+    ro.add_argument("run", nargs="?")
+    ro.add_argument("--n", type=int, default=64, help="episodes for the law check")
+    ro.add_argument("--steps", type=int, help="em: full-batch steps per run (default 1000)")
+    ro.add_argument("--seeds", type=int, help="em: number of seeds (default 5, the paper's)")
+    ro.add_argument("--out", help="em: output folder (default results/routing)")
+    ro.set_defaults(func=cmd_routing)
     return p
 
 

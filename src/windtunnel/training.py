@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from . import checkpoint as ckpt
 from .metrics import bayes_gap
 from . import models, tasks
-from .errors import UserError
+from .errors import InvalidValue, UserError
 from .runs import RunDir, RunError
 from .tasks.base import Episodes, Task
 
@@ -430,6 +430,8 @@ def load(run_dir: str | Path | RunDir, step: int | None = None) -> tuple[Task, t
         task = tasks.make(record["task"]["name"], **record["task"]["params"])
         model = models.build(record["model"])
     except (ValueError, TypeError) as exc:
+        if models.is_external(record["model"]["arch"]):  # the user's factory, not the folder, is at fault
+            raise InvalidValue(f"{run.path}: {exc}") from None
         raise RunError(f"{run.config_path} is damaged: {exc}") from None
     if step is None:
         found = ckpt.find_latest(run.checkpoints)

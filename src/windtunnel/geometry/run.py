@@ -21,6 +21,7 @@ from .dynamics import frame_precision, frame_precision_figure
 from .keys import key_orthogonality, key_orthogonality_figure
 from .manifold import value_manifold, value_manifold_figure
 from .probes import probes, probes_figure
+from .routing_law import routing_law, routing_law_figure
 
 __all__ = ["analyze_run", "untrained_model", "DIAGNOSTICS"]
 
@@ -31,6 +32,7 @@ DIAGNOSTICS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, 
     "head_ablation": (head_ablation, head_ablation_figure),
     "layer_ablation": (layer_ablation, layer_ablation_figure),
     "probes": (probes, probes_figure),
+    "routing_law": (routing_law, routing_law_figure),
 }
 """name -> (diagnostic(model, task, **options), figure(result, path))."""
 

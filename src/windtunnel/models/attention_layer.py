@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .base import HookPoint, ModelConfig, WindTunnelModel, _check, _pos_int
@@ -69,11 +70,16 @@ class SingleHeadAttention(nn.Module):
         q = self.hook_q(self.W_Q(x)[:, :, None])  # [B,T,1,d_qk]: one head, the transformer's layout
         k = self.hook_k(self.W_K(x)[:, :, None])
         v = self.hook_v(self.W_V(x)[:, :, None])
-        scores = self.hook_scores(q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2) / math.sqrt(self.d_qk))
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        pattern = self.hook_pattern(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1))  # [B,1,T,T]
-        z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [B,T,1,d_v]
-        return z[:, :, 0]
+        qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B,1,T,d]
+        hooked = any(h.hooked for h in (self.hook_q, self.hook_k, self.hook_v, self.hook_scores, self.hook_pattern))
+        if hooked:  # the explicit softmax, so scores and pattern exist to be observed or patched
+            scores = self.hook_scores(qh @ kh.transpose(-1, -2) / math.sqrt(self.d_qk))
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            pattern = self.hook_pattern(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1))  # [B,1,T,T]
+            z = pattern @ vh
+        else:  # fused kernel, identical up to float rounding (T = 2000 full-batch training is its use)
+            z = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        return self.hook_z(z.transpose(1, 2))[:, :, 0]  # hook_z: [B,T,1,d_v]
 
 
 class _Layer(nn.Module):

@@ -263,7 +263,7 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
             md += ["## Length generalisation", "", _md_table([(r[0], r[1]) for r in lrows]), ""]
 
     geo_order = ("key_orthogonality", "attention_focusing", "value_manifold", "head_ablation", "layer_ablation",
-                 "probes", "frame_precision")
+                 "probes", "routing_law", "frame_precision")
     geo_figs = [p for p in figs if p.stem.startswith("geometry_")] if geometry is not None else []
     geo_figs.sort(key=lambda p: (geo_order.index(p.stem[9:]) if p.stem[9:] in geo_order else len(geo_order), p.name))
     figs = [p for p in figs if p not in geo_figs]

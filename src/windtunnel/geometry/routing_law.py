@@ -1,0 +1,60 @@
+"""The routing law as a run diagnostic: Paper II's score and value gradients on every head of the
+trained model, checked against autograd, with the split of the gradient between routing and values.
+
+A thin adapter over :mod:`windtunnel.routing` so ``windtunnel analyze`` and the report show it
+beside the other geometry; the law itself lives there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import _plot
+from ._common import GEOMETRY_SEED, arch_of, episodes_for, has_hooks, not_applicable
+from ..tasks.base import Episodes, Task
+
+
+def routing_law(model: torch.nn.Module, task: Task, n: int = 64, seed: int = GEOMETRY_SEED,
+                episodes: Episodes | None = None) -> dict[str, Any]:
+    """Per head: max relative error of the law against autograd (∂L/∂s and ∂L/∂v), the share of
+    attended pairs with positive advantage ``b_ij > E_α[b]``, and the norms of ∂L/∂s and ∂L/∂v, on
+    at most ``n`` episodes.  ``summary``: the largest errors over heads (float32: ~1e-6 expected)."""
+    from ..routing import check_all_heads
+
+    if not has_hooks(model, "attn.hook_scores"):
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention scores to differentiate")
+    ep = episodes_for(task, n, seed, episodes)
+    ep = ep[: min(n, len(ep))]
+    rows = check_all_heads(model, ep)
+    return {
+        "applicable": True,
+        "n_episodes": len(ep),
+        "heads": rows,
+        "summary": {
+            "max_score_rel_error": max(r["score_rel_error"] for r in rows),
+            "max_value_rel_error": max(r["value_rel_error"] for r in rows),
+            "routing_to_value_grad_norm": [r["routing_grad_norm"] / r["value_grad_norm"] if r["value_grad_norm"] else None
+                                           for r in rows],
+        },
+    }
+
+
+def routing_law_figure(result: dict[str, Any], path: Path) -> Path:
+    """Per head: the gradient norms of routing (∂L/∂s) and values (∂L/∂v), log scale."""
+    if not result.get("applicable", False):
+        return _plot.placeholder(f"routing law: {result.get('reason', 'not applicable')}", path)
+    rows = result["heads"]
+    fig, ax = _plot.figure(w=max(4.0, 0.5 * len(rows) + 2), h=3.4)
+    a = ax[0, 0]
+    x = list(range(len(rows)))
+    a.bar([i - 0.2 for i in x], [r["routing_grad_norm"] for r in rows], width=0.4, label="|∂L/∂s| (routing)")
+    a.bar([i + 0.2 for i in x], [r["value_grad_norm"] for r in rows], width=0.4, label="|∂L/∂v| (values)")
+    a.set_xticks(x, [f"L{r['layer']}H{r['head']}" for r in rows], rotation=90, fontsize=7)
+    a.set_yscale("log")
+    a.set_title(f"routing law per head (law vs autograd: max rel. error "
+                f"{result['summary']['max_score_rel_error']:.1e})", fontsize=9)
+    a.legend(fontsize=7)
+    return _plot.save(fig, path)
