@@ -1,5 +1,6 @@
 """Paper II's routing law against autograd; the single attention layer; the shared statistics."""
 
+import json
 import math
 from pathlib import Path
 
@@ -196,3 +197,32 @@ def test_single_attention_layer_fused_and_explicit_paths_agree() -> None:
     explicit, cache = model.run_with_cache(**ep.inputs, names="blocks.0.attn.hook_pattern")
     assert torch.allclose(fused, explicit, atol=1e-12, rtol=0)
     assert torch.allclose(cache["blocks.0.attn.hook_pattern"].sum(-1), torch.ones(3, 1, 40, dtype=torch.float64))
+
+
+# --- frame before precision ------------------------------------------------------------------------
+from windtunnel.routing import timescales as TS  # noqa: E402
+
+
+def test_timescales_of_a_known_exponential() -> None:
+    steps = list(range(0, 501, 10))
+    values = [2 + 3 * math.exp(-t / 50) for t in steps]
+    fit = TS.fit_tau(steps, values)
+    assert fit["tau"] == pytest.approx(50, rel=0.03) and fit["c"] == pytest.approx(2, abs=0.01) and fit["r2"] > 0.999
+    assert TS.t90(steps, values) == 120  # 50·ln 10 = 115.1, the next checkpoint
+    assert TS.t90(steps, [1.0] * len(steps)) is None
+    assert TS.t90([0, 10, 20, 30], [1.0, 0.0, 1.0, 0.5]) == 30  # comes back: settles only at the end
+
+
+def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
+    setup = TS.TimescaleSetup(task_params={"V": 4, "L": 4}, model={"n_layers": 1, "n_heads": 2, "d_model": 16},
+                              steps=40, checkpoints=4, seeds=(0, 1), n=16)
+    md = TS.run_timescales({"bijection": setup}, tmp_path, progress=False)
+    doc = json.loads((tmp_path / "timescales.json").read_text())
+    seeds = doc["results"]["bijection"]["seeds"]
+    assert [s["seed"] for s in seeds] == [0, 1]
+    assert seeds[0]["steps"] == [0, 1, 2, 5, 10, 20, 30, 40]  # every 40/4 steps, plus the log-spaced early ones
+    assert seeds[0]["frame"][-1] == 0.0  # JS to the final checkpoint vanishes there
+    assert "| bijection | 2 |" in md.read_text()
+    stamp = (tmp_path / "runs" / "bijection-s0" / "timescales.json").stat().st_mtime_ns
+    TS.run_timescales({"bijection": setup}, tmp_path, progress=False)  # resumes: nothing redone
+    assert (tmp_path / "runs" / "bijection-s0" / "timescales.json").stat().st_mtime_ns == stamp

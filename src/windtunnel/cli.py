@@ -337,6 +337,27 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"{r['layer']:>5} {r['head']:>4} {r['score_rel_error']:>10.2e} {r['value_rel_error']:>10.2e} "
                   f"{'–' if share is None else f'{share:.3f}':>7} {r['routing_grad_norm']:>9.3g} {r['value_grad_norm']:>9.3g}")
         return 0
+    if args.action == "timescales":
+        import dataclasses
+
+        from .routing.timescales import DEFAULT_SETUPS, run_timescales
+
+        if args.run:
+            raise UsageError(f"unexpected argument {args.run!r}")
+        setups = {}
+        for name, setup in DEFAULT_SETUPS.items():
+            change: dict = {}
+            if args.seeds is not None:
+                _positive(args.seeds, "seeds")
+                change["seeds"] = tuple(range(args.seeds))
+            if args.steps is not None:
+                _positive(args.steps, "steps")
+                change["steps"] = args.steps
+            setups[name] = dataclasses.replace(setup, **change)
+        md = run_timescales(setups, _out_path(args.out) or Path("results/routing/timescales"))
+        print(md.read_text())
+        print(f"wrote {md}")
+        return 0
     from .routing.em import PAPER_SEEDS, EMSetup, run_em
 
     if args.run:
@@ -425,12 +446,13 @@ def make_parser() -> argparse.ArgumentParser:
     tb.add_argument("--steps", type=int, help="override every cell's training steps (smoke runs)")
     tb.set_defaults(func=cmd_table)
 
-    ro = sub.add_parser("routing", help="Paper II: the routing law on a run's heads (law RUN), EM-like vs SGD (em)")
-    ro.add_argument("action", choices=["law", "em"])
+    ro = sub.add_parser("routing", help="Paper II: the routing law on a run's heads (law RUN), EM-like vs SGD (em), "
+                                           "frame before precision (timescales)")
+    ro.add_argument("action", choices=["law", "em", "timescales"])
     ro.add_argument("run", nargs="?")
     ro.add_argument("--n", type=int, default=64, help="episodes for the law check")
-    ro.add_argument("--steps", type=int, help="em: full-batch steps per run (default 1000)")
-    ro.add_argument("--seeds", type=int, help="em: number of seeds (default 5, the paper's)")
+    ro.add_argument("--steps", type=int, help="em: full-batch steps per run (default 1000); timescales: training steps")
+    ro.add_argument("--seeds", type=int, help="em, timescales: number of seeds (default 5)")
     ro.add_argument("--out", help="em: output folder (default results/routing)")
     ro.set_defaults(func=cmd_routing)
     return p
