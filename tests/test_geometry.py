@@ -258,3 +258,26 @@ def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
     html = (run / "report.html").read_text()
     assert "<h2>Geometry</h2>" in html and "key_orthogonality.layer0_mean_abs_cos" in html
     assert "alt='geometry_frame_precision'" in html
+
+
+def test_diagnostics_read_the_tasks_anatomy_not_their_names() -> None:
+    """A task registered under another name keeps its regions, hypothesis tokens and headline region."""
+    import dataclasses
+
+    from windtunnel.geometry.attention import attention_regions
+    from windtunnel.geometry.keys import hypothesis_tokens
+    from windtunnel.tasks.bijection import Bijection
+
+    @dataclasses.dataclass(frozen=True)
+    class Renamed(Bijection):
+        name = "my_bijection"
+
+    task = Renamed(V=5, L=6, replacement=True)
+    regions = attention_regions(task, task.sample(4, 0).tokens)
+    assert {"self", "value_positions", "key_positions", "repeat_key", "repeat_answer"} <= set(regions)
+    assert hypothesis_tokens(task)[0] == [5, 6, 7, 8, 9]
+    assert task.main_region(regions) == "repeat_answer"
+    coin = tasks.make("coin")
+    assert hypothesis_tokens(coin) is None and set(attention_regions(coin, coin.sample(2, 0).tokens)) == {"self"}
+    r = G.key_orthogonality(tiny("transformer", coin, 0), coin, episodes=coin.sample(8, 0))
+    assert r["applicable"] is False and "hypothesis tokens" in r["reason"]

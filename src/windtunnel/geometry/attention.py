@@ -15,75 +15,18 @@ from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, ev
 
 __all__ = ["attention_focusing", "attention_focusing_figure", "attention_regions"]
 
-_DESCRIPTIONS = {
-    "self": "the query position itself",
-    "value_positions": "positions of the values already shown (every one ruled out for a new key: "
-                       "the elimination set); new-key queries only",
-    "key_positions": "positions of earlier keys; new-key queries only",
-    "repeat_key": "earlier occurrences of the query key (repeated keys only, replacement=True)",
-    "repeat_answer": "the value positions right after earlier occurrences of the query key: the only "
-                     "feasible hypothesis (repeated keys only)",
-    "stored_key": "the stored key equal to the query key",
-    "stored_value": "the stored value bound to the query key (the answer)",
-    "store": "all key/value store positions",
-    "observations": "observation positions (the evidence so far)",
-    "transition": "transition-matrix entries of the header",
-    "emission": "emission-matrix entries of the header",
-    "emission_column": "the S emission entries E[s, o_t] of the current observation (what the "
-                       "Bayes update multiplies by)",
-    "specials": "[TRANS], [EMIT], [SEP]",
-}
+_SELF = "the query position itself"
 
 
 def attention_regions(task: Task, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     """Named key-position sets ``R[b, t, j]`` (bool ``[B,T,T]``, ``j <= t``) for each query ``t``.
 
     A region is *defined* at query ``(b, t)`` when it is non-empty there; statistics average over
-    the scored queries where it is defined.  See ``_DESCRIPTIONS`` for each name.
+    the scored queries where it is defined.  ``self`` (the query position) for every task, the rest
+from the task's own anatomy (``Task.attention_regions``, described in ``Task.region_descriptions``).
     """
     B, T = tokens.shape
-    j = torch.arange(T)
-    causal = (j[None, :] <= j[:, None])[None].expand(B, T, T)
-    before = (j[None, :] < j[:, None])[None].expand(B, T, T)
-    out: dict[str, torch.Tensor] = {"self": torch.eye(T, dtype=torch.bool)[None].expand(B, T, T)}
-    name = getattr(task, "name", "")
-    if name == "bijection":
-        same = (tokens[:, :, None] == tokens[:, None, :]) & before  # earlier occurrence of the query token
-        odd = (j % 2 == 1)[None, None, :]
-        is_repeat = same.any(-1, keepdim=True)
-        out["value_positions"] = before & odd & ~is_repeat
-        out["key_positions"] = before & ~odd & ~is_repeat
-        if getattr(task, "replacement", False):
-            out["repeat_key"] = same
-            after = torch.zeros_like(same)
-            after[:, :, 1:] = same[:, :, :-1]
-            out["repeat_answer"] = after & before
-    elif name == "recall":
-        P = task.pairs  # type: ignore[attr-defined]
-        in_store = (j < 2 * P)[None, None, :]
-        key_slot = in_store & (j % 2 == 0)[None, None, :]
-        match = (tokens[:, :, None] == tokens[:, None, :]) & key_slot & before
-        out["stored_key"] = match
-        ans = torch.zeros_like(match)
-        ans[:, :, 1:] = match[:, :, :-1]
-        out["stored_value"] = ans
-        out["store"] = in_store & before
-    elif name == "hmm":
-        from ..tasks.hmm import OBS0
-
-        S, O, Hd = task.S, task.O, task.header_len  # type: ignore[attr-defined]
-        pos_obs = (j >= Hd)[None, None, :]
-        out["observations"] = causal & pos_obs
-        out["transition"] = causal & ((j >= 1) & (j <= S * S))[None, None, :]
-        out["emission"] = causal & ((j >= 2 + S * S) & (j < 2 + S * S + S * O))[None, None, :]
-        out["specials"] = causal & ((j == 0) | (j == 1 + S * S) | (j == Hd - 1))[None, None, :]
-        o_t = (tokens - OBS0).clamp(0, O - 1)  # [B,T] current observation (only used at t >= Hd)
-        col = torch.zeros(B, T, T, dtype=torch.bool)
-        rows = 2 + S * S + torch.arange(S) * O  # start of each emission row
-        target = rows[None, None, :] + o_t[:, :, None]  # [B,T,S]
-        col.scatter_(2, target, True)
-        out["emission_column"] = col & (j[None, :, None] >= Hd) & causal
-    return out
+    return {"self": torch.eye(T, dtype=torch.bool)[None].expand(B, T, T), **task.attention_regions(tokens)}
 
 
 def _pattern_stats(model: torch.nn.Module, task: Task, ep: Episodes, chunk: int) -> dict[str, Any]:
@@ -221,8 +164,7 @@ def attention_focusing(
     }
     if ust is not None:
         summary["untrained_entropy_by_layer"] = [lay["untrained_mean_entropy_bits"] for lay in layers]
-    main = {"bijection": "repeat_answer" if "repeat_answer" in regions else "value_positions",
-            "hmm": "emission_column", "recall": "stored_value"}.get(getattr(task, "name", ""))
+    main = task.main_region(regions)
     if main in regions:
         summary["main_region"] = main
         summary["main_region_max_mass_by_layer"] = [lay["max_mass"][main] for lay in layers]
@@ -231,7 +173,7 @@ def attention_focusing(
         "applicable": True,
         "definition": "entropy (bits) of each head's causal attention row at scored queries; mass on named "
                       "position sets; nulls: uniform causal attention",
-        "regions": {r: _DESCRIPTIONS.get(r, r) for r in regions},
+        "regions": {r: _SELF if r == "self" else task.region_descriptions.get(r, r) for r in regions},
         "n_queries": nq,
         "region_queries": {r: st["counts"][r] for r in regions},
         "layers": layers,

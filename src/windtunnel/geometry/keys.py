@@ -24,21 +24,7 @@ def hypothesis_tokens(task: Task) -> tuple[list[int], str] | None:
     * hmm — the observation tokens ``99..99+O-1``.  The HMM's hypotheses are hidden states, which
       have no tokens; the observation symbols (the evidence) are the closest analogue, flagged so.
     """
-    name = getattr(task, "name", "")
-    if name == "bijection":
-        V = task.V  # type: ignore[attr-defined]
-        return list(range(V, 2 * V)), f"value tokens {V}..{2 * V - 1} (the hypotheses pi(k))"
-    if name == "recall":
-        k, v = task.n_keys, task.n_values  # type: ignore[attr-defined]
-        return list(range(k, k + v)), f"value tokens {k}..{k + v - 1}"
-    if name == "hmm":
-        from ..tasks.hmm import OBS0
-
-        O = task.O  # type: ignore[attr-defined]
-        return (list(range(OBS0, OBS0 + O)),
-                f"observation tokens {OBS0}..{OBS0 + O - 1} (HMM hypotheses are hidden states, which have "
-                "no tokens: the evidence symbols are used instead)")
-    return None
+    return task.hypothesis_tokens()
 
 
 def gaussian_abs_cos(d: int) -> float:

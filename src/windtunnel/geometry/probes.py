@@ -115,7 +115,7 @@ def probes(
     if not has_hooks(model, "hook_resid_post"):
         return not_applicable(f"architecture {arch_of(model)!r} exposes no residual stream hooks")
     ep = episodes_for(task, n, seed, episodes)
-    do_clusters = (getattr(task, "name", "") == "hmm") if clusters is None else clusters
+    do_clusters = task.discrete_latent_state if clusters is None else clusters
     names = _layer_names(model)
     extra = ["hook_final"] if do_clusters and has_hooks(model, "hook_final") else []
     sc = collect_scored(model, ep, names + extra)

@@ -193,6 +193,28 @@ class Task:
         """Human-readable rendering of each input position of one episode."""
         return [str(int(t)) for t in episodes.tokens[index]]
 
+    # --- anatomy (optional: what the geometric diagnostics need to know about the layout) ------
+    #: the hidden state is one of finitely many values whose posterior argmax can cluster
+    #: representations (the probes' k-means check); ``False``: that check does not apply
+    discrete_latent_state: ClassVar[bool] = False
+
+    def hypothesis_tokens(self) -> tuple[list[int], str] | None:
+        """Token ids that stand for the task's hypotheses, with a description of them, or ``None``
+        when no input token names a hypothesis (key orthogonality then does not apply)."""
+        return None
+
+    def attention_regions(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named key-position sets ``R[b, t, j]`` (bool ``[B,T,T]``, ``j <= t``) that matter for the
+        query at ``(b, t)`` (e.g. the elimination set), from the inputs alone; ``{}``: none."""
+        return {}
+
+    #: one line per region of :meth:`attention_regions` (shown in the geometry record)
+    region_descriptions: ClassVar[dict[str, str]] = {}
+
+    def main_region(self, regions: dict[str, torch.Tensor]) -> str | None:
+        """The region whose attention mass is the task's headline focusing number (``None``: none)."""
+        return None
+
     # --- conveniences ---------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
         """The constructor parameters as a plain dict (what ``make`` needs to rebuild the task)."""

@@ -136,6 +136,40 @@ class Bijection(Task):
         out[:, 0::2] = post
         return out
 
+    # --- anatomy ---------------------------------------------------------------------------
+    region_descriptions = {
+        "value_positions": "positions of the values already shown (every one ruled out for a new key: "
+                           "the elimination set); new-key queries only",
+        "key_positions": "positions of earlier keys; new-key queries only",
+        "repeat_key": "earlier occurrences of the query key (repeated keys only, replacement=True)",
+        "repeat_answer": "the value positions right after earlier occurrences of the query key: the only "
+                         "feasible hypothesis (repeated keys only)",
+    }
+
+    def hypothesis_tokens(self) -> tuple[list[int], str]:
+        """The value tokens ``V..2V-1``: the candidate images ``π(k)``."""
+        V = self.V
+        return list(range(V, 2 * V)), f"value tokens {V}..{2 * V - 1} (the hypotheses pi(k))"
+
+    def attention_regions(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Keys sit at even positions, values at odd ones; a query is a key (new or repeated)."""
+        B, T = tokens.shape
+        j = torch.arange(T)
+        before = (j[None, :] < j[:, None])[None].expand(B, T, T)
+        same = (tokens[:, :, None] == tokens[:, None, :]) & before  # earlier occurrence of the query token
+        odd = (j % 2 == 1)[None, None, :]
+        is_repeat = same.any(-1, keepdim=True)
+        out = {"value_positions": before & odd & ~is_repeat, "key_positions": before & ~odd & ~is_repeat}
+        if self.replacement:
+            out["repeat_key"] = same
+            after = torch.zeros_like(same)
+            after[:, :, 1:] = same[:, :, :-1]
+            out["repeat_answer"] = after & before
+        return out
+
+    def main_region(self, regions: dict[str, torch.Tensor]) -> str:
+        return "repeat_answer" if "repeat_answer" in regions else "value_positions"
+
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         V = self.V
         return [f"k{int(t)}" if t < V else f"→v{int(t) - V}" for t in episodes.tokens[index]]

@@ -199,6 +199,47 @@ class HMM(Task):
             out[:, H + t] = alpha
         return out
 
+    # --- anatomy ---------------------------------------------------------------------------
+    discrete_latent_state = True
+    region_descriptions = {
+        "observations": "observation positions (the evidence so far)",
+        "transition": "transition-matrix entries of the header",
+        "emission": "emission-matrix entries of the header",
+        "emission_column": "the S emission entries E[s, o_t] of the current observation (what the "
+                           "Bayes update multiplies by)",
+        "specials": "[TRANS], [EMIT], [SEP]",
+    }
+
+    def hypothesis_tokens(self) -> tuple[list[int], str]:
+        """The observation tokens: the hypotheses are hidden states, which have no tokens, so the
+        evidence symbols stand in (flagged in the description)."""
+        O = self.O
+        return (list(range(OBS0, OBS0 + O)),
+                f"observation tokens {OBS0}..{OBS0 + O - 1} (HMM hypotheses are hidden states, which have "
+                "no tokens: the evidence symbols are used instead)")
+
+    def attention_regions(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The header ``[TRANS] T [EMIT] E [SEP]`` then observations from position ``header_len``."""
+        B, T = tokens.shape
+        j = torch.arange(T)
+        causal = (j[None, :] <= j[:, None])[None].expand(B, T, T)
+        S, O, Hd = self.S, self.O, self.header_len
+        out = {
+            "observations": causal & (j >= Hd)[None, None, :],
+            "transition": causal & ((j >= 1) & (j <= S * S))[None, None, :],
+            "emission": causal & ((j >= 2 + S * S) & (j < 2 + S * S + S * O))[None, None, :],
+            "specials": causal & ((j == 0) | (j == 1 + S * S) | (j == Hd - 1))[None, None, :],
+        }
+        o_t = (tokens - OBS0).clamp(0, O - 1)  # [B,T] current observation (only used at t >= Hd)
+        col = torch.zeros(B, T, T, dtype=torch.bool)
+        rows = 2 + S * S + torch.arange(S) * O  # start of each emission row
+        col.scatter_(2, rows[None, None, :] + o_t[:, :, None], True)
+        out["emission_column"] = col & (j[None, :, None] >= Hd) & causal
+        return out
+
+    def main_region(self, regions: dict[str, torch.Tensor]) -> str:
+        return "emission_column"
+
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         S, O, H = self.S, self.O, self.header_len
         toks = [int(t) for t in episodes.tokens[index]]

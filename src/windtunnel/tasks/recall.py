@@ -139,6 +139,33 @@ class Recall(Task):
         out[:, qpos] = post
         return out
 
+    # --- anatomy ---------------------------------------------------------------------------
+    region_descriptions = {
+        "stored_key": "the stored key equal to the query key",
+        "stored_value": "the stored value bound to the query key (the answer)",
+        "store": "all key/value store positions",
+    }
+
+    def hypothesis_tokens(self) -> tuple[list[int], str]:
+        """The value tokens ``n_keys..n_keys+n_values-1``."""
+        k, v = self.n_keys, self.n_values
+        return list(range(k, k + v)), f"value tokens {k}..{k + v - 1}"
+
+    def attention_regions(self, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The store is the first ``2·pairs`` positions, keys at even ones, each value after its key."""
+        B, T = tokens.shape
+        j = torch.arange(T)
+        before = (j[None, :] < j[:, None])[None].expand(B, T, T)
+        in_store = (j < 2 * self.pairs)[None, None, :]
+        key_slot = in_store & (j % 2 == 0)[None, None, :]
+        match = (tokens[:, :, None] == tokens[:, None, :]) & key_slot & before
+        answer = torch.zeros_like(match)
+        answer[:, :, 1:] = match[:, :, :-1]
+        return {"stored_key": match, "stored_value": answer, "store": in_store & before}
+
+    def main_region(self, regions: dict[str, torch.Tensor]) -> str:
+        return "stored_value"
+
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         K = self.n_keys
 
