@@ -21,7 +21,7 @@ import json
 import torch
 
 from common import median_time
-from windtunnel import models, presets, tasks
+from windtunnel import grid, models, tasks
 from windtunnel.models.mamba import cpu_kernel, selective_scan, selective_scan_ref
 from windtunnel.training import loss_fn
 
@@ -45,7 +45,7 @@ def scan_times(reps: int) -> dict[str, float]:
 
 
 def step_time(task_name: str, arch: str, reps: int, **model_overrides) -> float:
-    cfg = presets.preset("quick", task_name, arch)
+    cfg = grid.preset("quick", task_name, arch)
     task = tasks.make(cfg["task"], **cfg["task_params"])
     torch.manual_seed(0)
     model = models.make(arch, task, params=cfg["params"], **{**cfg["model"], **model_overrides})

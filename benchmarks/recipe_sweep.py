@@ -28,9 +28,9 @@ import torch
 
 
 def candidates(grid: str, task: str, arch: str, steps: int) -> list[dict[str, Any]]:
-    from windtunnel import presets
+    from windtunnel import grid
 
-    base = presets.preset("quick", task, arch)
+    base = grid.preset("quick", task, arch)
     base.update(steps=steps, eval_every=steps, ckpt_every=max(500, steps // 4), progress=False)
     out = []
     shapes = [(2, 2), (2, 4), (4, 2), (4, 4)] if grid == "shapes" else [(2, 2)]

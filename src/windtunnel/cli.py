@@ -238,7 +238,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
-    from . import presets
+    from . import grid
     from .training import TrainConfig, build
 
     from .runs import RunDir
@@ -246,15 +246,15 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
 
     _positive(args.n, "n")
     arch = args.arch or "transformer"
-    task_name = args.task if args.task is not None else presets.DEFAULT_TASK
-    fields = presets.preset(args.preset, task_name, arch)
+    task_name = args.task if args.task is not None else grid.DEFAULT_TASK
+    fields = grid.preset(args.preset, task_name, arch)
     if extra:
         fields["task_params"] = {**fields["task_params"], **_params(extra)}
     if args.steps is not None:
         fields["steps"] = args.steps
     elif args.task is None and args.preset == "quick":
-        fields["steps"] = presets.MAIN_JOB_STEPS
-        fields["batch_size"] = presets.MAIN_JOB_BATCH
+        fields["steps"] = grid.MAIN_JOB_STEPS
+        fields["batch_size"] = grid.MAIN_JOB_BATCH
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:
@@ -382,7 +382,7 @@ def _arch_names() -> list[str]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from . import __version__, grid
 
     p = _Parser(prog="windtunnel", description="Bayesian wind tunnels: is a sequence model exactly Bayesian? In bits.")
     p.add_argument("--version", action="version", version=f"windtunnel {__version__}")
@@ -414,7 +414,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
     r.add_argument("task", nargs="?")
-    r.add_argument("--preset", default="quick", choices=["quick", "paper"])
+    r.add_argument("--preset", default="quick", choices=list(grid.PRESETS))
     r.add_argument("--n", type=int, default=2000, help="evaluation sequences")
     train_args(r)
     r.set_defaults(func=cmd_run)
@@ -436,7 +436,7 @@ def make_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_analyze)
 
     tb = sub.add_parser("table", help="the architecture × inference-primitive table")
-    tb.add_argument("--preset", default="quick", choices=["quick", "paper"])
+    tb.add_argument("--preset", default="quick", choices=list(grid.PRESETS))
     tb.add_argument("--seeds", type=int, default=3, help="training seeds per cell (default 3)")
     tb.add_argument("--archs", nargs="+")
     tb.add_argument("--tasks", nargs="+")

@@ -36,40 +36,24 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
+from . import grid
 from .errors import InvalidValue
 
 COLUMNS: dict[str, dict[str, Any]] = {
-    "bijection": {"primitive": "accumulation", "metric": "entropy_mae_curve", "unit": "bits"},
-    "bijection_replacement": {"primitive": "accumulation + binding", "metric": "entropy_mae_curve", "unit": "bits"},
-    "hmm": {"primitive": "transport", "metric": "kl", "unit": "bits", "lengths": [20, 30, 50]},
-    "recall": {"primitive": "binding", "metric": "accuracy", "unit": "%"},
+    name: {"primitive": e.primitive, "metric": e.metric, "unit": e.unit,
+           **({"lengths": list(e.lengths)} if e.lengths else {})}
+    for name, e in ((n, grid.experiment(n)) for n in grid.TABLE_COLUMNS)
 }
-ARCHS = ["transformer", "mamba", "lstm", "mlp", "mlp_pointwise"]
+"""Column name -> primitive, headline metric, unit and evaluation lengths (from ``grid``)."""
+ARCHS = list(grid.TABLE_ARCHS)
 DEFAULT_SEEDS = 3
 EVAL_N = {"quick": 1000, "paper": 2000}
 
 
 def cell_config(preset: str, column: str, arch: str, seed: int, params: int | None,
                 steps: int | None = None) -> dict[str, Any]:
-    from . import presets
-
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
-        raise InvalidValue(f"invalid steps: must be a positive integer, got {steps!r}")
-    cfg = presets.preset(preset, column, arch)
-    cfg["seed"] = seed
-    cfg["progress"] = False
-    if params is not None:
-        cfg["params"] = params
-    if steps is not None:
-        # a shorter (or longer) budget keeps the curriculum's share of training
-        cfg["curriculum"] = [
-            dict(stage, until=max(1, stage["until"] * steps // cfg["steps"])) for stage in cfg.get("curriculum", [])
-            if max(1, stage["until"] * steps // cfg["steps"]) < steps
-        ]
-        cfg["steps"] = steps
-        cfg["warmup"] = min(cfg["warmup"], steps // 10)
-        cfg["eval_every"] = cfg["ckpt_every"] = max(1, min(cfg["eval_every"], steps))
-    return cfg
+    """``TrainConfig`` fields of one cell (``grid.Cell.config``)."""
+    return grid.Cell(preset, column, arch, seed, params, steps).config()
 
 
 def run_cell(job: dict[str, Any]) -> dict[str, Any]:
@@ -274,10 +258,10 @@ def _validate_cells(preset: str, columns: list[str], archs: list[str], params: i
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
     """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
     oracle and the context-blind optimum (``tasks.context_blind``)."""
-    from . import presets, tasks
+    from . import tasks
     from .evaluation import evaluate
 
-    name, params = presets.task_spec(column, preset)
+    name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
     out = {}
     for ref, model in (("oracle", tasks.oracle(task)), ("context_blind", tasks.context_blind(task))):
@@ -352,7 +336,7 @@ def run_table(
                 jobs.append({
                     "column": col, "arch": arch, "seed": seed,
                     "config": cell_config(preset, col, arch, seed, params, steps),
-                    "run_dir": str(out / "runs" / f"{col}-{arch.replace(':', '-')}-s{seed}"),
+                    "run_dir": str(out / "runs" / grid.Cell(preset, col, arch, seed).folder),
                     "eval_n": eval_n or EVAL_N[preset],
                     "lengths": COLUMNS[col].get("lengths"),
                     "threads": threads,

@@ -1,0 +1,209 @@
+"""The experiment grid in one declarative place: every experiment, its recipes, the table's columns and rows.
+
+An :class:`Experiment` is a wind tunnel as the tool runs it: the registered task, its parameters
+under each preset, the headline metric and its unit, the primitive it isolates, the evaluation
+lengths, and a :class:`Recipe` per preset (how long, how wide, how fast to train).  A
+:class:`Cell` is one (preset, experiment, architecture, seed) and turns itself into the
+``TrainConfig`` fields of a run.  ``windtunnel run TASK`` trains one cell; ``windtunnel table``
+trains the :data:`TABLE_COLUMNS` × :data:`TABLE_ARCHS` grid.  Changing a recipe, adding a column
+or a preset is a change to this file only.
+
+Presets: ``quick`` (a laptop CPU, minutes per cell; measured on 2 CPU cores, see ``benchmarks/``)
+and ``paper`` (the papers' sizes, for GPUs: the 6×6×192 transformer, ≈2.67M parameters, for
+bijection and recall; 9 layers for HMM; every architecture capacity-matched to the transformer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import InvalidValue
+
+PRESETS = ("quick", "paper")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a cell trains: ``TrainConfig`` fields plus the depth (``layers``; ``heads`` for the
+    transformer) every registered architecture gets, and the capacity all are matched to."""
+
+    params: int
+    steps: int
+    batch_size: int
+    layers: int
+    heads: int
+    lr: float
+    min_lr: float
+    warmup: int
+    weight_decay: float
+    eval_every: int
+    ckpt_every: int
+    #: stages ``{"until": step, "task_params": {...}}`` (``TrainConfig.curriculum``)
+    curriculum: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One wind tunnel as run by the tool (a table column when ``primitive`` is set)."""
+
+    name: str
+    task: str
+    task_params: dict[str, dict[str, Any]]  # preset -> parameters
+    recipes: dict[str, Recipe]  # preset -> recipe
+    primitive: str | None = None
+    metric: str = "kl"
+    unit: str = "bits"
+    lengths: tuple[int, ...] | None = None
+
+
+# --- recipes ------------------------------------------------------------------------------------
+_QUICK = Recipe(params=200_000, steps=3000, batch_size=64, layers=4, heads=4, lr=2e-3, min_lr=1e-5, warmup=200,
+                weight_decay=0.0, eval_every=500, ckpt_every=500)
+_PAPER = Recipe(params=2_670_000, steps=100_000, batch_size=128, layers=6, heads=6, lr=3e-4, min_lr=3e-6,
+                warmup=2000, weight_decay=0.1, eval_every=5000, ckpt_every=5000)
+_PAPER_HMM = replace(_PAPER, params=2_680_000, steps=50_000, batch_size=64, layers=9, heads=8, weight_decay=0.01,
+                     warmup=1000)
+
+# quick: one recipe per column, the same for every architecture.  Chosen by measurement
+# (benchmarks/recipe_sweep.py, its output in benchmarks/results/): on recall a 2-layer, 2-head
+# transformer binds (4×4 with d_head 16 stays at chance); on the sawtooth nothing left the uniform
+# plateau without the key-pool curriculum (the first 1000 steps draw each episode's keys from 3 of
+# the V keys), with it the 2×2 transformer reached entropy_mae_curve 0.022 bits in 3000 steps.
+# Step times at 200k parameters ranged from 19 ms (lstm, bijection) to ≈650 ms (mamba, HMM), one
+# thread each.
+_QUICK_SHORT = replace(_QUICK, steps=2000)
+_QUICK_SAWTOOTH = replace(_QUICK, steps=4000, layers=2, heads=2,
+                          curriculum=({"until": 1000, "task_params": {"key_pool": 3}},))
+_QUICK_RECALL = replace(_QUICK, steps=2000, layers=2, heads=2)
+
+
+def _exp(name: str, task: str, quick: dict[str, Any], paper: dict[str, Any], quick_recipe: Recipe = _QUICK,
+         paper_recipe: Recipe = _PAPER, **kw: Any) -> Experiment:
+    return Experiment(name, task, {"quick": quick, "paper": paper}, {"quick": quick_recipe, "paper": paper_recipe}, **kw)
+
+
+EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
+    _exp("bijection", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_SHORT,
+         primitive="accumulation", metric="entropy_mae_curve"),
+    _exp("bijection_replacement", "bijection", {"V": 10, "L": 12, "replacement": True},
+         {"V": 20, "L": 19, "replacement": True}, _QUICK_SAWTOOTH,
+         primitive="accumulation + binding", metric="entropy_mae_curve"),
+    _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM,
+         primitive="transport", metric="kl", lengths=(20, 30, 50)),
+    _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
+         _QUICK_RECALL, primitive="binding", metric="accuracy", unit="%"),
+    _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {}),
+    _exp("coin", "coin", {}, {}),
+    _exp("sticky", "sticky", {}, {}),
+)}
+
+TABLE_COLUMNS = ("bijection", "bijection_replacement", "hmm", "recall")
+"""The architecture × inference-primitive table's columns (Paper I v3), in order."""
+TABLE_ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp_pointwise")
+"""Its rows: the papers' four architectures and the papers' own MLP control."""
+
+# The main job (`windtunnel run` with no task): a transformer on a small bijection, trained longer
+# than the table's quick cell.  Measured on 2 CPU cores: 5000 steps took 3.5 min and ended at
+# entropy_mae_curve 0.00996 bits — too close to the 0.01 goal — so the main job trains 9000 steps of
+# batch 128 (≈6.5 min); batch 128 matters: batch 64 for 8000 steps plateaued at 0.011 bits (entropy
+# is dominated by the tiny mass left on eliminated values, δ·log2(1/δ), which only large,
+# low-noise late batches remove).
+DEFAULT_TASK = "bijection"
+MAIN_JOB_STEPS = 9000
+MAIN_JOB_BATCH = 128
+
+
+def experiment(name: str) -> Experiment:
+    """The experiment named ``name``; any other registered task runs with its defaults and the generic recipe."""
+    if name in EXPERIMENTS:
+        return EXPERIMENTS[name]
+    base = "bijection" if name.startswith("bijection") else name
+    return _exp(name, base, {}, {})
+
+
+def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:
+    """(registered task name, parameters) of an experiment under a preset."""
+    e = experiment(name)
+    return e.task, dict(e.task_params.get(preset, {}))
+
+
+def _model_overrides(task: str, arch: str, recipe: Recipe) -> dict[str, Any]:
+    """The recipe's depth for every registered architecture (and heads for the transformer).
+
+    Learned absolute positions for HMM: its header is read by absolute slot (which T/E entry), and
+    measured on 2 CPU cores (benchmarks/position_encoding.py, 1500 steps, 200k parameters) learned
+    reached KL 0.123 bits at K=20 (0.197 at K=30, 0.254 at K=50) where rotary (0.397) and none
+    (0.407) had not left the uniform level (0.41).  Elsewhere rotary (no length limit).  A user's
+    model (``package.module:factory``) gets only the parameter target and sizes itself.
+    """
+    if ":" in arch:
+        return {}
+    if arch != "transformer":
+        return {"n_layers": recipe.layers}
+    return {"n_layers": recipe.layers, "n_heads": recipe.heads, **({"pos": "learned"} if task == "hmm" else {})}
+
+
+def preset(name: str, task: str, arch: str) -> dict[str, Any]:
+    """``TrainConfig`` fields for ``arch`` on experiment ``task`` under preset ``name``."""
+    if name not in PRESETS:
+        raise InvalidValue(f"unknown preset {name!r}: choose from {', '.join(PRESETS)}")
+    e = experiment(task)
+    r = e.recipes[name]
+    return {
+        "task": e.task,
+        "task_params": dict(e.task_params[name]),
+        "arch": arch,
+        "params": r.params,
+        "model": _model_overrides(e.task, arch, r),
+        "steps": r.steps,
+        "batch_size": r.batch_size,
+        "curriculum": [dict(stage) for stage in r.curriculum],
+        "lr": r.lr,
+        "min_lr": r.min_lr,
+        "warmup": r.warmup,
+        "weight_decay": r.weight_decay,
+        "eval_every": r.eval_every,
+        "ckpt_every": r.ckpt_every,
+    }
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (preset, column, architecture, seed) of the table: a run folder's worth of work."""
+
+    preset: str
+    column: str
+    arch: str
+    seed: int
+    params: int | None = None  # override of the recipe's capacity
+    steps: int | None = None  # override of the recipe's length (smoke runs)
+
+    @property
+    def experiment(self) -> Experiment:
+        return experiment(self.column)
+
+    @property
+    def folder(self) -> str:
+        """The cell's run-folder name under the table's ``runs/``."""
+        return f"{self.column}-{self.arch.replace(':', '-')}-s{self.seed}"
+
+    def config(self) -> dict[str, Any]:
+        """``TrainConfig`` fields; a changed ``steps`` keeps the curriculum's share of training."""
+        steps = self.steps
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+            raise InvalidValue(f"invalid steps: must be a positive integer, got {steps!r}")
+        cfg = preset(self.preset, self.column, self.arch)
+        cfg["seed"] = self.seed
+        cfg["progress"] = False
+        if self.params is not None:
+            cfg["params"] = self.params
+        if steps is not None:
+            cfg["curriculum"] = [
+                dict(stage, until=max(1, stage["until"] * steps // cfg["steps"])) for stage in cfg["curriculum"]
+                if max(1, stage["until"] * steps // cfg["steps"]) < steps
+            ]
+            cfg["steps"] = steps
+            cfg["warmup"] = min(cfg["warmup"], steps // 10)
+            cfg["eval_every"] = cfg["ckpt_every"] = max(1, min(cfg["eval_every"], steps))
+        return cfg
