@@ -224,15 +224,15 @@ def test_every_diagnostic_runs_on_every_architecture(arch: str, tmp_path: Path) 
         model, untrained = tiny(arch, task, 0), tiny(arch, task, 1)
         ep = task.sample(16, 3)
         results = {}
-        for name, (fn, fig) in G.DIAGNOSTICS.items():
-            kw = {"n_boot": 30} if "ablation" in name else {} if name == "routing_law" else {"untrained": untrained}
-            r = results[name] = jsonable(fn(model, task, episodes=ep, **kw))
+        for name, diag in G.DIAGNOSTICS.items():
+            kw = {**({"n_boot": 30} if diag.resamples else {}), **({"untrained": untrained} if diag.untrained else {})}
+            r = results[name] = jsonable(diag.compute(model, task, episodes=ep, **kw))
             applies = arch == "transformer" or name in ("value_manifold", "layer_ablation", "probes")
             assert r.get("applicable", True) is applies, (name, r)
             if not applies:
                 assert r["reason"]
             if i == 0:
-                p = fig(r, tmp_path / f"{name}.png")
+                p = diag.figure(r, tmp_path / f"{name}.png")
                 assert p.read_bytes()[:8] == PNG
         if task.name == "hmm":
             assert "clusters" in results["probes"]

@@ -10,7 +10,6 @@ destroyed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence

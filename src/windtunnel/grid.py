@@ -15,7 +15,7 @@ bijection and recall; 9 layers for HMM; every architecture capacity-matched to t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import InvalidValue

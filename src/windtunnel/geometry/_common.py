@@ -16,7 +16,7 @@ import torch
 
 from ..tasks.base import Episodes, Task, entropy_bits
 from ..errors import InvalidValue
-from ..stats import finite, finite_ci, json_safe as clean, resample_weights
+from ..stats import finite, finite_ci, json_safe as clean, resample_weights  # noqa: F401 (the diagnostics import them from here)
 
 GEOMETRY_SEED = 2**62 + 2**40
 """Episode seed of the diagnostics: disjoint from every training stream (``seed*2^44 + step``) and

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,7 +14,6 @@ import torch
 
 from .. import checkpoint as ckpt
 from .. import models
-from ..tasks.base import Task
 from ._common import GEOMETRY_SEED, arch_of, clean
 from .ablation import head_ablation, head_ablation_figure, layer_ablation, layer_ablation_figure
 from .attention import attention_focusing, attention_focusing_figure
@@ -23,20 +23,35 @@ from .manifold import value_manifold, value_manifold_figure
 from .probes import probes, probes_figure
 from .routing_law import routing_law, routing_law_figure
 
-__all__ = ["analyze_run", "untrained_model", "DIAGNOSTICS"]
+__all__ = ["analyze_run", "untrained_model", "Diagnostic", "DIAGNOSTICS"]
 
-DIAGNOSTICS: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any], Path], Path]]] = {
-    "key_orthogonality": (key_orthogonality, key_orthogonality_figure),
-    "attention_focusing": (attention_focusing, attention_focusing_figure),
-    "value_manifold": (value_manifold, value_manifold_figure),
-    "head_ablation": (head_ablation, head_ablation_figure),
-    "layer_ablation": (layer_ablation, layer_ablation_figure),
-    "probes": (probes, probes_figure),
-    "routing_law": (routing_law, routing_law_figure),
+@dataclass(frozen=True)
+class Diagnostic:
+    """One geometric diagnostic and what it needs, declared rather than decided by its name.
+
+    ``compute(model, task, episodes=..., [untrained=...], [n_boot=...]) -> dict`` (``{"applicable":
+    False, "reason": ...}`` where it does not apply); ``figure(result, path) -> path``;
+    ``untrained``: it compares against the model at initialisation (the null); ``resamples``: it
+    takes ``n_boot`` bootstrap resamples.
+    """
+
+    compute: Callable[..., dict[str, Any]]
+    figure: Callable[[dict[str, Any], Path], Path]
+    untrained: bool = False
+    resamples: bool = False
+
+
+DIAGNOSTICS: dict[str, Diagnostic] = {
+    "key_orthogonality": Diagnostic(key_orthogonality, key_orthogonality_figure, untrained=True),
+    "attention_focusing": Diagnostic(attention_focusing, attention_focusing_figure, untrained=True),
+    "value_manifold": Diagnostic(value_manifold, value_manifold_figure, untrained=True),
+    "head_ablation": Diagnostic(head_ablation, head_ablation_figure, resamples=True),
+    "layer_ablation": Diagnostic(layer_ablation, layer_ablation_figure, resamples=True),
+    "probes": Diagnostic(probes, probes_figure, untrained=True),
+    "routing_law": Diagnostic(routing_law, routing_law_figure),
 }
-"""name -> (diagnostic(model, task, **options), figure(result, path))."""
+"""The diagnostics ``analyze_run`` runs on every trained model, in report order."""
 
-_TAKES_UNTRAINED = {"key_orthogonality", "attention_focusing", "value_manifold", "probes"}
 
 
 def untrained_model(run_dir: str | Path) -> tuple[torch.nn.Module, str]:
@@ -104,17 +119,17 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     fig_dir = run / "figures"
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
-    for name, (fn, fig) in DIAGNOSTICS.items():
+    for name, diag in DIAGNOSTICS.items():
         t0 = time.perf_counter()
         kw: dict[str, Any] = {"episodes": episodes}
-        if name in _TAKES_UNTRAINED:
+        if diag.untrained:
             kw["untrained"] = untrained
-        if name in ("head_ablation", "layer_ablation"):
+        if diag.resamples:
             kw["n_boot"] = n_boot
         try:
-            results[name] = fn(model, task, **kw)
+            results[name] = diag.compute(model, task, **kw)
             if results[name].get("applicable", True):
-                fig(results[name], fig_dir / f"geometry_{name}.png")
+                diag.figure(results[name], fig_dir / f"geometry_{name}.png")
         except Exception as e:  # noqa: BLE001 - one failing diagnostic must not lose the others
             traceback.print_exc()
             print(f"windtunnel analyze: {name} failed ({type(e).__name__}: {e})", file=sys.stderr)

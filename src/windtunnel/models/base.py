@@ -141,8 +141,17 @@ class Block(nn.Module):
 class WindTunnelModel(nn.Module):
     """Base class: ``forward(tokens, features=None) -> logits [B,T,C]`` plus hooks and ablations.
 
-    Subclasses set ``self.blocks`` (an ``nn.ModuleList`` of :class:`Block`) and call
-    :meth:`_finish_init` at the end of ``__init__``.
+    The skeleton every architecture shares is written here once (:meth:`forward`)::
+
+        x = hook_embed(embed_inputs(tokens, features))   # InputEmbedding (+ positions)
+        x = to_stream(x)                                  # identity, or the MLP's window
+        x = blocks[L-1](... blocks[0](x))                 # hook_resid_pre / hook_resid_post each
+        logits = head(hook_final(norm(x)))
+
+    Subclasses set ``embed`` (:class:`InputEmbedding`), ``hook_embed``, ``blocks`` (an
+    ``nn.ModuleList`` of :class:`Block`), ``norm``, ``hook_final`` and ``head``, override
+    :meth:`embed_inputs` / :meth:`to_stream` where they differ, and call :meth:`_finish_init` at the
+    end of ``__init__``.  Models outside this shape override ``forward`` itself.
     """
 
     config: ModelConfig
@@ -151,6 +160,22 @@ class WindTunnelModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+
+    # --- the skeleton ------------------------------------------------------------------------
+    def embed_inputs(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        """Inputs -> the vectors ``hook_embed`` sees (default: the token (+ feature) embedding)."""
+        return self.embed(tokens, features)
+
+    def to_stream(self, x: torch.Tensor) -> torch.Tensor:
+        """The embedded inputs -> the residual stream entering block 0 (default: unchanged)."""
+        return x
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens [B,T]`` (+ ``features [B,T,F]``) -> logits ``[B,T,n_classes]`` (float32)."""
+        x = self.to_stream(self.hook_embed(self.embed_inputs(tokens, features)))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.hook_final(self.norm(x))).float()
 
     # --- bookkeeping -------------------------------------------------------------------
     def _finish_init(self) -> None:

@@ -75,10 +75,3 @@ class LSTM(WindTunnelModel):
         nn.init.normal_(self.head.weight, std=0.02)
         self._finish_init()
 
-    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        """``tokens [B,T]`` (+ ``features [B,T,F]``) -> logits ``[B,T,n_classes]`` (float32)."""
-        x = self.hook_embed(self.embed(tokens, features))
-        for block in self.blocks:
-            x = block(x)
-        x = self.hook_final(self.norm(x))
-        return self.head(x).float()

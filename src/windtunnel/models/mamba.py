@@ -364,10 +364,3 @@ class Mamba(WindTunnelModel):
             for block in self.blocks:
                 block.out_proj.weight /= math.sqrt(self.config.n_layers)
 
-    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        """``tokens [B,T]`` (+ ``features [B,T,F]``) -> logits ``[B,T,n_classes]`` (float32)."""
-        x = self.hook_embed(self.embed(tokens, features))
-        for block in self.blocks:
-            x = block(x)
-        x = self.hook_final(self.norm(x))
-        return self.head(x).float()

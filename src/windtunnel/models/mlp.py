@@ -94,14 +94,9 @@ class MLP(WindTunnelModel):
         win = padded.unfold(1, w, 1)  # [B, T, E, w]
         return win.transpose(2, 3).flatten(2)
 
-    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        """``tokens [B,T]`` (+ ``features [B,T,F]``) -> logits ``[B,T,n_classes]`` (float32)."""
-        e = self.hook_embed(self.embed(tokens, features))
-        x = self.in_proj(self.hook_window(self.window(e)))
-        for block in self.blocks:
-            x = block(x)
-        x = self.hook_final(self.norm(x))
-        return self.head(x).float()
+    def to_stream(self, e: torch.Tensor) -> torch.Tensor:
+        """The window of embeddings ending at each position, projected to the stream width."""
+        return self.in_proj(self.hook_window(self.window(e)))
 
 
 @dataclass

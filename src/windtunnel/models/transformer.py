@@ -226,8 +226,8 @@ class Transformer(WindTunnelModel):
                     std = 0.02 / math.sqrt(2 * self.config.n_layers)
                 nn.init.normal_(p, mean=0.0, std=std)
 
-    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        """``tokens [B,T]`` (+ ``features [B,T,F]``) -> logits ``[B,T,n_classes]`` (float32)."""
+    def embed_inputs(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
+        """Token (+ feature) embedding, plus learned absolute positions when ``pos='learned'``."""
         x = self.embed(tokens, features)
         if self.pos_embed is not None:
             T = tokens.shape[1]
@@ -236,11 +236,7 @@ class Transformer(WindTunnelModel):
                     f"invalid sequence length: {T} exceeds max_len={self.config.max_len} of the learned positions"
                 )
             x = x + self.pos_embed.weight[:T]
-        x = self.hook_embed(x)
-        for block in self.blocks:
-            x = block(x)
-        x = self.hook_final(self.norm(x))
-        return self.head(x).float()
+        return x
 
     @contextmanager
     def ablate_head(self, layer: int, head: int) -> Iterator["Transformer"]:

@@ -10,6 +10,8 @@ not (existing files are never overwritten).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import base64
 import datetime as _dt
 import html
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import figures as F
-from ..errors import InvalidValue
 
 __all__ = ["write_report"]
 
@@ -195,6 +196,10 @@ def _training_summary(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         if vals:
             out.append((f"final {k}", vals[-1]))
     return out
+
+
+if TYPE_CHECKING:
+    from ..runs import RunDir
 
 
 def write_report(run_dir: "str | Path | RunDir") -> Path:

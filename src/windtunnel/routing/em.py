@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -290,7 +290,6 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
         for r in read_jsonl(log):
             if r.get("setup") == json_safe(key):
                 done[(r["arm"], r["seed"])] = r
-    t0 = time.perf_counter()
     for seed in setup.seeds:
         for arm in setup.arms:
             if (arm, seed) in done:
