@@ -251,3 +251,12 @@ def test_oracle_reproduces_posterior():
     probs = torch.softmax(oracle(task)(**ep.inputs), dim=-1)
     # float64 softmax of log p: exact up to rounding, plus the (≤1e-300) floor on zero-mass tail bins
     assert torch.allclose(probs, ep.posterior, atol=1e-12, rtol=1e-9)
+
+
+def test_prior_to_noise_ratios_float64_cannot_hold_are_refused_and_the_rest_sample() -> None:
+    """σ_w/σ = 1e12 used to pass validation and crash in the Cholesky factor; the limit is 1e4."""
+    with pytest.raises(ValueError, match="sigma_w"):
+        make("regression", sigma_w=1e6, sigma=1e-6)
+    for sw, s in [(1e4, 1.0), (1.0, 1e-4), (1e6, 1e2)]:
+        ep = make("regression", d=8, points=64, sigma_w=sw, sigma=s).sample(4, 0)
+        assert torch.allclose(ep.posterior.sum(-1), torch.ones(4, 128, dtype=torch.float64), atol=1e-12)

@@ -90,6 +90,9 @@ class Regression(Task):
         for name in ("sigma_w", "sigma", "y_range"):
             v = getattr(self, name)
             check(_positive_real(v) and 1e-6 <= v <= 1e6, name, "a number in [1e-6, 1e6]")
+        # the prior's precision I/σ_w² sits beside XᵀX/σ²: beyond σ_w/σ = 1e4 the two differ by more
+        # than float64 can hold in one matrix and the Cholesky factor of the posterior fails
+        check(self.sigma_w / self.sigma <= 1e4, "sigma_w", "at most 1e4 × sigma (float64 conditioning of the posterior)")
 
     @property
     def n_classes(self) -> int:
