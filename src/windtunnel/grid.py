@@ -134,9 +134,12 @@ def _model_overrides(task: str, arch: str, recipe: Recipe) -> dict[str, Any]:
     Learned absolute positions for HMM: its header is read by absolute slot (which T/E entry), and
     measured on 2 CPU cores (benchmarks/position_encoding.py, 1500 steps, 200k parameters) learned
     reached KL 0.123 bits at K=20 (0.197 at K=30, 0.254 at K=50) where rotary (0.397) and none
-    (0.407) had not left the uniform level (0.41).  Elsewhere rotary (no length limit).  A user's
-    model (``package.module:factory``) gets only the parameter target and sizes itself.
+    (0.407) had not left the uniform level (0.41).  Elsewhere rotary (no length limit).  A Hugging
+    Face family (``hf:llama``) gets the depth and heads; a user's model (``package.module:factory``)
+    gets only the parameter target and sizes itself.
     """
+    if arch.startswith("hf:"):  # a Hugging Face family gets the recipe's depth and heads, like ours
+        return {"n_layers": recipe.layers, "n_heads": recipe.heads}
     if ":" in arch:
         return {}
     if arch != "transformer":

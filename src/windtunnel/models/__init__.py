@@ -11,6 +11,7 @@ brings a model from outside the package (``models.external``: the protocol, chec
 from .base import HookPoint, ModelConfig, WindTunnelModel
 from .attention_layer import AttentionLayer, AttentionLayerConfig, attention_layer
 from .external import ExternalModel, is_external, load_factory
+from .hf import HFConfig, HFModel, hf_names, is_hf
 from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig, selective_scan, selective_scan_ref
 from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
@@ -18,7 +19,7 @@ from .registry import build, count_params, fit_width, make, names
 from .transformer import Transformer, TransformerConfig
 
 __all__ = [
-    "HookPoint", "ModelConfig", "WindTunnelModel", "AttentionLayer", "AttentionLayerConfig", "attention_layer", "ExternalModel", "is_external", "load_factory", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
+    "HookPoint", "ModelConfig", "WindTunnelModel", "AttentionLayer", "AttentionLayerConfig", "attention_layer", "ExternalModel", "is_external", "load_factory", "HFConfig", "HFModel", "hf_names", "is_hf", "LSTM", "LSTMConfig", "Mamba", "MambaConfig",
     "selective_scan", "selective_scan_ref", "MLP", "MLPConfig", "PointwiseMLP", "PointwiseMLPConfig", "Transformer",
     "TransformerConfig", "build", "count_params", "fit_width", "make", "names",
 ]

@@ -48,12 +48,19 @@ TOLERANCE = 0.03
 
 
 def is_external(arch: Any) -> bool:
-    """Whether ``arch`` names a user factory (``module:attribute``) rather than a registered architecture."""
+    """Whether ``arch`` names a model from outside the registry: a user factory (``module:attribute``)
+    or a Hugging Face family (``hf:MODEL_TYPE``, ``models.hf``)."""
     return isinstance(arch, str) and ":" in arch
 
 
 def load_factory(arch: str) -> Callable[..., nn.Module]:
-    """Import ``package.module`` and return its attribute ``factory`` (``InvalidValue`` on any failure)."""
+    """Import ``package.module`` and return its attribute ``factory`` (``InvalidValue`` on any failure);
+    for ``hf:MODEL_TYPE``, check that transformers can build that family."""
+    if arch.startswith("hf:"):
+        from .hf import check_hf_arch, make_hf
+
+        check_hf_arch(arch)
+        return make_hf
     module_name, _, attr = arch.partition(":")
     if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".") + attr.split(".")):
         raise InvalidValue(f"invalid arch {arch!r}: a model from outside windtunnel is named package.module:factory")

@@ -11,6 +11,7 @@ import torch
 
 from .base import ModelConfig, WindTunnelModel
 from .external import build_external, is_external, make_external
+from .hf import build_hf, is_hf, make_hf
 from .lstm import LSTM, LSTMConfig
 from .mamba import Mamba, MambaConfig
 from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
@@ -161,8 +162,11 @@ def make(arch: str, task: Any, params: int | None = None, **overrides: Any) -> W
     ``overrides`` set config fields (``n_layers=4``, ``pos='learned'``, ...); with ``params``
     the width ``d_model`` is chosen (and, at small budgets, ``d_ff``/``d_inner``), so it may
     not be overridden too.  Unknown architectures or fields raise ``ValueError`` naming them.
-    ``arch="package.module:factory"`` builds a user's model (``models.external``).
+    ``arch="package.module:factory"`` builds a user's model (``models.external``), ``arch="hf:llama"``
+    a randomly initialised Hugging Face family (``models.hf``).
     """
+    if is_hf(arch):
+        return make_hf(arch, task, params, **overrides)
     if is_external(arch):
         return make_external(arch, task, params, **overrides)
     spec = _arch(arch)
@@ -200,6 +204,8 @@ def build(config: dict[str, Any]) -> WindTunnelModel:
     if not isinstance(config, dict) or "arch" not in config:
         raise InvalidValue("invalid model config: a dict with an 'arch' field is required")
     arch = config["arch"]
+    if is_hf(arch):
+        return build_hf(config)
     if is_external(arch):
         return build_external(config)
     spec = _arch(arch)

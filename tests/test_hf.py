@@ -1,0 +1,97 @@
+"""Hugging Face families in the tunnel (``--arch hf:MODEL_TYPE``), offline, on tiny random configs:
+grouped-query attention (Llama), GPT-NeoX, sliding-window attention (Mistral), state-space (Mamba)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from windtunnel import models, tasks  # noqa: E402
+from windtunnel.cli import main  # noqa: E402
+from windtunnel.errors import InvalidValue  # noqa: E402
+from windtunnel.table import run_table  # noqa: E402
+
+FAMILIES = [
+    ("hf:llama", {"num_key_value_heads": 1}),  # grouped-query: 4 query heads share one KV head
+    ("hf:gpt_neox", {}),
+    ("hf:mistral", {"num_key_value_heads": 2, "sliding_window": 3}),  # a window shorter than the episode
+    ("hf:mamba", {}),
+]
+
+
+@pytest.mark.parametrize("arch, options", FAMILIES)
+def test_family_is_sized_causal_and_rebuilt(arch: str, options: dict) -> None:
+    task = tasks.make("bijection", V=6, L=6)
+    torch.manual_seed(0)
+    model = models.make(arch, task, params=30_000, n_layers=2, n_heads=4, **options)
+    assert abs(model.n_params() - 30_000) <= 0.03 * 30_000
+    for k, v in options.items():
+        assert getattr(model.net.config, k) == v
+    ep = task.sample(3, seed=0)
+    logits = model(**ep.inputs)
+    assert logits.shape == (3, task.seq_len, task.n_classes) and logits.dtype == torch.float32
+    # causal (also checked at build): later inputs never move earlier logits
+    other = ep.tokens.clone()
+    other[:, 7:] = task.sample(3, seed=1).tokens[:, 7:]
+    assert torch.allclose(model(other)[:, :7], logits[:, :7], atol=1e-5)
+    rebuilt = models.build(json.loads(json.dumps(model.config_dict())))
+    rebuilt.load_state_dict(model.state_dict())
+    assert torch.equal(rebuilt(**ep.inputs), logits)
+
+
+def test_sliding_window_is_in_force() -> None:
+    """With a window of 2, position 6 cannot see position 0: changing it leaves logits at 6+ alone
+    in a one-layer Mistral (and changes them with full attention, the control)."""
+    task = tasks.make("bijection", V=6, L=6)
+    ep = task.sample(2, seed=0)
+    changed = ep.tokens.clone()
+    changed[:, 0] = (changed[:, 0] + 1) % task.V
+    for window, moves in ((2, False), (None, True)):
+        torch.manual_seed(0)
+        opts = {"sliding_window": window} if window else {}
+        m = models.make("hf:mistral", task, n_layers=1, n_heads=2, d_model=16, **opts)
+        delta = (m(changed)[:, 6:] - m(ep.tokens)[:, 6:]).abs().max().item()
+        assert (delta > 1e-6) is moves, (window, delta)
+
+
+def test_features_reach_the_model() -> None:
+    task = tasks.make("sticky", length=10)
+    model = models.make("hf:llama", task, n_layers=1, n_heads=2, d_model=16)
+    ep = task.sample(2, seed=0)
+    a = model(**ep.inputs)
+    b = model(ep.tokens, ep.features + 1.0)
+    assert a.shape == (2, 10, task.n_classes) and not torch.allclose(a, b)
+
+
+def test_unknown_family_and_bad_options_are_one_line_errors(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    task = tasks.make("bijection", V=4, L=4)
+    with pytest.raises(InvalidValue, match="no causal LM 'nope'"):
+        models.make("hf:nope", task)
+    with pytest.raises(InvalidValue):
+        models.make("hf:llama", task, n_layers=1, n_heads=3, d_model=16)  # 16 is no multiple of 2·3
+    assert main(["train", "--task", "bijection", "--arch", "hf:nope", "--steps", "2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "hf:nope" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_train_resume_eval_and_table_rows(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    base = ["train", "--task", "bijection", "--V", "4", "--L", "4", "--arch", "hf:gpt_neox", "--params", "20000",
+            "--out", str(out), "--no-progress"]
+    assert main([*base, "--steps", "12"]) == 0
+    assert main(["train", "--resume", str(out), "--steps", "20", "--no-progress"]) == 0
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000020"
+    assert main(["eval", str(out), "--n", "32"]) == 0
+    assert json.loads((out / "config.json").read_text())["model"]["arch"] == "hf:gpt_neox"
+
+    md = run_table(preset="quick", archs=["transformer", "hf:llama", "hf:mamba"], tasks=["recall"], out=tmp_path / "t",
+                   workers=2, steps=6, eval_n=32, seeds=1, params=20_000)
+    cells = {c["arch"]: c for c in json.loads((tmp_path / "t" / "table.json").read_text())["cells"]}
+    assert set(cells) == {"transformer", "hf:llama", "hf:mamba"}
+    assert all(abs(c["params"] - 20_000) <= 600 for c in cells.values())
+    assert "hf:llama" in md.read_text()
+    assert (tmp_path / "t" / "runs" / "recall-hf-llama-s0" / "config.json").is_file()
