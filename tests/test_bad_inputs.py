@@ -69,6 +69,17 @@ def test_bad_task_parameter(name: str, field: str, bad: str, capsys: pytest.Capt
     ["table", "--params", "5"], ["table", "--out", ""], ["run", "--n", "0"], ["run", "bijection", "--arch", "nope"],
     ["run", "nope"], ["train", "--task", "bijection", "--out", ""], ["train", "--task", "bijection"],
     ["regression_sigma_overflow"], ["sticky_noise_overflow"],
+    # models from outside the registry, and the Paper II commands
+    ["train", "--task", "bijection", "--arch", "no_such_module:make", "--steps", "2", "--out", "r"],
+    ["train", "--task", "bijection", "--arch", "os:getcwd", "--steps", "2", "--out", "r"],
+    ["train", "--task", "bijection", "--arch", "json:", "--steps", "2", "--out", "r"],
+    ["train", "--task", "bijection", "--arch", "hf:", "--steps", "2", "--out", "r"],
+    ["train", "--task", "bijection", "--arch", "hf:bert_nope", "--steps", "2", "--out", "r"],
+    ["table", "--archs", "hf:nope"], ["table", "--archs", "nomodule:f"], ["run", "bijection", "--arch", "hf:zzz"],
+    ["routing"], ["routing", "frobnicate"], ["routing", "law"], ["routing", "law", "no/such/run"],
+    ["routing", "law", ".", "--n", "0"], ["routing", "em", "--steps", "0"], ["routing", "em", "--seeds", "-1"],
+    ["routing", "em", "extra"], ["routing", "em", "--out", ""], ["routing", "timescales", "--steps", "0"],
+    ["routing", "timescales", "--seeds", "0"], ["routing", "em", "--bogus"],
 ])
 def test_bad_command_lines(argv: list[str], capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
