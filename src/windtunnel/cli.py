@@ -10,6 +10,7 @@ destroyed.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -374,6 +375,47 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
+    """``llm signatures MODEL``: Paper III's static and dynamic signatures of a trained LM."""
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r}")
+    from .checkpoint import write_text_atomic
+    from .llm import prompt_set
+    from .llm.load import load_model
+    from .llm.signatures import signatures
+
+    _positive(args.n_boot, "n_boot")
+    prompts = prompt_set(args.prompts)
+    if len(prompts) < 3:
+        raise UsageError(f"invalid prompts: need at least 3, got {len(prompts)}")
+    out = _out_path(args.out) or Path("results/llm") / f"{Path(args.model).stem or 'model'}-{Path(args.prompts).stem}.json"
+    if out.exists() and out.is_dir():
+        raise UsageError(f"invalid out: {out} is a folder; give a .json file")
+    model, tokenizer, what = load_model(args.model)
+    result = signatures(model, tokenizer, prompts, n_boot=args.n_boot)
+    result["source"] = {"model": args.model, "loaded_from": what, "prompts": args.prompts, "n_prompts": len(prompts)}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, json.dumps(result, indent=1))
+    except OSError as exc:
+        raise UsageError(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
+    m, k, v, f = result["model"], result["key_orthogonality"], result["value_manifold"], result["focusing"]
+    print(f"{m['class']}: {m['layers']} layers, {m['heads']} heads ({m['kv_heads']} key/value heads), d_model {m['d_model']}"
+          f"; {len(prompts)} prompts ({args.prompts})")
+    print(f"key orthogonality, mean |cos| of W_K columns: layers {min(k['by_layer']):.3f}–{max(k['by_layer']):.3f} "
+          f"(random init {sum(k['random_init_by_layer']) / len(k['random_init_by_layer']):.3f}, Gaussian "
+          f"{k['gaussian_baseline']:.3f}); below 0.20 in {k['share_of_layers_below_0.20']:.0%} of layers")
+    ci = v["rho_ci"]
+    print(f"value manifold (last layer, final token): PC1 {v['pc1_share']:.1%}, PC1+PC2 {v['pc1_pc2_share']:.1%}, "
+          f"participation ratio {v['participation_ratio']:.1f}; Spearman(PC1, next-token entropy) "
+          f"{v['rho_pc1_entropy']:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]")
+    rc = f["reduction_ci"]
+    print(f"attention focusing at the final token: entropy {f['entropy_by_layer'][0]:.2f} → {f['entropy_by_layer'][-1]:.2f} bits, "
+          f"reduction {f['reduction_first_to_last']:.0%} [{rc[0]:.0%}, {rc[1]:.0%}]")
+    print(f"wrote {out}")
+    return 0
+
+
 def _arch_names() -> list[str]:
     from . import models
 
@@ -454,6 +496,14 @@ def make_parser() -> argparse.ArgumentParser:
     ro.add_argument("--seeds", type=int, help="em, timescales: number of seeds (default 5)")
     ro.add_argument("--out", help="em: output folder (default results/routing)")
     ro.set_defaults(func=cmd_routing)
+
+    lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
+    lm.add_argument("action", choices=["signatures"])
+    lm.add_argument("model", help="a local folder, a .gguf file, or a hub name already in the local cache")
+    lm.add_argument("--prompts", default="mixed", help="mixed, math, code, or a file (JSON list / one per line)")
+    lm.add_argument("--n-boot", dest="n_boot", type=int, default=1000)
+    lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json)")
+    lm.set_defaults(func=cmd_llm)
     return p
 
 

@@ -1,0 +1,220 @@
+r"""Paper III's signatures in a trained language model, read at the final input token.
+
+For a Hugging Face causal LM and a prompt set, one forward pass per prompt (Paper III, arXiv
+2512.23752, §4):
+
+* **key orthogonality** (static) — per layer and key head, the ``d_k`` columns of ``W_K`` (vectors
+  in :math:`\mathbb{R}^{d_{model}}`, one per key coordinate), normalised; the mean absolute
+  off-diagonal cosine.  Grouped-query attention has one ``W_K`` per *key* head, so that is what is
+  measured.  Nulls: :math:`E|\cos|` of two Gaussian vectors in :math:`\mathbb{R}^{d_{model}}`
+  (``geometry.keys.gaussian_abs_cos``, ≈ :math:`\sqrt{2/(\pi d)}`) and the same model family at
+  random initialisation (same config, ``torch.manual_seed(0)``);
+* **value manifold** (static) — the last layer's value vectors at the final token, all key/value
+  heads concatenated (``n_kv · d_v``), each coordinate z-scored across prompts, PCA:
+  PC1 and PC1+PC2 shares of variance, participation ratio :math:`(\sum\lambda)^2/\sum\lambda^2`,
+  and Spearman :math:`\rho` between the PC1 score and the model's next-token entropy (bits), with
+  a bootstrap interval over prompts;
+* **attention focusing** (dynamic) — per layer, the entropy (bits) of each query head's attention
+  at the final token, averaged over heads, with a bootstrap interval over prompts; the score is
+  the reduction ``1 − H_last / H_first`` (Paper III reports −82% for Pythia-410M).  Sliding-window
+  attention is what the model computes (eager attention, the model's own mask).
+
+Supported layouts: separate ``k_proj``/``v_proj`` (Llama, Mistral, Qwen2, SmolLM, ...), fused
+``query_key_value`` (GPT-NeoX / Pythia) and GPT-2's ``c_attn``; others are refused in one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..errors import InvalidValue
+from ..stats import finite_ci, json_safe, resample_weights
+
+
+@dataclass
+class AttentionLayout:
+    """How to read one family's attention: key vectors per layer and a value reader per layer."""
+
+    family: str
+    layers: list[torch.nn.Module]
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+
+    def key_columns(self, layer: int) -> torch.Tensor:
+        """``[n_kv, d_k, d_model]``: the columns of each key head's ``W_K`` (float64)."""
+        m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model
+        if self.family == "separate":
+            return m.k_proj.weight.detach().double().view(H, dk, d)
+        if self.family == "neox":
+            return m.query_key_value.weight.detach().double().view(H, 3, dk, d)[:, 1]
+        W = m.c_attn.weight.detach().double()  # gpt2 Conv1D: [d, 3d], x @ W
+        return W[:, d:2 * d].T.reshape(H, dk, d)
+
+    def value_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        """The module whose output holds the values, and ``output [B,T,*] -> values [B,T,n_kv,d_v]``."""
+        m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model
+        if self.family == "separate":
+            return m.v_proj, lambda out: out.view(*out.shape[:2], H, dk)
+        if self.family == "neox":
+            return m.query_key_value, lambda out: out.view(*out.shape[:2], H, 3, dk)[:, :, :, 2]
+        return m.c_attn, lambda out: out[..., 2 * d:].reshape(*out.shape[:2], H, dk)
+
+
+def attention_layout(model: torch.nn.Module) -> AttentionLayout:
+    """Find the attention modules of an HF causal LM, in layer order (``InvalidValue`` if unknown)."""
+    cfg = model.config
+    layers: list[torch.nn.Module] = []
+    family = None
+    for _, m in model.named_modules():
+        f = ("separate" if hasattr(m, "k_proj") and hasattr(m, "v_proj") else
+             "neox" if hasattr(m, "query_key_value") else
+             "gpt2" if hasattr(m, "c_attn") else None)
+        if f is not None:
+            if family not in (None, f):
+                raise InvalidValue(f"invalid model: mixed attention layouts ({family}, {f}) are not supported")
+            family = f
+            layers.append(m)
+    if not layers:
+        raise InvalidValue(f"invalid model: no attention projections found in {type(model).__name__} "
+                           "(supported: k_proj/v_proj, query_key_value, c_attn)")
+    d = int(getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd"))
+    H = int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head"))
+    kv = int(getattr(cfg, "num_key_value_heads", None) or H) if family == "separate" else H
+    dh = int(getattr(cfg, "head_dim", None) or d // H)
+    return AttentionLayout(family, layers, H, kv, dh, d)
+
+
+def key_orthogonality(layout: AttentionLayout) -> list[list[float]]:
+    """``[layer][kv head]`` mean ``|cos|`` among the ``d_k`` columns of ``W_K``."""
+    out = []
+    for layer in range(len(layout.layers)):
+        K = layout.key_columns(layer)
+        K = K / K.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        C = (K @ K.transpose(-1, -2)).abs()
+        n = K.shape[-2]
+        off = (C.sum((-1, -2)) - C.diagonal(dim1=-2, dim2=-1).sum(-1)) / (n * (n - 1))
+        out.append([float(x) for x in off])
+    return out
+
+
+def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
+    p = p.double()
+    return -(torch.where(p > 0, p * torch.log2(p.clamp_min(1e-300)), torch.zeros_like(p))).sum(-1)
+
+
+@dataclass
+class FinalToken:
+    """What one pass per prompt yields at the final token: values ``[N, n_kv·d_v]`` (last layer),
+    next-token entropy ``[N]`` (bits), attention entropy ``[N, L, H]`` (bits)."""
+
+    values: torch.Tensor
+    next_entropy: torch.Tensor
+    attention_entropy: torch.Tensor
+
+
+@torch.no_grad()
+def read_final_token(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str],
+                     layout: AttentionLayout | None = None) -> FinalToken:
+    """One forward pass per prompt (eager attention, so the weights exist); everything at the last token."""
+    layout = layout or attention_layout(model)
+    module, to_values = layout.value_module(len(layout.layers) - 1)
+    seen: dict[str, torch.Tensor] = {}
+    handle = module.register_forward_hook(lambda m, i, o: seen.__setitem__("v", o.detach()))
+    values, ents, atts = [], [], []
+    device = next(model.parameters()).device
+    try:
+        model.eval()
+        for text in prompts:
+            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
+            if ids.shape[1] == 0:
+                raise InvalidValue(f"invalid prompt: {text!r} has no tokens")
+            out = model(input_ids=ids, output_attentions=True, use_cache=False)
+            if out.attentions is None or any(a is None for a in out.attentions):
+                raise InvalidValue("invalid model: it returned no attention weights (eager attention is needed)")
+            values.append(to_values(seen["v"])[0, -1].reshape(-1).double().cpu())
+            ents.append(_entropy_bits(torch.softmax(out.logits[0, -1].double(), -1)).cpu())
+            atts.append(torch.stack([_entropy_bits(a[0, :, -1]) for a in out.attentions]).cpu())  # [L, H]
+    finally:
+        handle.remove()
+    return FinalToken(torch.stack(values), torch.stack(ents), torch.stack(atts))
+
+
+def _spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
+    from ..geometry._common import spearman
+
+    return spearman(x, y)
+
+
+def value_manifold(values: torch.Tensor, entropy: torch.Tensor, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """PCA of z-scored final-token values across prompts; PC1 vs next-token entropy (see module docstring)."""
+    X = values.double()
+    X = (X - X.mean(0)) / X.std(0).clamp_min(1e-12)
+    n = X.shape[0]
+    if n < 3:
+        raise InvalidValue(f"invalid prompts: the value manifold needs at least 3 prompts, got {n}")
+    U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+    lam = S**2 / (n - 1)
+    share = lam / lam.sum()
+    pc1 = X @ Vh[0]
+    rho = _spearman(pc1, entropy)
+    W = resample_weights(n, n_boot, seed)
+    boot = []
+    for w in W:  # rank correlation on each resample of prompts (duplicates kept as ties)
+        idx = torch.repeat_interleave(torch.arange(n), w.long())
+        boot.append(_spearman(pc1[idx], entropy[idx]))
+    boot_t = torch.tensor([math.nan if b is None else b for b in boot], dtype=torch.float64)
+    return {"pc1_share": float(share[0]), "pc1_pc2_share": float(share[:2].sum()),
+            "participation_ratio": float(lam.sum() ** 2 / (lam**2).sum()),
+            "rho_pc1_entropy": rho, "rho_ci": finite_ci(boot_t), "n_prompts": n, "dim": X.shape[1]}
+
+
+def focusing(attention_entropy: torch.Tensor, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Mean-over-heads attention entropy per layer with bootstrap intervals; reduction first → last layer."""
+    per = attention_entropy.double().mean(-1)  # [N, L]
+    n = per.shape[0]
+    W = resample_weights(n, n_boot, seed) / n  # [R, N]
+    boot = W @ per  # [R, L]
+    red = 1 - boot[:, -1] / boot[:, 0]
+    mean = per.mean(0)
+    return {"entropy_by_layer": [float(x) for x in mean],
+            "entropy_ci_by_layer": [finite_ci(boot[:, l]) for l in range(per.shape[1])],
+            "reduction_first_to_last": float(1 - mean[-1] / mean[0]) if mean[0] > 0 else None,
+            "reduction_ci": finite_ci(red)}
+
+
+def signatures(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], n_boot: int = 1000) -> dict[str, Any]:
+    """All three signatures with their nulls; JSON-safe."""
+    from transformers import AutoModelForCausalLM
+
+    from ..geometry.keys import gaussian_abs_cos
+
+    layout = attention_layout(model)
+    ft = read_final_token(model, tokenizer, prompts, layout)
+    keys = key_orthogonality(layout)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(0)
+        fresh = AutoModelForCausalLM.from_config(model.config)
+    finally:
+        torch.random.set_rng_state(state)
+    keys_init = key_orthogonality(attention_layout(fresh))
+    by_layer = [sum(k) / len(k) for k in keys]
+    gauss = gaussian_abs_cos(layout.d_model)
+    return json_safe({
+        "model": {"class": type(model).__name__, "layers": len(layout.layers), "heads": layout.n_heads,
+                  "kv_heads": layout.n_kv_heads, "head_dim": layout.head_dim, "d_model": layout.d_model,
+                  "layout": layout.family, "sliding_window": getattr(model.config, "sliding_window", None)},
+        "key_orthogonality": {"by_layer_head": keys, "by_layer": by_layer,
+                              "random_init_by_layer": [sum(k) / len(k) for k in keys_init],
+                              "gaussian_baseline": gauss,
+                              "share_of_layers_below_0.20": sum(x < 0.2 for x in by_layer) / len(by_layer)},
+        "value_manifold": value_manifold(ft.values, ft.next_entropy, n_boot),
+        "focusing": focusing(ft.attention_entropy, n_boot),
+        "next_token_entropy_mean": float(ft.next_entropy.mean()),
+    })

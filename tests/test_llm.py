@@ -1,0 +1,138 @@
+"""Paper III's signatures, offline: tiny random GPT-NeoX, Llama (grouped-query), Mistral (sliding
+window) and GPT-2 models saved to folders with a word-level tokenizer built here, read back through
+the same loader and command a user runs on a real model."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from windtunnel.cli import main  # noqa: E402
+from windtunnel.errors import InvalidValue  # noqa: E402
+from windtunnel.geometry.keys import gaussian_abs_cos  # noqa: E402
+from windtunnel.llm import prompt_set  # noqa: E402
+from windtunnel.llm.load import load_model  # noqa: E402
+from windtunnel.llm.signatures import attention_layout, focusing, key_orthogonality, read_final_token, value_manifold  # noqa: E402
+
+FAMILIES = {
+    "gpt_neox": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4),
+    "llama": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2),
+    "mistral": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                    num_key_value_heads=1, sliding_window=3),
+    "gpt2": dict(n_embd=32, n_layer=3, n_head=4),
+}
+
+
+def word_tokenizer(texts: list[str]):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = sorted({w for t in texts for w in t.split()})
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    texts = prompt_set("mixed") + prompt_set("math") + prompt_set("code")
+    tokenizer = word_tokenizer(texts)
+    out = {}
+    for family, kw in FAMILIES.items():
+        folder = tmp_path_factory.mktemp(family)
+        torch.manual_seed(0)
+        cfg = transformers.AutoConfig.for_model(family, vocab_size=len(tokenizer), **kw)
+        transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        out[family] = folder
+    return out
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_layout_keys_values_and_attention_of_every_family(family: str, saved_models: dict[str, Path]) -> None:
+    model, tok, what = load_model(str(saved_models[family]))
+    assert "folder" in what
+    layout = attention_layout(model)
+    kv = FAMILIES[family].get("num_key_value_heads", 4)
+    assert (len(layout.layers), layout.n_heads, layout.n_kv_heads, layout.head_dim) == (3, 4, kv, 8)
+    # the key columns are the rows of the key projection that produce each key coordinate:
+    # k = W x, so the keys of a basis vector e_i are column i of W — check against a real forward pass
+    cap = {}
+    layer0 = layout.layers[0]
+    name = {"separate": "k_proj", "neox": "query_key_value", "gpt2": "c_attn"}[layout.family]
+    h = getattr(layer0, name).register_forward_hook(lambda m, i, o: cap.__setitem__("x", i[0]) or cap.__setitem__("y", o))
+    with torch.no_grad():
+        model(input_ids=tok("The capital of France is", return_tensors="pt", add_special_tokens=False)["input_ids"])
+    h.remove()
+    x, y = cap["x"][0, -1].double(), cap["y"][0, -1].double()
+    K = layout.key_columns(0)  # [n_kv, d_k, d_model]
+    keys = K @ x  # [n_kv, d_k]: the key of the last token, without bias
+    if layout.family == "neox":
+        bias = layer0.query_key_value.bias.detach().double().view(kv, 3, 8)[:, 1]
+        want = y.view(kv, 3, 8)[:, 1] - bias
+    elif layout.family == "gpt2":
+        want = (y[32:64] - layer0.c_attn.bias.detach().double()[32:64]).view(kv, 8)
+    else:
+        want = y.view(kv, 8)
+    assert torch.allclose(keys, want, atol=1e-5)
+    prompts = prompt_set("math")[:6]
+    ft = read_final_token(model, tok, prompts, layout)
+    assert ft.values.shape == (6, kv * 8) and ft.attention_entropy.shape == (6, 3, 4)
+    assert (ft.next_entropy > 0).all() and (ft.next_entropy <= torch.log2(torch.tensor(float(len(tok))))).all()
+
+
+def test_sliding_window_bounds_the_attention_entropy(saved_models: dict[str, Path]) -> None:
+    """With a window of 3 keys, no head can spread more than log2(3) bits at the final token."""
+    model, tok, _ = load_model(str(saved_models["mistral"]))
+    ft = read_final_token(model, tok, prompt_set("mixed")[:5])
+    assert ft.attention_entropy.max() <= torch.log2(torch.tensor(3.0)) + 1e-6
+    full, tok2, _ = load_model(str(saved_models["llama"]))
+    long_prompts = [p for p in prompt_set("mixed") if len(p.split()) >= 8][:5]
+    assert read_final_token(full, tok2, long_prompts).attention_entropy.max() > 1.6
+
+
+def test_statistics_by_hand() -> None:
+    # a manifold that is one line: PC1 carries everything, and its score orders the entropies
+    t = torch.arange(10, dtype=torch.float64)
+    values = torch.stack([t, 2 * t, -t], 1)
+    vm = value_manifold(values, entropy=t ** 2, n_boot=50)
+    assert vm["pc1_share"] == pytest.approx(1.0) and vm["participation_ratio"] == pytest.approx(1.0)
+    assert abs(vm["rho_pc1_entropy"]) == pytest.approx(1.0)
+    att = torch.tensor([[[2.0, 2.0], [1.0, 1.0]], [[2.0, 2.0], [0.5, 0.5]]])  # [N=2, L=2, H=2]
+    f = focusing(att, n_boot=50)
+    assert f["entropy_by_layer"] == [2.0, 0.75] and f["reduction_first_to_last"] == pytest.approx(0.625)
+    # orthonormal key columns: |cos| = 0
+    class L:  # a layer with a k_proj whose rows are orthonormal
+        k_proj = torch.nn.Linear(8, 8, bias=False)
+        v_proj = k_proj
+    with torch.no_grad():
+        L.k_proj.weight.copy_(torch.eye(8))
+    from windtunnel.llm.signatures import AttentionLayout
+    assert key_orthogonality(AttentionLayout("separate", [L], 2, 2, 4, 8)) == [[0.0, 0.0]]
+    assert gaussian_abs_cos(576) == pytest.approx((2 / (3.14159265 * 576)) ** 0.5, rel=0.01)
+
+
+def test_signatures_command_end_to_end(saved_models: dict[str, Path], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "sig.json"
+    assert main(["llm", "signatures", str(saved_models["llama"]), "--prompts", "code", "--n-boot", "50",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["model"]["kv_heads"] == 2 and doc["source"]["n_prompts"] == len(prompt_set("code"))
+    assert len(doc["key_orthogonality"]["by_layer_head"]) == 3 and len(doc["key_orthogonality"]["by_layer_head"][0]) == 2
+    assert 0 < doc["value_manifold"]["pc1_share"] <= doc["value_manifold"]["pc1_pc2_share"] <= 1
+    assert len(doc["focusing"]["entropy_by_layer"]) == 3
+    printed = capsys.readouterr().out
+    assert "key orthogonality" in printed and "value manifold" in printed and "focusing" in printed
+    # one line and exit 2 for what a user gets wrong
+    for argv in (["llm", "signatures", str(tmp_path / "missing")], ["llm", "signatures", str(saved_models["llama"]),
+                                                                   "--prompts", "nope"],
+                 ["llm", "signatures", str(saved_models["llama"]), "--n-boot", "0"], ["llm", "frobnicate", "x"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("windtunnel: error:") and "\n" not in err, err
+    with pytest.raises(InvalidValue, match="not available"):
+        load_model("certainly/not-a-cached-model")
