@@ -136,3 +136,62 @@ def test_signatures_command_end_to_end(saved_models: dict[str, Path], tmp_path: 
         assert err.startswith("windtunnel: error:") and "\n" not in err, err
     with pytest.raises(InvalidValue, match="not available"):
         load_model("certainly/not-a-cached-model")
+
+
+# --- SULA ------------------------------------------------------------------------------------------
+from windtunnel.llm import sula  # noqa: E402
+
+
+def test_sula_prompts_carry_the_exact_noisy_label_posterior() -> None:
+    setup = sula.SulaSetup(ks=(0, 1, 3), per_k=20, seed=1)
+    items = sula.prompts(setup, ("dax", "wug"))
+    assert [i["k"] for i in items] == [0] * 20 + [1] * 20 + [3] * 20
+    for item in items:
+        n1 = item["text"].count(": dax")
+        n2 = item["text"].count(": wug")
+        assert n1 + n2 == item["k"] and item["text"].endswith(":")
+        want = 1 / (1 + 9.0 ** (n2 - n1))  # p(y = dax) ∝ 0.9^n1 0.1^n2
+        assert item["p1"] == pytest.approx(want, rel=1e-12)
+    assert all(i["p1"] == 0.5 for i in sula.prompts(setup, ("dax", "wug"), "shuffled"))
+    assert all(i["text"].count(":") == 1 for i in sula.prompts(setup, ("dax", "wug"), "no_evidence"))
+
+
+def test_sula_scores_by_hand() -> None:
+    exact = torch.tensor([0.5, 0.9], dtype=torch.float64)
+    model = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    s = sula.score(exact, model, torch.tensor([0, 1]), n_boot=20)
+    h09 = -(0.9 * torch.log2(torch.tensor(0.9)) + 0.1 * torch.log2(torch.tensor(0.1))).item()
+    assert s["entropy_mae"] == pytest.approx((1 - h09) / 2)
+    assert s["kl"] == pytest.approx((1 - h09) / 2)  # KL(p ‖ uniform) = 1 − H(p)
+    assert s["by_k"]["1"]["bayes_entropy"] == pytest.approx(h09)
+
+
+def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    texts = prompt_set("mixed") + [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES)]
+    tok = word_tokenizer(texts)
+    torch.manual_seed(0)
+    cfg = transformers.AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    folder = tmp_path / "llama"
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path / "sula.json"
+    assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["conditions"]) == {"normal", "remap", "shuffled", "no_evidence"}
+    assert doc["labels"] != doc["remap_labels"]
+    assert doc["cut"]["applicable"] and doc["cut"]["layers"] == [1]
+    for name in ("entropy_axis", "random_axis"):
+        assert 0 <= doc["cut"][name]["behaviour"]["entropy_mae"] <= 1
+    # the no-evidence control's exact posterior is uniform: its KL is 1 − H(model)
+    assert doc["conditions"]["no_evidence"]["by_k"]["0"]["bayes_entropy"] == pytest.approx(1.0)
+    assert "SULA" in capsys.readouterr().out
+    model, tk, _ = load_model(str(folder))
+    items = sula.prompts(sula.SulaSetup(ks=(2,), per_k=5), ("dax", "lug"))
+    p1, vals = sula.model_posterior(model, tk, items, ("dax", "lug"), [1])
+    ent, rnd, _ = sula.entropy_axes(vals, torch.rand(5, dtype=torch.float64))
+    with sula.value_cut(model, {1: ent[1]}):
+        _, cut_vals = sula.model_posterior(model, tk, items, ("dax", "lug"), [1])
+    u, mu, sd = ent[1]
+    assert (((cut_vals[1] - mu) / sd) @ u).abs().max() < 1e-5  # the axis is gone from the values
+    assert abs(float(rnd[1][0] @ u)) < 1e-12 and float(rnd[1][0].norm()) == pytest.approx(1.0)

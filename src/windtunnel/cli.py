@@ -376,9 +376,12 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
-    """``llm signatures MODEL``: Paper III's static and dynamic signatures of a trained LM."""
+    """``llm signatures MODEL``: Paper III's static and dynamic signatures of a trained LM;
+    ``llm sula MODEL``: the two-label in-context task, its controls and the entropy-axis cut."""
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
+    if args.action == "sula":
+        return _cmd_sula(args)
     from .checkpoint import write_text_atomic
     from .llm import prompt_set
     from .llm.load import load_model
@@ -412,6 +415,37 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     rc = f["reduction_ci"]
     print(f"attention focusing at the final token: entropy {f['entropy_by_layer'][0]:.2f} → {f['entropy_by_layer'][-1]:.2f} bits, "
           f"reduction {f['reduction_first_to_last']:.0%} [{rc[0]:.0%}, {rc[1]:.0%}]")
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_sula(args: argparse.Namespace) -> int:
+    from .checkpoint import write_text_atomic
+    from .llm.load import load_model
+    from .llm.sula import SulaSetup, run_sula
+
+    _positive(args.n_boot, "n_boot")
+    _positive(args.per_k, "per_k")
+    out = _out_path(args.out) or Path("results/llm") / f"{Path(args.model).stem or 'model'}-sula.json"
+    if out.exists() and out.is_dir():
+        raise UsageError(f"invalid out: {out} is a folder; give a .json file")
+    model, tokenizer, what = load_model(args.model)
+    result = run_sula(model, tokenizer, SulaSetup(per_k=args.per_k, n_boot=args.n_boot), args.layers)
+    result["source"] = {"model": args.model, "loaded_from": what}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, json.dumps(result, indent=1))
+    except OSError as exc:
+        raise UsageError(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
+    print(f"SULA, labels {' / '.join(result['labels'])}, {args.per_k} prompts per k:")
+    for name, c in result["conditions"].items():
+        mci, kci = c["entropy_mae_ci"], c["kl_ci"]
+        print(f"  {name:12s} entropy MAE {c['entropy_mae']:.3f} [{mci[0]:.3f}, {mci[1]:.3f}] bits, "
+              f"KL {c['kl']:.3f} [{kci[0]:.3f}, {kci[1]:.3f}] bits")
+    if result["cut"].get("applicable"):
+        for name in ("entropy_axis", "random_axis"):
+            b = result["cut"][name]["behaviour"]
+            print(f"  cut {name:12s} at layers {result['cut']['layers']}: entropy MAE {b['entropy_mae']:.3f}, KL {b['kl']:.3f}")
     print(f"wrote {out}")
     return 0
 
@@ -498,11 +532,13 @@ def make_parser() -> argparse.ArgumentParser:
     ro.set_defaults(func=cmd_routing)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
-    lm.add_argument("action", choices=["signatures"])
+    lm.add_argument("action", choices=["signatures", "sula"])
     lm.add_argument("model", help="a local folder, a .gguf file, or a hub name already in the local cache")
     lm.add_argument("--prompts", default="mixed", help="mixed, math, code, or a file (JSON list / one per line)")
     lm.add_argument("--n-boot", dest="n_boot", type=int, default=1000)
-    lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json)")
+    lm.add_argument("--per-k", dest="per_k", type=int, default=50, help="sula: prompts per example count k")
+    lm.add_argument("--layers", type=int, nargs="+", help="sula: layers of the entropy-axis cut (default middle, last)")
+    lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json or MODEL-sula.json)")
     lm.set_defaults(func=cmd_llm)
     return p
 

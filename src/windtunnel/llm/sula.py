@@ -1,0 +1,229 @@
+r"""SULA: Paper III's two-label in-context task, posed to a trained language model as text.
+
+A latent label :math:`y \in \{L_1, L_2\}` (uniform prior); ``k`` examples ``"word: label"`` whose
+labels equal ``y`` with probability :math:`1-\varepsilon` (``ε = 0.1``), then a test word:
+``"bright: dax, gloomy: dax, calm: wug, quiet:"``.  The carrier words are sentiment words, which
+the Bayes model ignores; the exact posterior is the ``coin`` task's noisy-label posterior
+(``tasks.coin``, ``labels="noisy"``):
+:math:`p(y = L_1 \mid D) = \sigma\bigl((n_1 - n_2)\log\frac{1-\varepsilon}{\varepsilon}\bigr)`.
+The model's posterior is the probability of the two label tokens (with their leading space) at the
+final position, renormalised; entropies are binary (at most 1 bit).
+
+Reported, with bootstrap intervals over prompts: entropy MAE and KL(exact ‖ model) in bits, per
+``k`` and overall.  Controls: **remap** (another pair of nonsense labels: the effect should
+survive), **shuffled** (labels drawn independently of ``y``: the exact posterior of that process is
+uniform, 1 bit), **no evidence** (only the test word: 1 bit).
+
+**The entropy-axis cut** (Paper III §4.5–4.6): at chosen layers, ``u`` = PC1 of the z-scored
+final-token value vectors over the prompts (its sign set so that the projection grows with the
+model's entropy); the cut replaces the final token's values ``v`` by ``v − (v·u)u`` in z-scored
+coordinates.  A random unit axis orthogonal to ``u`` is the control.  Both behaviour (MAE, KL)
+and geometry (Spearman ρ of ``v·u`` with the model's entropy) are reported before and after.
+Cuts need the separate ``v_proj`` layout (Llama-style); other layouts report "not applicable".
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from ..errors import InvalidValue
+from ..stats import finite_ci, json_safe, resample_weights
+from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_layout
+
+CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "calm", "joyful", "sunny", "sweet", "proud",
+            "gloomy", "awful", "angry", "cold", "cruel", "bitter", "sad", "dull", "harsh", "grim", "nasty", "weary")
+LABEL_CANDIDATES = ("dax", "lug", "mip", "zorb", "wug", "kep", "tuv", "gax", "fep", "blick", "tov", "nib", "pim", "rax")
+
+
+@dataclass(frozen=True)
+class SulaSetup:
+    """The task as posed: example counts, prompts per count, label noise, seed."""
+
+    ks: tuple[int, ...] = (0, 1, 2, 4, 8)
+    per_k: int = 50
+    noise: float = 0.1
+    seed: int = 0
+    n_boot: int = 1000
+
+
+def single_token_labels(tokenizer: Any, n: int = 4) -> list[str]:
+    """The first ``n`` nonsense words that are one token with a leading space in this tokenizer."""
+    out = [w for w in LABEL_CANDIDATES if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+    if len(out) < n:
+        raise InvalidValue(f"invalid tokenizer: only {len(out)} of the nonsense labels {', '.join(LABEL_CANDIDATES)} "
+                           f"are single tokens; SULA needs {n}")
+    return out[:n]
+
+
+def prompts(setup: SulaSetup, labels: tuple[str, str], condition: str = "normal") -> list[dict[str, Any]]:
+    """Prompts with their exact posterior ``p1 = p(y = labels[0] | examples)``.
+
+    ``condition``: ``normal``; ``shuffled`` (example labels independent of ``y``: exact ``p1 = 1/2``);
+    ``no_evidence`` (the test word alone: ``p1 = 1/2``).
+    """
+    from .. import tasks
+
+    g = torch.Generator().manual_seed(setup.seed)
+    out = []
+    for k in setup.ks:
+        coin = tasks.make("coin", labels="noisy", n=k + 1, label_noise=setup.noise)
+        ep = coin.sample(setup.per_k, seed=setup.seed * 1000 + k)
+        for i in range(setup.per_k):
+            seq = ep.latent["labels"][i, :k]  # 1 = labels[0]
+            p1 = float(ep.posterior[i, k, 1])
+            if condition == "shuffled":
+                seq = torch.randint(0, 2, (k,), generator=g)
+                p1 = 0.5
+            words = [CARRIERS[int(j)] for j in torch.randint(0, len(CARRIERS), (k + 1,), generator=g)]
+            if condition == "no_evidence":
+                text, p1 = f"{words[-1]}:", 0.5
+            else:
+                shown = [f"{w}: {labels[0] if int(s) == 1 else labels[1]}" for w, s in zip(words[:k], seq)]
+                text = ", ".join(shown + [f"{words[-1]}:"])
+            out.append({"text": text, "k": k, "p1": p1})
+    return out
+
+
+def _values_hook(layout: AttentionLayout, layers: Sequence[int], store: dict[int, list[torch.Tensor]]) -> list[Any]:
+    handles = []
+    for layer in layers:
+        module, to_values = layout.value_module(layer)
+
+        def keep(m: Any, i: Any, o: torch.Tensor, layer: int = layer, to_values: Any = to_values) -> None:
+            store.setdefault(layer, []).append(to_values(o.detach())[0, -1].reshape(-1).double().cpu())
+
+        handles.append(module.register_forward_hook(keep))
+    return handles
+
+
+@torch.no_grad()
+def model_posterior(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict[str, Any]], labels: tuple[str, str],
+                    layers: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """``p1 [N]`` (renormalised over the two label tokens) and the final-token values at ``layers``."""
+    ids = [tokenizer(" " + w, add_special_tokens=False)["input_ids"][0] for w in labels]
+    layout = attention_layout(model)
+    store: dict[int, list[torch.Tensor]] = {}
+    handles = _values_hook(layout, layers, store)
+    device = next(model.parameters()).device
+    p1 = []
+    try:
+        for item in items:
+            x = tokenizer(item["text"], return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
+            logits = model(input_ids=x, use_cache=False).logits[0, -1, ids].double()
+            p1.append(float(torch.softmax(logits, -1)[0]))
+    finally:
+        for h in handles:
+            h.remove()
+    return torch.tensor(p1, dtype=torch.float64), {l: torch.stack(v) for l, v in store.items()}
+
+
+def _binary_entropy(p: torch.Tensor) -> torch.Tensor:
+    return _entropy_bits(torch.stack([p, 1 - p], -1))
+
+
+def _kl_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    P, Q = torch.stack([p, 1 - p], -1), torch.stack([q, 1 - q], -1).clamp_min(1e-300)
+    return torch.where(P > 0, P * (torch.log2(P.clamp_min(1e-300)) - torch.log2(Q)), torch.zeros_like(P)).sum(-1)
+
+
+def score(exact: torch.Tensor, model_p1: torch.Tensor, ks: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
+    """Entropy MAE and KL (bits) with bootstrap intervals, overall and per ``k``."""
+    gap = (_binary_entropy(model_p1) - _binary_entropy(exact)).abs()
+    kl = _kl_bits(exact, model_p1)
+    W = resample_weights(len(gap), n_boot, seed) / len(gap)
+    out: dict[str, Any] = {"entropy_mae": float(gap.mean()), "entropy_mae_ci": finite_ci(W @ gap),
+                           "kl": float(kl.mean()), "kl_ci": finite_ci(W @ kl), "by_k": {}}
+    for k in sorted(set(ks.tolist())):
+        m = ks == k
+        out["by_k"][str(k)] = {"model_entropy": float(_binary_entropy(model_p1[m]).mean()),
+                               "bayes_entropy": float(_binary_entropy(exact[m]).mean()),
+                               "entropy_mae": float(gap[m].mean()), "kl": float(kl[m].mean())}
+    return out
+
+
+@contextmanager
+def value_cut(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Iterator[None]:
+    """At each layer ``l`` with ``(u, mean, std)``, replace the final token's values ``v`` by the
+    values whose z-scores have their component along ``u`` removed: ``z ← z − (z·u)u``."""
+    layout = attention_layout(model)
+    if layout.family != "separate":
+        raise InvalidValue(f"invalid model: the value cut needs separate v_proj modules, not the {layout.family} layout")
+    handles = []
+    for layer, (u, mu, sd) in axes.items():
+        def cut(m: Any, i: Any, o: torch.Tensor, u: torch.Tensor = u, mu: torch.Tensor = mu, sd: torch.Tensor = sd) -> torch.Tensor:
+            o = o.clone()
+            v = o[0, -1].double().cpu()
+            z = (v - mu) / sd
+            z = z - (z @ u) * u
+            o[0, -1] = (mu + sd * z).to(o.dtype).to(o.device)
+            return o
+
+        handles.append(layout.layers[layer].v_proj.register_forward_hook(cut))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def entropy_axes(values: dict[int, torch.Tensor], model_entropy: torch.Tensor, seed: int = 0
+                 ) -> tuple[dict[int, tuple[torch.Tensor, ...]], dict[int, tuple[torch.Tensor, ...]], dict[int, float | None]]:
+    """Per layer: the entropy axis ``(u, mean, std)``, a random unit axis orthogonal to it, and ρ(z·u, H)."""
+    g = torch.Generator().manual_seed(seed)
+    ent, rnd, rho = {}, {}, {}
+    for layer, V in values.items():
+        mu, sd = V.mean(0), V.std(0).clamp_min(1e-12)
+        Z = (V - mu) / sd
+        u = torch.linalg.svd(Z - Z.mean(0), full_matrices=False)[2][0]
+        r = _spearman(Z @ u, model_entropy)
+        if r is not None and r < 0:
+            u, r = -u, -r
+        x = torch.randn(u.shape, generator=g, dtype=torch.float64)
+        x = x - (x @ u) * u
+        ent[layer], rnd[layer], rho[layer] = (u, mu, sd), (x / x.norm(), mu, sd), r
+    return ent, rnd, rho
+
+
+def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetup(),
+             cut_layers: Sequence[int] | None = None) -> dict[str, Any]:
+    """Every condition, and the entropy-axis cut against the random-axis cut at ``cut_layers``
+    (default: the middle and the last layer)."""
+    layout = attention_layout(model)
+    L = len(layout.layers)
+    layers = list(cut_layers) if cut_layers is not None else sorted({L // 2, L - 1})
+    for layer in layers:
+        if not isinstance(layer, int) or not 0 <= layer < L:
+            raise InvalidValue(f"invalid layer: must be in [0, {L - 1}], got {layer!r}")
+    labels = single_token_labels(tokenizer, 4)
+    pair, remap = (labels[0], labels[1]), (labels[2], labels[3])
+    out: dict[str, Any] = {"labels": list(pair), "remap_labels": list(remap), "setup": setup.__dict__, "conditions": {}}
+    base = prompts(setup, pair)
+    ks = torch.tensor([p["k"] for p in base])
+    exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
+    p1, values = model_posterior(model, tokenizer, base, pair, layers if layout.family == "separate" else ())
+    out["conditions"]["normal"] = score(exact, p1, ks, setup.n_boot)
+    for name, lab, cond in (("remap", remap, "normal"), ("shuffled", pair, "shuffled"), ("no_evidence", pair, "no_evidence")):
+        items = prompts(setup, lab, cond)
+        q, _ = model_posterior(model, tokenizer, items, lab)
+        out["conditions"][name] = score(torch.tensor([p["p1"] for p in items], dtype=torch.float64), q,
+                                        torch.tensor([p["k"] for p in items]), setup.n_boot)
+    if layout.family != "separate":
+        out["cut"] = {"applicable": False, "reason": f"the value cut needs separate v_proj modules ({layout.family} layout)"}
+        return json_safe(out)
+    H = _binary_entropy(p1)
+    ent, rnd, rho = entropy_axes(values, H, setup.seed)
+    cut: dict[str, Any] = {"applicable": True, "layers": layers, "rho_axis_entropy_before": {str(l): rho[l] for l in layers}}
+    for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
+        with value_cut(model, axes):
+            q, after = model_posterior(model, tokenizer, base, pair, layers)
+        Hq = _binary_entropy(q)
+        cut[name] = {"behaviour": score(exact, q, ks, setup.n_boot),
+                     "rho_axis_entropy_after": {str(l): _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0], Hq)
+                                                for l in layers}}
+    out["cut"] = cut
+    return json_safe(out)
