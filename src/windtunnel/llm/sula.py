@@ -37,7 +37,10 @@ from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_lay
 
 CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "calm", "joyful", "sunny", "sweet", "proud",
             "gloomy", "awful", "angry", "cold", "cruel", "bitter", "sad", "dull", "harsh", "grim", "nasty", "weary")
-LABEL_CANDIDATES = ("dax", "lug", "mip", "zorb", "wug", "kep", "tuv", "gax", "fep", "blick", "tov", "nib", "pim", "rax")
+# the paper's eight nonsense labels first; then short non-words that are single tokens in other
+# tokenizers (SmolLM2 splits every one of the paper's eight; pim, dop, lem, lun are whole there)
+LABEL_CANDIDATES = ("dax", "lug", "mip", "zorb", "wug", "kep", "tuv", "gax", "pim", "dop", "lem", "lun", "fep", "blick",
+                    "tov", "rax")
 
 
 @dataclass(frozen=True)
