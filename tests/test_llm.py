@@ -195,3 +195,15 @@ def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixt
     u, mu, sd = ent[1]
     assert (((cut_vals[1] - mu) / sd) @ u).abs().max() < 1e-5  # the axis is gone from the values
     assert abs(float(rnd[1][0] @ u)) < 1e-12 and float(rnd[1][0].norm()) == pytest.approx(1.0)
+
+
+def test_stratify_takes_equal_shares_of_each_entropy_quintile() -> None:
+    from windtunnel.llm.signatures import stratify
+
+    entropy = torch.arange(50, dtype=torch.float64).flip(0)  # prompt i has entropy 49 - i
+    idx = stratify(entropy, 3)
+    assert len(idx) == 15
+    quintile_of = {int(i): (49 - int(i)) // 10 for i in idx}  # entropy rank / 10
+    assert sorted(list(quintile_of.values()).count(q) for q in range(5)) == [3] * 5
+    with pytest.raises(InvalidValue, match="per_quintile"):
+        stratify(entropy, 11)

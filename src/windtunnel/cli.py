@@ -395,7 +395,9 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     model, tokenizer, what = load_model(args.model)
-    result = signatures(model, tokenizer, prompts, n_boot=args.n_boot)
+    if args.per_quintile is not None:
+        _positive(args.per_quintile, "per_quintile")
+    result = signatures(model, tokenizer, prompts, n_boot=args.n_boot, per_quintile=args.per_quintile)
     result["source"] = {"model": args.model, "loaded_from": what, "prompts": args.prompts, "n_prompts": len(prompts)}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -536,6 +538,8 @@ def make_parser() -> argparse.ArgumentParser:
     lm.add_argument("model", help="a local folder, a .gguf file, or a hub name already in the local cache")
     lm.add_argument("--prompts", default="mixed", help="mixed, math, code, or a file (JSON list / one per line)")
     lm.add_argument("--n-boot", dest="n_boot", type=int, default=1000)
+    lm.add_argument("--per-quintile", dest="per_quintile", type=int,
+                    help="signatures: that many prompts from each next-token-entropy quintile (default: all)")
     lm.add_argument("--per-k", dest="per_k", type=int, default=50, help="sula: prompts per example count k")
     lm.add_argument("--layers", type=int, nargs="+", help="sula: layers of the entropy-axis cut (default middle, last)")
     lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json or MODEL-sula.json)")

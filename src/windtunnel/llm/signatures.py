@@ -188,14 +188,35 @@ def focusing(attention_entropy: torch.Tensor, n_boot: int = 1000, seed: int = 0)
             "reduction_ci": finite_ci(red)}
 
 
-def signatures(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], n_boot: int = 1000) -> dict[str, Any]:
-    """All three signatures with their nulls; JSON-safe."""
+def stratify(entropy: torch.Tensor, per_quintile: int, seed: int = 0) -> torch.Tensor:
+    """Indices of ``per_quintile`` prompts from each fifth of the prompts ordered by next-token
+    entropy (Paper III's sampling of its prompt sets), drawn with a seeded permutation."""
+    n = len(entropy)
+    if per_quintile * 5 > n:
+        raise InvalidValue(f"invalid per_quintile: {per_quintile} × 5 exceeds the {n} candidate prompts")
+    order = torch.argsort(entropy, stable=True)
+    g = torch.Generator().manual_seed(seed)
+    picks = []
+    for q in range(5):
+        group = order[q * n // 5:(q + 1) * n // 5]
+        picks.append(group[torch.randperm(len(group), generator=g)[:per_quintile]])
+    return torch.sort(torch.cat(picks)).values
+
+
+def signatures(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], n_boot: int = 1000,
+               per_quintile: int | None = None) -> dict[str, Any]:
+    """All three signatures with their nulls; JSON-safe.  ``per_quintile``: measure on that many
+    prompts from each next-token-entropy quintile of ``prompts`` (``None``: all of them)."""
     from transformers import AutoModelForCausalLM
 
     from ..geometry.keys import gaussian_abs_cos
 
     layout = attention_layout(model)
     ft = read_final_token(model, tokenizer, prompts, layout)
+    chosen = None
+    if per_quintile is not None:
+        chosen = stratify(ft.next_entropy, per_quintile)
+        ft = FinalToken(ft.values[chosen], ft.next_entropy[chosen], ft.attention_entropy[chosen])
     keys = key_orthogonality(layout)
     state = torch.random.get_rng_state()
     try:
@@ -217,4 +238,5 @@ def signatures(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[str], n
         "value_manifold": value_manifold(ft.values, ft.next_entropy, n_boot),
         "focusing": focusing(ft.attention_entropy, n_boot),
         "next_token_entropy_mean": float(ft.next_entropy.mean()),
+        "prompts_used": None if chosen is None else [int(i) for i in chosen],
     })
