@@ -100,6 +100,7 @@ def test_statistics_by_hand() -> None:
     values = torch.stack([t, 2 * t, -t], 1)
     vm = value_manifold(values, entropy=t ** 2, n_boot=50)
     assert vm["pc1_share"] == pytest.approx(1.0) and vm["participation_ratio"] == pytest.approx(1.0)
+    assert vm["pc1_share_null"] < 0.9  # permuting coordinates independently breaks the shared axis
     assert abs(vm["rho_pc1_entropy"]) == pytest.approx(1.0)
     att = torch.tensor([[[2.0, 2.0], [1.0, 1.0]], [[2.0, 2.0], [0.5, 0.5]]])  # [N=2, L=2, H=2]
     f = focusing(att, n_boot=50)

@@ -11,7 +11,9 @@ For a Hugging Face causal LM and a prompt set, one forward pass per prompt (Pape
   random initialisation (same config, ``torch.manual_seed(0)``);
 * **value manifold** (static) — the last layer's value vectors at the final token, all key/value
   heads concatenated (``n_kv · d_v``), each coordinate z-scored across prompts, PCA:
-  PC1 and PC1+PC2 shares of variance, participation ratio :math:`(\sum\lambda)^2/\sum\lambda^2`,
+  PC1 and PC1+PC2 shares of variance (null: the same shares after permuting each coordinate across
+  prompts independently, which keeps ``n`` and the dimension — with few prompts even noise has a
+  large PC1), participation ratio :math:`(\sum\lambda)^2/\sum\lambda^2`,
   and Spearman :math:`\rho` between the PC1 score and the model's next-token entropy (bits), with
   a bootstrap interval over prompts;
 * **attention focusing** (dynamic) — per layer, the entropy (bits) of each query head's attention
@@ -169,7 +171,17 @@ def value_manifold(values: torch.Tensor, entropy: torch.Tensor, n_boot: int = 10
         idx = torch.repeat_interleave(torch.arange(n), w.long())
         boot.append(_spearman(pc1[idx], entropy[idx]))
     boot_t = torch.tensor([math.nan if b is None else b for b in boot], dtype=torch.float64)
+    # null: each coordinate permuted across prompts independently (no shared axis), same n and dim —
+    # with few prompts PC1 is large even for noise (at most n - 1 components exist)
+    g = torch.Generator().manual_seed(seed)
+    null = []
+    for _ in range(20):
+        P = torch.stack([X[torch.randperm(n, generator=g), j] for j in range(X.shape[1])], 1)
+        ln = torch.linalg.svd(P - P.mean(0), compute_uv=False) ** 2
+        null.append([float(ln[0] / ln.sum()), float(ln[:2].sum() / ln.sum())])
+    null_t = torch.tensor(null, dtype=torch.float64).mean(0)
     return {"pc1_share": float(share[0]), "pc1_pc2_share": float(share[:2].sum()),
+            "pc1_share_null": float(null_t[0]), "pc1_pc2_share_null": float(null_t[1]),
             "participation_ratio": float(lam.sum() ** 2 / (lam**2).sum()),
             "rho_pc1_entropy": rho, "rho_ci": finite_ci(boot_t), "n_prompts": n, "dim": X.shape[1]}
 
