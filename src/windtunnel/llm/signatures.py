@@ -177,7 +177,7 @@ def value_manifold(values: torch.Tensor, entropy: torch.Tensor, n_boot: int = 10
     null = []
     for _ in range(20):
         P = torch.stack([X[torch.randperm(n, generator=g), j] for j in range(X.shape[1])], 1)
-        ln = torch.linalg.svd(P - P.mean(0), compute_uv=False) ** 2
+        ln = torch.linalg.svdvals(P - P.mean(0)) ** 2
         null.append([float(ln[0] / ln.sum()), float(ln[:2].sum() / ln.sum())])
     null_t = torch.tensor(null, dtype=torch.float64).mean(0)
     return {"pc1_share": float(share[0]), "pc1_pc2_share": float(share[:2].sum()),
