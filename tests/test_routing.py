@@ -211,6 +211,10 @@ def test_timescales_of_a_known_exponential() -> None:
     assert TS.t90(steps, values) == 120  # 50·ln 10 = 115.1, the next checkpoint
     assert TS.t90(steps, [1.0] * len(steps)) is None
     assert TS.t90([0, 10, 20, 30], [1.0, 0.0, 1.0, 0.5]) == 30  # comes back: settles only at the end
+    # a curve falling 1000-fold: 90% of the linear fall comes at once, 90% of the log fall only late
+    st = [0, 10, 100, 1000]
+    s = TS.seed_timescales(st, [1.0, 0.5, 0.1, 0.0], [1.0, 0.01, 0.003, 0.001])
+    assert s["precision_t90"] == 10 and s["precision_log_t90"] == 1000 and s["frame_t90"] == 100
 
 
 def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
@@ -223,6 +227,7 @@ def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
     assert seeds[0]["steps"] == [0, 1, 2, 5, 10, 20, 30, 40]  # every 40/4 steps, plus the log-spaced early ones
     assert seeds[0]["frame"][-1] == 0.0  # JS to the final checkpoint vanishes there
     assert "| bijection | 2 |" in md.read_text()
-    stamp = (tmp_path / "runs" / "bijection-s0" / "timescales.json").stat().st_mtime_ns
+    assert set(seeds[0]) >= {"t90_ratio", "log_t90_ratio", "tau_ratio", "log_tau_ratio", "precision_log_t90"}
+    stamp = (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns
     TS.run_timescales({"bijection": setup}, tmp_path, progress=False)  # resumes: nothing redone
-    assert (tmp_path / "runs" / "bijection-s0" / "timescales.json").stat().st_mtime_ns == stamp
+    assert (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns == stamp

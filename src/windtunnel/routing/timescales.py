@@ -97,17 +97,24 @@ class TimescaleSetup:
                 "progress": False}
 
 
-def seed_timescales(fp: dict[str, Any]) -> dict[str, Any]:
-    """Timescales of the frame (``js_mean``) and the precision (``kl``) curves of one ``frame_precision`` result."""
-    steps = fp["steps"]
-    frame = [r.get("js_mean") for r in fp["series"]]
-    prec = [r.get("kl") for r in fp["series"]]
-    out: dict[str, Any] = {"frame_t90": t90(steps, frame), "precision_t90": t90(steps, prec)}
-    ff, pf = fit_tau(steps, frame), fit_tau(steps, prec)
-    out["frame_fit"], out["precision_fit"] = ff, pf
-    out["t90_ratio"] = (out["frame_t90"] / out["precision_t90"]
-                        if out["frame_t90"] and out["precision_t90"] else None)
-    out["tau_ratio"] = ff["tau"] / pf["tau"] if ff and pf and pf["tau"] > 0 else None
+def seed_timescales(steps: list[int], frame: list[float | None], precision: list[float | None]) -> dict[str, Any]:
+    """Timescales of one seed's curves: the frame (JS to the final attention) against the precision
+    measured two ways — the Bayes gap itself (dominated by its early fall) and its logarithm (each
+    halving of the remaining error counts the same, so late refinement weighs as much as the first
+    drop: Paper II's "precision keeps improving")."""
+    log_prec = [math.log(v) if v is not None and v > 0 else None for v in precision]
+    out: dict[str, Any] = {"frame_t90": t90(steps, frame), "precision_t90": t90(steps, precision),
+                           "precision_log_t90": t90(steps, log_prec)}
+    ff, pf, lf = fit_tau(steps, frame), fit_tau(steps, precision), fit_tau(steps, log_prec)
+    out["frame_fit"], out["precision_fit"], out["precision_log_fit"] = ff, pf, lf
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    out["t90_ratio"] = ratio(out["frame_t90"], out["precision_t90"])
+    out["log_t90_ratio"] = ratio(out["frame_t90"], out["precision_log_t90"])
+    out["tau_ratio"] = ratio(ff and ff["tau"], pf and pf["tau"])
+    out["log_tau_ratio"] = ratio(ff and ff["tau"], lf and lf["tau"])
     return out
 
 
@@ -139,26 +146,25 @@ def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool 
         per_seed = []
         for seed, cfg in configs.items():
             run = RunDir(out / "runs" / f"{name}-s{seed}")
-            cache = run.path / "timescales.json"
+            cache = run.path / "curves.json"  # the measured curves; timescales are recomputed from them
             if cache.is_file():
-                per_seed.append(json.loads(cache.read_text()))
-                continue
-            train_run(cfg, run, resume=run.is_run())
-            fp = frame_precision(run.path, n=setup.n)
-            rec = json_safe({"seed": seed, **seed_timescales(fp), "steps": fp["steps"],
-                             "frame": [r.get("js_mean") for r in fp["series"]],
-                             "precision": [r.get("kl") for r in fp["series"]],
-                             "train_s": run.training_seconds()})
-            write_text_atomic(cache, json.dumps(rec))
+                rec = json.loads(cache.read_text())
+            else:
+                train_run(cfg, run, resume=run.is_run())
+                fp = frame_precision(run.path, n=setup.n)
+                rec = json_safe({"seed": seed, "steps": fp["steps"], "frame": [r.get("js_mean") for r in fp["series"]],
+                                 "precision": [r.get("kl") for r in fp["series"]], "train_s": run.training_seconds()})
+                write_text_atomic(cache, json.dumps(rec))
+            rec = {**rec, **json_safe(seed_timescales(rec["steps"], rec["frame"], rec["precision"]))}
             per_seed.append(rec)
             if progress:
-                print(f"  {name} seed {seed}: frame t90 {rec['frame_t90']}, precision t90 {rec['precision_t90']}, "
-                      f"tau ratio {rec['tau_ratio']}", flush=True)
+                print(f"  {name} seed {seed}: frame t90 {rec['frame_t90']}, KL t90 {rec['precision_t90']}, "
+                      f"log KL t90 {rec['precision_log_t90']}", flush=True)
         results[name] = {
             "setup": json_safe(setup.__dict__),
             "seeds": per_seed,
-            "t90_ratio": _ratio_summary([s["t90_ratio"] for s in per_seed]),
-            "tau_ratio": _ratio_summary([s["tau_ratio"] for s in per_seed]),
+            **{k: _ratio_summary([s[k] for s in per_seed]) for k in ("t90_ratio", "log_t90_ratio", "tau_ratio",
+                                                                     "log_tau_ratio")},
         }
     wall = time.perf_counter() - t0
     write_text_atomic(out / "timescales.json", json.dumps(json_safe({"results": results, "wall_s": wall}), indent=1))
@@ -175,13 +181,16 @@ def markdown(results: dict[str, Any]) -> str:
         return f"{r['geometric_mean']:.2f}{ci} (frame first in {r['frame_first_share']:.0%} of {r['n']})"
 
     lines = ["# Frame before precision (Paper II): timescales over seeds", "",
-             "Frame = JS (bits) of attention rows to the final checkpoint's; precision = Bayes gap KL (bits). "
-             "Ratio = frame timescale / precision timescale per seed (< 1: the frame settles first); "
-             "geometric mean with a Student-t 95% interval on the log ratio.", "",
-             "| task | seeds | t90 ratio (frame / precision) | fitted τ ratio | train s / seed |", "|---|---|---|---|---|"]
+             "Frame = JS (bits) of attention rows to the final checkpoint's; precision = the Bayes gap KL (bits), "
+             "and its logarithm. Ratio = frame timescale / precision timescale per seed (< 1: the frame settles "
+             "first); geometric mean with a Student-t 95% interval on the log ratio. t90: first checkpoint from "
+             "which the curve stays within 10% of its total change; τ: fitted exponential.", "",
+             "| task | seeds | t90: frame / KL | t90: frame / log KL | τ: frame / KL | τ: frame / log KL | train s / seed |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         secs = mean_std([s.get("train_s") for s in r["seeds"]])["mean"]
-        lines.append(f"| {name} | {len(r['seeds'])} | {ratio(r['t90_ratio'])} | {ratio(r['tau_ratio'])} | {secs:.0f} |")
+        lines.append(f"| {name} | {len(r['seeds'])} | {ratio(r['t90_ratio'])} | {ratio(r['log_t90_ratio'])} | "
+                     f"{ratio(r['tau_ratio'])} | {ratio(r['log_tau_ratio'])} | {secs:.0f} |")
     return "\n".join(lines) + "\n"
 
 
