@@ -169,7 +169,10 @@ def test_em_summary_by_hand() -> None:
     a = s["arms"]["em_like"]
     assert a["steps_to_threshold"] == {"1": 1, "2": 1}
     assert s["arms"]["sgd"]["steps_to_threshold"] == {"1": 3, "2": None}  # seed 2 never reaches 0.5
-    assert a["speedup_vs_sgd"]["n"] == 1 and a["speedup_vs_sgd"]["geometric_mean"] == pytest.approx(3.0)
+    # seed 2: SGD censored at the budget (1000 steps): speed-up 1000/1, a lower bound
+    assert s["sgd_censored_seeds"] == [2] and a["speedup_vs_sgd"]["lower_bound_seeds"] == [2]
+    assert a["speedup_vs_sgd"]["per_seed"] == {"1": 3.0, "2": 1000.0}
+    assert a["speedup_vs_sgd"]["geometric_mean"] == pytest.approx(math.sqrt(3000.0))
     assert a["held_out_gap_minus_sgd"]["mean"] == pytest.approx(((0.2 - 0.4) + (0.3 - 0.6)) / 2)
 
 
@@ -180,6 +183,8 @@ def test_run_em_resumes_and_writes_its_table(tmp_path: Path) -> None:
     text = md.read_text()
     for arm in em.ARMS:
         assert f"| {arm} |" in text
+    doc = json.loads((tmp_path / "em.json").read_text())
+    assert doc["summary"]["em_like_vs_sgd_matched"]["n"] >= 0 and "final_gap_difference" in doc["summary"]["em_like_vs_sgd_matched"]
     lines = (tmp_path / "runs.jsonl").read_text().splitlines()
     assert len(lines) == 2 * len(em.ARMS)
     em.run_em(setup, tmp_path, progress=False)  # nothing to redo
