@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from .base import ModelConfig, WindTunnelModel, _check, _pos_int
+from .external import check_contract
 from ..errors import InvalidValue
 
 PREFIX = "hf:"
@@ -166,12 +167,6 @@ class HFModel(WindTunnelModel):
         return out.logits[..., : self.config.n_classes].float()
 
 
-def _check_contract(model: HFModel, task: Any) -> None:
-    from .external import ExternalModel
-
-    ExternalModel._check_contract(model, task)  # the same shape / finiteness / causality checks
-
-
 def make_hf(arch: str, task: Any, params: int | None = None, **overrides: Any) -> HFModel:
     """Build ``hf:MODEL_TYPE`` for ``task``; ``params=N`` searches ``d_model`` so the count is within ±3% of N."""
     check_hf_arch(arch)
@@ -212,7 +207,7 @@ def make_hf(arch: str, task: Any, params: int | None = None, **overrides: Any) -
 
         cfg = fit_width(params, config_at, list(range(step, 4097, step)), refine if knob else None, TOLERANCE, count)
         model = HFModel(cfg)  # type: ignore[arg-type]
-    _check_contract(model, task)
+    check_contract(model, task)  # the same shape / finiteness / causality checks as any outside model
     return model
 
 

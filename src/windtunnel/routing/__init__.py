@@ -6,7 +6,8 @@
   with the control that matches the size of each step, and true alternation.
 """
 
-from .law import HeadGradients, check_all_heads, head_gradients, score_gradients, scored_cross_entropy, value_gradients
+from .law import (HeadGradients, check_all_heads, head_gradients, layer_gradients, score_gradients, scored_cross_entropy,
+                  value_gradients)
 
-__all__ = ["HeadGradients", "check_all_heads", "head_gradients", "score_gradients", "scored_cross_entropy",
+__all__ = ["HeadGradients", "check_all_heads", "head_gradients", "layer_gradients", "score_gradients", "scored_cross_entropy",
            "value_gradients"]

@@ -121,8 +121,10 @@ def _attention_names(model: torch.nn.Module, layer: int) -> dict[str, str]:
     return want
 
 
-def head_gradients(model: torch.nn.Module, episodes: Episodes, layer: int, head: int) -> HeadGradients:
-    """One forward/backward pass: the law's score and value gradients for ``(layer, head)`` beside autograd's.
+def layer_gradients(model: torch.nn.Module, episodes: Episodes, layer: int,
+                    heads: list[int] | None = None) -> list[HeadGradients]:
+    """One forward/backward pass: the law's score and value gradients beside autograd's for the
+    given heads of ``layer`` (default: all of them).
 
     The model is put in eval mode for the pass (no dropout) and restored; its parameters' ``.grad``
     are untouched (gradients are taken with ``torch.autograd.grad`` at the hooked activations).
@@ -143,24 +145,33 @@ def head_gradients(model: torch.nn.Module, episodes: Episodes, layer: int, head:
             loss = scored_cross_entropy(logits, episodes)
             pattern, v, z, scores = (captured[names[k]] for k in ("pattern", "v", "z", "scores"))
             H = pattern.shape[1]
-            if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < H:
-                raise InvalidValue(f"invalid head: must be an integer in [0, {H - 1}], got {head!r}")
+            heads = list(range(H)) if heads is None else heads
+            for head in heads:
+                if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < H:
+                    raise InvalidValue(f"invalid head: must be an integer in [0, {H - 1}], got {head!r}")
             g_z, g_s, g_v = torch.autograd.grad(loss, [z, scores, v])
     finally:
         model.train(was_training)
-    a = pattern[:, head].detach()  # [B,T,T]
-    vv = v[:, :, head].detach()  # [B,T,d]
-    u = g_z[:, :, head].detach()  # [B,T,d]: ∂L/∂o_i
-    causal = torch.ones(a.shape[-1], a.shape[-1], dtype=torch.bool, device=a.device).tril()
-    b = (u @ vv.transpose(-1, -2)) * causal  # b_ij = u_i · v_j (j ≤ i)
-    score_grad = a * (b - (a * b).sum(-1, keepdim=True))
-    value_grad = a.transpose(-1, -2) @ u  # Σ_i α_ij u_i
-    return HeadGradients(
-        layer=layer, head=head, loss=float(loss.detach()),
-        pattern=a, values=vv, upstream=u, compatibility=b,
-        score_grad=score_grad, value_grad=value_grad,
-        score_grad_autograd=(g_s[:, head] * causal).detach(), value_grad_autograd=g_v[:, :, head].detach(),
-    )
+    causal = torch.ones(pattern.shape[-1], pattern.shape[-1], dtype=torch.bool, device=pattern.device).tril()
+    out = []
+    for head in heads:
+        a = pattern[:, head].detach()  # [B,T,T]
+        vv = v[:, :, head].detach()  # [B,T,d]
+        u = g_z[:, :, head].detach()  # [B,T,d]: ∂L/∂o_i
+        b = (u @ vv.transpose(-1, -2)) * causal  # b_ij = u_i · v_j (j ≤ i)
+        out.append(HeadGradients(
+            layer=layer, head=head, loss=float(loss.detach()),
+            pattern=a, values=vv, upstream=u, compatibility=b,
+            score_grad=a * (b - (a * b).sum(-1, keepdim=True)),
+            value_grad=a.transpose(-1, -2) @ u,  # Σ_i α_ij u_i
+            score_grad_autograd=(g_s[:, head] * causal).detach(), value_grad_autograd=g_v[:, :, head].detach(),
+        ))
+    return out
+
+
+def head_gradients(model: torch.nn.Module, episodes: Episodes, layer: int, head: int) -> HeadGradients:
+    """:func:`layer_gradients` for one head."""
+    return layer_gradients(model, episodes, layer, [head])[0]
 
 
 def score_gradients(model: torch.nn.Module, episodes: Episodes, layer: int, head: int) -> torch.Tensor:
@@ -185,5 +196,4 @@ def check_all_heads(model: torch.nn.Module, episodes: Episodes) -> list[dict[str
     layers = sorted({int(n.split(".")[1]) for n in names if n.endswith("attn.hook_pattern")})
     if not layers:
         _attention_names(model, 0)  # raises the "no attention heads" message
-    return [head_gradients(model, episodes, layer, head).summary()
-            for layer in layers for head in range(int(getattr(model.blocks[layer].attn, "n_heads", 1)))]
+    return [g.summary() for layer in layers for g in layer_gradients(model, episodes, layer)]  # one pass a layer
