@@ -115,9 +115,9 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: p
     real = train_mod.loss_fn
     calls = {"n": 0}
 
-    def poisoned(logits, ep, soft):
+    def poisoned(logits, ep, soft, n_scored=None):
         calls["n"] += 1
-        loss = real(logits, ep, soft)
+        loss = real(logits, ep, soft, n_scored)
         return loss * float("nan") if calls["n"] > 15 else loss
 
     monkeypatch.setattr(train_mod, "loss_fn", poisoned)

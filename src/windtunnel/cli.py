@@ -171,8 +171,9 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from . import checkpoint as ckpt
     from .runs import RunDir
-    from .training import TrainConfig, build, train
+    from .training import TrainConfig, build, process_group, train
 
+    rank, _ = process_group()  # under torchrun only rank 0 touches the folder
     if args.resume is not None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "arch", "params", "seed", "batch_size", "lr", "config", "out")
                  if getattr(args, k, None) is not None] + (["--force"] if args.force else []) + list(extra[:1])
@@ -191,16 +192,19 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         fields["progress"] = not args.no_progress and fields.get("progress", True)
         cfg = TrainConfig.from_dict(fields)
         train(cfg, run, resume=True)
-        print(f"resumed and finished {run.path}")
+        if rank == 0:
+            print(f"resumed and finished {run.path}")
         return 0
     if args.out is None:
         raise UsageError("train needs --out DIR (or --resume DIR)")
     cfg = _train_config(args, extra)
     run = RunDir(args.out)
     build(cfg)  # validate task and model before anything on disk is touched
-    _check_out(run, False, args.force)
+    if rank == 0:
+        _check_out(run, False, args.force)
     train(cfg, run)
-    print(f"trained {cfg.arch} on {cfg.task}: {run.path}")
+    if rank == 0:
+        print(f"trained {cfg.arch} on {cfg.task}: {run.path}")
     return 0
 
 

@@ -3,10 +3,11 @@
 ``train(config, out_dir)`` trains one model on one wind tunnel:
 
 1. build the task and the model (``models.make``, capacity-matched when ``params`` is set);
-2. every step draws a *fresh* batch, ``task.sample(batch_size, seed=stream_seed(seed, step, rank))``
-   — no fixed dataset, so nothing can be memorised, and the data of step ``s`` is a pure
-   function of ``(seed, s)``, which makes resuming exact; an optional ``curriculum`` trains the
-   first steps on easier variants of the task (``curriculum_task``);
+2. every step draws a *fresh* batch (``step_batch``): ``batch_size`` episodes in ``data_shards`` equal
+   shards, shard ``j`` sampled with ``seed=stream_seed(seed, step, j)`` — no fixed dataset, so
+   nothing can be memorised, and the data of step ``s`` is a pure function of ``(seed, s)``, which
+   makes resuming exact; an optional ``curriculum`` trains the first steps on easier variants of
+   the task (``curriculum_task``);
 3. loss: cross-entropy against ``targets`` or, for soft-target tasks (``loss="posterior"``), the
    soft cross-entropy ``-Σ_c p*(c) log q(c)`` against the exact posterior (Paper I's HMM loss);
 4. AdamW, linear warmup then cosine decay to ``min_lr``, gradient clipping;
@@ -17,8 +18,14 @@
    (kept for the training-dynamics analyses); a NaN/Inf loss stops the run with a clear message
    and leaves the last good checkpoint in place.
 
-Multi-GPU: launched under ``torchrun`` the same code wraps the model in DDP; rank ``r`` draws the
-stream ``(seed, step, r)`` and only rank 0 writes.  A single process is the degenerate case.
+Data parallel: launched under ``torchrun`` with ``W`` processes the same code wraps the model in
+DDP.  ``batch_size`` stays the *global* batch: rank ``r`` draws shards ``r·S/W … (r+1)·S/W − 1`` of
+the step's ``S = data_shards`` shards (``data_shards = 0``, the default, means one shard per
+process), the loss is normalised by the global number of scored positions, and only rank 0
+writes.  So a ``W``-process run trains on exactly the data, and takes exactly the steps, of a
+one-process run with ``data_shards = S`` (equal up to float summation order), and a run killed
+under one process count resumes exactly under any count that divides ``S`` (the shard count is
+kept in every checkpoint).  A single process is the degenerate case ``W = 1``.
 """
 
 from __future__ import annotations
@@ -87,6 +94,8 @@ class TrainConfig:
     #: stages ``[{"until": step, "task_params": {...}}, ...]``: before step ``until`` the batches come
     #: from the task with those parameters changed (evaluation always uses the task itself)
     curriculum: list[dict[str, Any]] = field(default_factory=list)
+    #: shards of each step's batch, each drawn from its own stream; 0: one per process (data parallel)
+    data_shards: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -125,6 +134,10 @@ class TrainConfig:
         if self.device == "mps":
             need(getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(), "device",
                  "a device this machine has (no MPS here)")
+        need(isinstance(self.data_shards, int) and not isinstance(self.data_shards, bool) and self.data_shards >= 0,
+             "data_shards", "an integer ≥ 0 (0: one shard per process)")
+        need(self.data_shards == 0 or self.batch_size % self.data_shards == 0, "data_shards",
+             f"a divisor of batch_size {self.batch_size}")
         stages_ok = isinstance(self.curriculum, list) and all(
             isinstance(s, dict) and set(s) == {"until", "task_params"} and isinstance(s["until"], int)
             and not isinstance(s["until"], bool) and isinstance(s["task_params"], dict)
@@ -181,9 +194,45 @@ def _hashed_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little") | (1 << 63)
 
 
-def stream_seed(seed: int, step: int, rank: int = 0) -> int:
-    """The data seed of one training step (one stream per run seed and rank)."""
-    return _hashed_seed("train", seed, rank, step)
+def stream_seed(seed: int, step: int, shard: int = 0) -> int:
+    """The data seed of one training step's shard (one stream per run seed and shard)."""
+    return _hashed_seed("train", seed, shard, step)
+
+
+def process_group() -> tuple[int, int]:
+    """``(rank, world size)`` of this process: torchrun's ``RANK``/``WORLD_SIZE``, ``(0, 1)`` alone."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def step_batch(cfg: TrainConfig, task: Task, step: int, shards: int, rank: int = 0, world: int = 1) -> Episodes:
+    """The episodes process ``rank`` of ``world`` trains on at ``step``.
+
+    The step's global batch is ``shards`` shards of ``batch_size / shards`` episodes, shard ``j``
+    drawn from ``stream_seed(seed, step, j)`` (from the curriculum's task where one applies); the
+    process takes the ``shards / world`` consecutive shards starting at ``rank · shards / world``.
+    With one shard and one process this is ``task.sample(batch_size, stream_seed(seed, step))``.
+    """
+    per, own = cfg.batch_size // shards, shards // world
+    source = curriculum_task(cfg, task, step)
+    parts = [source.sample(per, stream_seed(cfg.seed, step, j)) for j in range(rank * own, (rank + 1) * own)]
+    return parts[0] if len(parts) == 1 else Episodes.cat(parts)
+
+
+def resolve_shards(cfg: TrainConfig, run: RunDir, resume: bool, world: int) -> int:
+    """The shard count of a run: the one its latest checkpoint trained with (a resumed run keeps its
+    data stream whatever the process count), else ``data_shards``, else one per process.
+    ``ConfigError`` unless the process count divides it."""
+    shards = cfg.data_shards or world
+    found = ckpt.find_latest(run.checkpoints) if resume else None
+    if found is not None:
+        try:
+            shards = int(json.loads((found / "state.json").read_text()).get("data_shards", shards))
+        except (OSError, ValueError, TypeError):
+            pass  # an unreadable state.json is reported by the checkpoint loader
+    if shards % world or cfg.batch_size % shards:
+        raise ConfigError(f"invalid data_shards: {world} processes need a shard count they divide that divides "
+                          f"batch_size {cfg.batch_size}; this run has {shards} shards")
+    return shards
 
 
 def eval_seed(seed: int) -> int:
@@ -209,14 +258,21 @@ def pick_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
-def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool) -> torch.Tensor:
-    """Mean cross-entropy (nats) over scored positions, against targets or the soft posterior."""
+def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool, n_scored: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy (nats) over scored positions, against targets or the soft posterior.
+
+    ``n_scored``: divide the summed cross-entropy by this count instead of the batch's own (a data-
+    parallel shard divides by the global count, so the mean over processes is the global mean).
+    """
     logits = logits.float()
     if soft:
         logq = F.log_softmax(logits, dim=-1)
         ce = -(ep.posterior.to(logq.dtype) * logq).sum(-1)
-        return (ce * ep.mask).sum() / ep.mask.sum()
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ep.targets.reshape(-1), ignore_index=-100)
+        return (ce * ep.mask).sum() / (ep.mask.sum() if n_scored is None else n_scored)
+    flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]), ep.targets.reshape(-1)
+    if n_scored is None:
+        return F.cross_entropy(flat_logits, flat_targets, ignore_index=-100)
+    return F.cross_entropy(flat_logits, flat_targets, ignore_index=-100, reduction="sum") / n_scored
 
 
 def log_spaced_steps(total: int) -> set[int]:
@@ -273,21 +329,22 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
     ``cfg.steps`` — an interruption on purpose; resuming continues exactly where it stopped.
     """
     run = out_dir if isinstance(out_dir, RunDir) else RunDir(out_dir)
-    ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = process_group()
     main_proc = rank == 0
     device = pick_device(cfg.device)
     task, model = build(cfg)  # every user error is raised here, before anything is written
+    shards = resolve_shards(cfg, run, resume, world)
     if main_proc:
         run.prepare()
     with (run.lock() if main_proc else contextlib.nullcontext()):
-        return _train_locked(cfg, run, task, model, device, resume, until, ddp, rank, main_proc)
+        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world)
 
 
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
-                  resume: bool, until: int | None, ddp: bool, rank: int, main_proc: bool) -> Path:
-    if ddp and not torch.distributed.is_initialized():
+                  resume: bool, until: int | None, shards: int, rank: int, world: int) -> Path:
+    ddp, main_proc = world > 1, rank == 0
+    own_group = ddp and not torch.distributed.is_initialized()
+    if own_group:
         torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -347,7 +404,8 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                 f"weights became non-finite ({bad}) by step {step}; stopped, last good checkpoint kept in {ckpt_root}"
             )
         if main_proc:
-            ckpt.save(ckpt_root, step, model, optimizer, {"elapsed": elapsed, "config": cfg.to_dict()})
+            ckpt.save(ckpt_root, step, model, optimizer,
+                      {"elapsed": elapsed, "config": cfg.to_dict(), "data_shards": shards})
             ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
 
     if start == 0 and main_proc and cfg.log_checkpoints and not (ckpt_root / ckpt.LATEST).exists():
@@ -365,10 +423,15 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     for step in range(start, stop):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        batch = curriculum_task(cfg, task, step).sample(cfg.batch_size, stream_seed(cfg.seed, step, rank)).to(device)
+        batch = step_batch(cfg, task, step, shards, rank, world).to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = net(**batch.inputs)
-        loss = loss_fn(logits, batch, soft)
+        n_scored = None
+        if ddp:  # DDP averages gradients over processes: dividing by N/W makes the average Σ/N
+            n_scored = batch.mask.sum().to(torch.float32)
+            torch.distributed.all_reduce(n_scored)
+            n_scored = n_scored / world
+        loss = loss_fn(logits, batch, soft, n_scored)
         if not torch.isfinite(loss):
             if bar is not None:
                 bar.close()
@@ -381,11 +444,15 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         optimizer.step()
         done = step + 1
 
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            loss_now, gap = float(loss.detach()), bayes_gap(logits.detach(), batch)
+            if ddp:  # every process joins; rank 0 logs the global batch's means
+                count = float(batch.mask.sum())
+                loss_now, gap = _global_means([loss_now * float(n_scored) / count, gap], count, device)
         if main_proc and (done % cfg.log_every == 0 or done == cfg.steps):
-            gap = bayes_gap(logits.detach(), batch)
             record = {
                 "step": done,
-                "loss": float(loss.detach()) * LOG2E,  # bits
+                "loss": loss_now * LOG2E,  # bits
                 "bayes_gap": gap,
                 "lr": lr_at(step, cfg),
                 "grad_norm": float(grad_norm),
@@ -407,7 +474,16 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         bar.close()
     if ddp:
         torch.distributed.barrier()
+    if own_group:
+        torch.distributed.destroy_process_group()
     return run.path
+
+
+def _global_means(means: list[float], count: float, device: torch.device) -> list[float]:
+    """Means over every process's positions, from each process's ``means`` over its ``count`` positions."""
+    sums = torch.tensor([*(m * count for m in means), count], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(sums)
+    return [float(x / sums[-1]) for x in sums[:-1]]
 
 
 @torch.no_grad()
