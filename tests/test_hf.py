@@ -95,3 +95,65 @@ def test_train_resume_eval_and_table_rows(tmp_path: Path) -> None:
     assert all(abs(c["params"] - 20_000) <= 600 for c in cells.values())
     assert "hf:llama" in md.read_text()
     assert (tmp_path / "t" / "runs" / "recall-hf-llama-s0" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("arch, options", FAMILIES)
+def test_hook_names_patterns_and_patching(arch: str, options: dict) -> None:
+    """Our hook names on Hugging Face layers: the residual stream chains layer to layer, attention
+    patterns are causal probability rows per query head (zero beyond a sliding window), reading them
+    leaves the logits alone, and a patched residual stream flows downstream."""
+    task = tasks.make("bijection", V=6, L=6)
+    torch.manual_seed(0)
+    model = models.make(arch, task, params=30_000, n_layers=2, n_heads=4, **options).eval()
+    attention = arch != "hf:mamba"
+    want = [f"blocks.{l}.{n}" for l in range(2) for n in ("hook_resid_pre", "hook_resid_post")
+            + (("attn.hook_pattern",) if attention else ())] + ["hook_final"]
+    assert sorted(model.hook_names()) == sorted(want)
+    ep = task.sample(3, seed=0)
+    T = task.seq_len
+    with torch.no_grad():
+        plain = model(ep.tokens)
+        logits, cache = model.run_with_cache(ep.tokens)
+    assert torch.allclose(logits, plain, atol=1e-5)  # the eager path taken for the patterns agrees
+    assert torch.equal(cache["blocks.0.hook_resid_post"], cache["blocks.1.hook_resid_pre"])
+    if attention:
+        window = options.get("sliding_window")
+        for l in range(2):
+            P = cache[f"blocks.{l}.attn.hook_pattern"]
+            assert P.shape == (3, 4, T, T)  # query heads, also where key heads are shared
+            assert torch.allclose(P.sum(-1), torch.ones(3, 4, T), atol=1e-5)
+            assert float(P.triu(1).abs().max()) == 0.0
+            if window:
+                t, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
+                assert float(P[..., t - j >= window].abs().max()) == 0.0
+                assert float(P[..., (t - j < window) & (t >= j)].min()) > 0.0
+        with pytest.raises(InvalidValue, match="read, not replaced"), model.hooks(
+                [("blocks.0.attn.hook_pattern", lambda p, _: torch.zeros_like(p))]):
+            model(ep.tokens)
+    with torch.no_grad(), model.hooks([("blocks.1.hook_resid_post", lambda x, _: torch.zeros_like(x))]):
+        patched = model(ep.tokens)
+    assert not torch.allclose(patched, plain)
+    assert torch.allclose(patched, patched[:, :1].expand_as(patched), atol=1e-5)  # every position sees the same 0
+    final = cache["hook_final"]  # what the output head reads
+    assert torch.allclose(model.net.get_output_embeddings()(final)[..., :task.n_classes], plain, atol=1e-5)
+    with torch.no_grad(), model.bypass_layer(1):
+        _, bypassed = model.run_with_cache(ep.tokens)
+    assert torch.equal(bypassed["blocks.1.hook_resid_post"], bypassed["blocks.1.hook_resid_pre"])
+
+
+def test_trained_hf_model_gets_the_attention_diagnostics(tmp_path: Path) -> None:
+    """``windtunnel analyze`` on a trained hf:llama run: focusing, value manifold, probes and layer
+    ablation apply; the diagnostics that need our transformer's projections say why they do not."""
+    out = tmp_path / "run"
+    assert main(["train", "--task", "bijection", "--V", "4", "--L", "4", "--arch", "hf:llama", "--params", "20000",
+                 "--steps", "30", "--out", str(out), "--no-progress"]) == 0
+    assert main(["analyze", str(out), "--n", "64"]) == 0
+    geometry = json.loads((out / "geometry.json").read_text())
+    for name in ("attention_focusing", "value_manifold", "probes", "layer_ablation", "frame_precision"):
+        assert geometry[name]["applicable"] is True, (name, geometry[name])
+    layers = geometry["attention_focusing"]["layers"]
+    assert [row["layer"] for row in layers] == [0, 1] and all(len(row["heads"]) == 4 for row in layers)
+    assert all(0 < row["mean_entropy_bits"] <= row["untrained_mean_entropy_bits"] + 1.0 for row in layers)
+    assert all(len(point["js_by_layer"]) == 2 for point in geometry["frame_precision"]["series"])
+    for name in ("key_orthogonality", "head_ablation", "routing_law"):
+        assert geometry[name]["applicable"] is False and geometry[name]["reason"]

@@ -115,9 +115,10 @@ def attention_focusing(
 
     **Nulls.**  Uniform causal attention: entropy ``log2(t+1)`` and mass ``|R_t|/(t+1)``, averaged
     over the same queries; ``value_spread`` null is 1; the same statistics for ``untrained``.
-    Transformers only.
+    Any model whose layers expose ``blocks.{l}.attn.hook_pattern`` (our transformer, ``hf:``
+    attention families).
     """
-    if arch_of(model) != "transformer" or not has_hooks(model, "attn.hook_pattern"):
+    if not has_hooks(model, "attn.hook_pattern"):
         return not_applicable(f"architecture {arch_of(model)!r} has no attention patterns")
     ep = episodes_for(task, n, seed, episodes)
     st = _pattern_stats(model, task, ep, chunk)

@@ -17,21 +17,29 @@ embeddings are untied (inputs are tokens, outputs are the task's classes): the v
 real-valued inputs add ``W_f · features`` to the input embeddings (``inputs_embeds``), as our
 models do.
 
-The wrapped network is ``net``; its modules are reachable for hooks (PyTorch forward hooks), but
-our block-level diagnostics need our block structure and report "not applicable".  Causality and
-the output shape are checked at build time, as for every model from outside the package.
+The wrapped network is ``net``.  Its decoder layers get our stable hook names (attached with PyTorch
+forward hooks on the Hugging Face modules, so ``hooks`` and ``run_with_cache`` work as for our own
+models): ``blocks.{l}.hook_resid_pre`` / ``hook_resid_post`` (the hidden state entering / leaving
+decoder layer ``l``; replacements flow downstream), ``blocks.{l}.attn.hook_pattern`` (the softmax
+attention ``[B, H, T, T]`` of attention families, per *query* head — grouped-query key heads
+repeated, sliding windows applied; read-only, and computed with the eager attention path only
+while hooked) and ``hook_final`` (the normalised state the output head reads).  ``bypass_layer``
+works (a layer's output replaced by its input); head ablation and the key-orthogonality diagnostic
+need our transformer's projections and report "not applicable".  Causality and the output shape
+are checked at build time, as for every model from outside the package.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
-from .base import ModelConfig, WindTunnelModel, _check, _pos_int
+from .base import HookPoint, ModelConfig, WindTunnelModel, _check, _pos_int
 from .external import check_contract
 from ..errors import InvalidValue
 
@@ -153,18 +161,108 @@ class HFModel(WindTunnelModel):
         except (ValueError, TypeError, RuntimeError) as exc:
             raise InvalidValue(f"invalid arch {config.arch!r}: transformers could not build it: {exc}") from None
         self.feat = nn.Linear(config.n_features, config.d_model, bias=False) if config.n_features > 0 else None
-        self.blocks = nn.ModuleList()  # not our blocks: block-level diagnostics do not apply
+        layers = _decoder_layers(self.net, config.n_layers)
+        self.blocks = nn.ModuleList(_HookedLayer(_attention_of(layer) is not None) for layer in layers)
+        self.hook_final = HookPoint()
+        for hooks, layer in zip(self.blocks, layers):
+            _attach(hooks, layer)
+        self.net.get_output_embeddings().register_forward_pre_hook(lambda _, args: (self.hook_final(args[0]),))
         self._finish_init()
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
-        if self.feat is not None:
-            if features is None:
-                raise InvalidValue(f"invalid features: this model expects features [B,T,{self.config.n_features}]")
-            emb = self.net.get_input_embeddings()(tokens) + self.feat(features.to(self.feat.weight.dtype))
-            out = self.net(inputs_embeds=emb, use_cache=False)
-        else:
-            out = self.net(input_ids=tokens, use_cache=False)
+        patterns = any(b.attn.hook_pattern.hooked for b in self.blocks if b.attn is not None)
+        config = self.net.config
+        fused = config._attn_implementation
+        if patterns:  # only the eager path materialises the attention probabilities
+            config._attn_implementation = "eager"
+        try:
+            if self.feat is not None:
+                if features is None:
+                    raise InvalidValue(f"invalid features: this model expects features [B,T,{self.config.n_features}]")
+                emb = self.net.get_input_embeddings()(tokens) + self.feat(features.to(self.feat.weight.dtype))
+                out = self.net(inputs_embeds=emb, use_cache=False)
+            else:
+                out = self.net(input_ids=tokens, use_cache=False)
+        finally:
+            config._attn_implementation = fused
         return out.logits[..., : self.config.n_classes].float()
+
+    @contextmanager
+    def bypass_layer(self, layer: int) -> Iterator["HFModel"]:
+        """Make decoder layer ``layer`` the identity: its output is replaced by its input."""
+        hooks = self._layer(layer)
+        entering: dict[str, torch.Tensor] = {}
+
+        def remember(x: torch.Tensor) -> None:
+            entering["x"] = x
+
+        handles = [hooks.hook_resid_pre.register_forward_hook(lambda _m, _i, out: remember(out)),
+                   hooks.hook_resid_post.register_forward_hook(lambda _m, _i, _out: entering["x"])]
+        try:
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+
+class _HookedAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pattern = HookPoint()
+
+
+class _HookedLayer(nn.Module):
+    """Our hook names for one Hugging Face decoder layer (no parameters; fed by forward hooks)."""
+
+    def __init__(self, has_attention: bool) -> None:
+        super().__init__()
+        self.hook_resid_pre = HookPoint()
+        self.hook_resid_post = HookPoint()
+        self.attn = _HookedAttention() if has_attention else None
+
+
+def _decoder_layers(net: nn.Module, n_layers: int) -> list[nn.Module]:
+    """The decoder layers: the first ``ModuleList`` of ``n_layers`` modules (``model.layers``,
+    ``gpt_neox.layers``, ``backbone.layers``, ``transformer.h``, ...)."""
+    for module in net.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == n_layers:
+            return list(module)
+    raise InvalidValue(f"invalid model: found no list of {n_layers} decoder layers in {type(net).__name__}")
+
+
+def _attention_of(layer: nn.Module) -> nn.Module | None:
+    """The layer's self-attention module (its class name ends in ``Attention``), if it has one."""
+    return next((m for m in layer.children() if type(m).__name__.endswith("Attention")), None)
+
+
+def _attach(hooks: _HookedLayer, layer: nn.Module) -> None:
+    """Route ``layer``'s input, output and attention probabilities through ``hooks``' hook points."""
+
+    def pre(_module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            return (hooks.hook_resid_pre(args[0]), *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": hooks.hook_resid_pre(kwargs["hidden_states"])}
+
+    def post(_module: nn.Module, _args: tuple, _kwargs: dict, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (hooks.hook_resid_post(output[0]), *output[1:])
+        return hooks.hook_resid_post(output)
+
+    layer.register_forward_pre_hook(pre, with_kwargs=True)
+    layer.register_forward_hook(post, with_kwargs=True)
+    attention = _attention_of(layer)
+    if attention is None or hooks.attn is None:
+        return
+    point = hooks.attn.hook_pattern
+
+    def pattern(_module: nn.Module, _args: tuple, output: Any) -> None:
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if weights is not None and point.hooked:
+            if point(weights) is not weights:
+                raise InvalidValue("invalid hook: an hf: model's attention pattern can be read, not replaced "
+                                   "(its output is already computed); patch hook_resid_pre/post instead")
+
+    attention.register_forward_hook(pattern)
 
 
 def make_hf(arch: str, task: Any, params: int | None = None, **overrides: Any) -> HFModel:
