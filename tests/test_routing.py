@@ -145,14 +145,37 @@ def test_alternation_moves_values_then_routing() -> None:
     ep = task.sample(1, seed=1)
     torch.manual_seed(1)
     model = models.attention_layer(task)
-    groups = em._groups(model)
-    grads = {k: [torch.ones_like(p) for p in ps] for k, ps in groups.items()}
-    assert em._step_sizes("alternating", 0, setup)(grads) == {"value": 0.1, "routing": 0.0}
-    assert em._step_sizes("alternating", 1, setup)(grads) == {"value": 0.0, "routing": 0.01}
-    eta = em._step_sizes("sgd_matched", 0, setup)(grads)
-    n_v, n_r = sum(p.numel() for p in groups["value"]), sum(p.numel() for p in groups["routing"])
+    entries = em.value_masks(model)
+    n_v = sum(int(m.sum()) for _, m in entries)
+    n_r = sum(int((~m).sum()) for _, m in entries)
+    assert n_v == model.blocks[0].attn.W_V.weight.numel() and n_v + n_r == sum(p.numel() for p in model.parameters())
+    sq = {"value": float(n_v), "routing": float(n_r)}  # a direction of ones
+    assert em._step_sizes("alternating", 0, setup)(sq) == {"value": 0.1, "routing": 0.0}
+    assert em._step_sizes("alternating", 1, setup)(sq) == {"value": 0.0, "routing": 0.01}
+    eta = em._step_sizes("sgd_matched", 0, setup)(sq)
     assert eta["value"] == eta["routing"] == pytest.approx(math.sqrt((0.01 * n_v + 1e-4 * n_r) / (n_v + n_r)))
     assert ep.features.shape == (1, 32, 20)
+
+
+def test_deep_variant_masks_the_value_rows_and_rescales_adamw() -> None:
+    """Deep variant: the value entries are exactly the W_V rows of every block's fused qkv; AdamW's
+    first step has the norm lr·‖m̂/(√v̂+ε)‖ ≈ lr·√n; em_like's is larger and sgd_matched equals it."""
+    setup = em.EMSetup.deep(length=40, steps=1, seeds=(3,))
+    task = setup.task()
+    torch.manual_seed(3)
+    model = em.build_model(task, setup)
+    assert model.config.n_layers == 4 and model.config.n_heads == 4 and model.config.d_model == 64
+    entries = em.value_masks(model)
+    n_v = sum(int(m.sum()) for _, m in entries)
+    assert n_v == 4 * 64 * 64  # 4 blocks × the 64 v-rows of a [192, 64] projection
+    runs = {arm: em.train_arm(arm, 3, setup) for arm in ("sgd", "em_like", "sgd_matched", "sgd_fast")}
+    assert len({r["gap"][0] for r in runs.values()}) == 1
+    n = sum(p.numel() for p, _ in entries)
+    # Adam's first direction is sign(g) wherever |g| ≫ ε: its norm is ≈ √n (entries with g = 0 give 0)
+    assert runs["sgd"]["update_norm_mean"] == pytest.approx(3e-4 * math.sqrt(n), rel=0.05)
+    assert runs["sgd_matched"]["update_norm_mean"] == pytest.approx(runs["em_like"]["update_norm_mean"], rel=1e-9)
+    assert runs["sgd_fast"]["update_norm_mean"] == pytest.approx(10 * runs["sgd"]["update_norm_mean"], rel=1e-9)
+    assert runs["sgd"]["gap"][1] < runs["sgd"]["gap"][0]  # one AdamW step already lowers the gap
 
 
 def test_em_summary_by_hand() -> None:

@@ -322,6 +322,8 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
     """``routing law RUN``: the law checked on every head; ``routing em``: EM-like vs SGD with controls."""
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
+    if args.action != "em" and (args.deep or args.arms):
+        raise UsageError(f"{'--deep' if args.deep else '--arms'} belongs to routing em, not routing {args.action}")
     if args.action == "law":
         from .routing import check_all_heads
         from .runs import RunDir
@@ -370,10 +372,13 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
     if seeds is None:
         _positive(args.seeds, "seeds")
         seeds = PAPER_SEEDS[: args.seeds] + tuple(range(1, max(0, args.seeds - len(PAPER_SEEDS)) + 1))
-    fields = {"seeds": seeds}
+    fields: dict[str, Any] = {"seeds": seeds}
     if args.steps is not None:
         fields["steps"] = args.steps
-    md = run_em(EMSetup(**fields), _out_path(args.out) or Path("results/routing"))
+    if args.arms:
+        fields["arms"] = tuple(args.arms)
+    setup = EMSetup.deep(**fields) if args.deep else EMSetup(**fields)
+    md = run_em(setup, _out_path(args.out) or Path("results/routing/deep" if args.deep else "results/routing"))
     print(md.read_text())
     print(f"wrote {md}")
     return 0
@@ -534,7 +539,9 @@ def make_parser() -> argparse.ArgumentParser:
     ro.add_argument("--n", type=int, default=64, help="episodes for the law check")
     ro.add_argument("--steps", type=int, help="em: full-batch steps per run (default 1000); timescales: training steps")
     ro.add_argument("--seeds", type=int, help="em, timescales: number of seeds (default 5)")
-    ro.add_argument("--out", help="em: output folder (default results/routing)")
+    ro.add_argument("--out", help="em: output folder (default results/routing, --deep: results/routing/deep)")
+    ro.add_argument("--arms", nargs="+", help="em: the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating)")
+    ro.add_argument("--deep", action="store_true", help="em: the 4-layer × 4-head transformer with AdamW (2000 steps)")
     ro.set_defaults(func=cmd_routing)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")

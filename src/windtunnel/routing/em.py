@@ -16,6 +16,15 @@ whether the *split* (values fast, routing slow) or the *size* is what helps.  Th
                     odd steps only ``W_Q, W_K, W_O`` (``lr``, routing); a step is one gradient
 ==================  =========================================================================
 
+**The deep variant** (``EMSetup.deep()``, the paper's second experiment): a 4-layer, 4-head
+transformer (``d_model = 64``, our ``transformer``) trained with AdamW (LR 3e-4, cosine to 0, 2000
+full-batch steps, weight decay 0.01).  The arms are the same with the Adam direction
+``m̂/(√v̂+ε)`` in place of ``g`` (one Adam state per run, fed the same gradients whatever the arm):
+``sgd`` is then plain AdamW, ``em_like`` multiplies the step of the value projections (the ``W_V``
+rows of every block) by ``value_lr/lr``, ``sgd_matched`` rescales the whole AdamW step to the
+em_like step's norm, ``sgd_fast`` multiplies every step.  Everything else the paper's deep model has
+(LayerNorm, dropout 0.1) is our transformer's own (RMSNorm, no dropout).
+
 Every arm of a seed starts from the same weights on the same sequence (``torch.manual_seed(seed)``
 before building; the training sequence is ``task.sample(1, seed)``, the held-out one
 ``task.sample(1, seed + HELD_OUT)``), so arms are compared *paired*.  Progress is the Bayes gap
@@ -40,7 +49,7 @@ from typing import Any, Callable
 
 import torch
 
-from .. import metrics, tasks
+from .. import metrics, models, tasks
 from ..errors import InvalidValue
 from ..models.attention_layer import attention_layer
 from ..stats import json_safe, mean_std, paired
@@ -48,6 +57,7 @@ from ..tasks.base import entropy_bits
 from .law import scored_cross_entropy
 
 ARMS = ("sgd", "em_like", "sgd_matched", "sgd_fast", "alternating")
+MODELS = ("single", "deep")
 PAPER_SEEDS = (42, 2024, 1337, 7777, 9999)
 HELD_OUT = 1_000_003
 
@@ -68,6 +78,15 @@ class EMSetup:
     seeds: tuple[int, ...] = PAPER_SEEDS
     arms: tuple[str, ...] = ARMS
     eval_every: int = 10
+    #: ``single``: the paper's one attention layer, plain gradient steps; ``deep``: a 4×4 transformer, AdamW + cosine
+    model: str = "single"
+    weight_decay: float = 0.0
+
+    @classmethod
+    def deep(cls, **changes: Any) -> "EMSetup":
+        """The paper's deep variant: 4 layers × 4 heads, d = 64, AdamW 3e-4 (W_V 3e-3) with cosine, 2000 steps."""
+        return cls(**{"model": "deep", "steps": 2000, "lr": 3e-4, "value_lr": 3e-3, "weight_decay": 0.01,
+                      "eval_every": 50, **changes})
 
     def validate(self) -> None:
         for name in ("steps", "eval_every", "length"):
@@ -80,6 +99,10 @@ class EMSetup:
                 raise InvalidValue(f"invalid {name}: must be a positive number, got {v!r}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise InvalidValue(f"invalid seeds: need distinct seeds, got {list(self.seeds)!r}")
+        if self.model not in MODELS:
+            raise InvalidValue(f"invalid model: choose from {', '.join(MODELS)}, got {self.model!r}")
+        if not isinstance(self.weight_decay, (int, float)) or not 0 <= self.weight_decay < 1:
+            raise InvalidValue(f"invalid weight_decay: must be in [0, 1), got {self.weight_decay!r}")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown or "sgd" not in self.arms:
             raise InvalidValue(f"invalid arms: choose from {', '.join(ARMS)} (sgd included, it sets the threshold)")
@@ -89,16 +112,39 @@ class EMSetup:
                           length=self.length, means_seed=self.means_seed)
 
 
-def _groups(model: torch.nn.Module) -> dict[str, list[torch.nn.Parameter]]:
-    attn = model.blocks[0].attn
-    return {"value": [attn.W_V.weight], "routing": [attn.W_Q.weight, attn.W_K.weight, model.W_O.weight]}
+def build_model(task: Any, setup: EMSetup) -> torch.nn.Module:
+    """The setup's network, freshly initialised from the global torch seed."""
+    if setup.model == "deep":
+        return models.make("transformer", task, d_model=64, n_layers=4, n_heads=4, max_len=task.seq_len)
+    return attention_layer(task, init_std=setup.init_std)
 
 
-def _step_sizes(arm: str, step: int, setup: EMSetup) -> Callable[[dict[str, list[torch.Tensor]]], dict[str, float]]:
-    """The learning rate of each group at this step (``sgd_matched`` needs the gradient: a closure)."""
+def value_masks(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+    """Every trained parameter with a boolean mask of its *value* entries (``W_V``; the rest routes:
+    ``W_Q, W_K, W_O`` of the single layer; everything but the ``W_V`` rows of the fused ``qkv`` in a
+    transformer)."""
+    if hasattr(model, "W_O"):  # the single attention layer
+        attn = model.blocks[0].attn
+        value = attn.W_V.weight
+        params = [value, attn.W_Q.weight, attn.W_K.weight, model.W_O.weight]
+        return [(p, torch.full_like(p, p is value, dtype=torch.bool)) for p in params]
+    out = []
+    d = model.config.d_model
+    values = {id(block.attn.qkv.weight) for block in model.blocks}
+    for p in model.parameters():
+        mask = torch.zeros_like(p, dtype=torch.bool)
+        if id(p) in values:
+            mask[2 * d : 3 * d] = True  # rows of the fused projection that make v
+        out.append((p, mask))
+    return out
+
+
+def _step_sizes(arm: str, step: int, setup: EMSetup) -> Callable[[dict[str, float]], dict[str, float]]:
+    """The learning rate of the value and routing entries at this step, from the squared norms of
+    the step direction on each (``sgd_matched`` needs them: a closure)."""
     lr, fast = setup.lr, setup.value_lr
 
-    def sizes(grads: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+    def sizes(sq: dict[str, float]) -> dict[str, float]:
         if arm == "sgd":
             return {"value": lr, "routing": lr}
         if arm == "em_like":
@@ -108,7 +154,6 @@ def _step_sizes(arm: str, step: int, setup: EMSetup) -> Callable[[dict[str, list
         if arm == "alternating":
             return {"value": fast, "routing": 0.0} if step % 2 == 0 else {"value": 0.0, "routing": lr}
         if arm == "sgd_matched":
-            sq = {k: sum(float((g * g).sum()) for g in gs) for k, gs in grads.items()}
             em_norm = math.sqrt(fast**2 * sq["value"] + lr**2 * sq["routing"])
             g_norm = math.sqrt(sq["value"] + sq["routing"])
             eta = em_norm / g_norm if g_norm > 0 else lr
@@ -118,6 +163,24 @@ def _step_sizes(arm: str, step: int, setup: EMSetup) -> Callable[[dict[str, list
     return sizes
 
 
+class _Adam:
+    """Adam's direction ``m̂ / (√v̂ + ε)`` (β = 0.9, 0.999; ε = 1e-8), without its learning rate."""
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    def direction(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        self.t += 1
+        out = []
+        for m, v, g in zip(self.m, self.v, grads):
+            m.mul_(0.9).add_(g, alpha=0.1)
+            v.mul_(0.999).addcmul_(g, g, value=0.001)
+            out.append((m / (1 - 0.9**self.t)) / ((v / (1 - 0.999**self.t)).sqrt() + 1e-8))
+        return out
+
+
 def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
     """Train one arm on one seed; returns the training-gap curve (every step), the held-out curve,
     the update norms and the final entropies (model vs exact predictive, held-out, bits)."""
@@ -125,10 +188,10 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
     train_ep = task.sample(1, seed=seed)
     held_ep = task.sample(1, seed=seed + HELD_OUT)
     torch.manual_seed(seed)
-    model = attention_layer(task, init_std=setup.init_std)
-    groups = _groups(model)
-    names = list(groups)
-    params = [p for k in names for p in groups[k]]
+    model = build_model(task, setup)
+    entries = value_masks(model)
+    params = [p for p, _ in entries]
+    adam = _Adam(params) if setup.model == "deep" else None
     gap, held, norms, held_steps = [], [], [], []
     t0 = time.perf_counter()
     for step in range(setup.steps + 1):
@@ -141,19 +204,21 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
         if step == setup.steps:
             break
         loss = scored_cross_entropy(logits, train_ep)
-        flat = torch.autograd.grad(loss, params)
-        grads, i = {}, 0
-        for k in names:
-            grads[k] = list(flat[i:i + len(groups[k])])
-            i += len(groups[k])
-        eta = _step_sizes(arm, step, setup)(grads)
-        sq = 0.0
+        grads = list(torch.autograd.grad(loss, params))
+        directions = grads if adam is None else adam.direction(grads)
+        sq = {"value": sum(float((u * u)[mask].sum()) for u, (_, mask) in zip(directions, entries)),
+              "routing": sum(float((u * u)[~mask].sum()) for u, (_, mask) in zip(directions, entries))}
+        eta = _step_sizes(arm, step, setup)(sq)
+        if adam is not None:  # AdamW's cosine schedule, to 0 at the budget
+            decay = 0.5 * (1 + math.cos(math.pi * step / setup.steps))
+            eta = {k: v * decay for k, v in eta.items()}
         with torch.no_grad():
-            for k in names:
-                for p, g in zip(groups[k], grads[k]):
-                    p.sub_(eta[k] * g)
-                    sq += eta[k] ** 2 * float((g * g).sum())
-        norms.append(math.sqrt(sq))
+            for (p, mask), u in zip(entries, directions):
+                rate = torch.where(mask, eta["value"], eta["routing"])
+                if setup.weight_decay:
+                    p.sub_(rate * setup.weight_decay * p)
+                p.sub_(rate * u)
+        norms.append(math.sqrt(eta["value"] ** 2 * sq["value"] + eta["routing"] ** 2 * sq["routing"]))
         if not math.isfinite(gap[-1]):
             break
     with torch.no_grad():
@@ -234,11 +299,15 @@ def _fmt_ci(m: dict[str, Any], f: str = ".4f") -> str:
 
 def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
     """The table: one row per arm."""
+    if setup.model == "deep":
+        model = (f"Deep variant: transformer 4 layers × 4 heads, d = 64; AdamW (β 0.9/0.999, weight decay "
+                 f"{setup.weight_decay}) with cosine to 0 — the `sgd` arm is plain AdamW, the others rescale its step")
+    else:
+        model = f"Single attention layer (W_Q, W_K 20×10, W_V 20×15, W_O 15×8, init N(0, {setup.init_std}²))"
     lines = [
         "# EM-like vs SGD on the sticky chain (Paper II §5.2), with the step-size control",
         "",
-        f"Single attention layer (W_Q, W_K 20×10, W_V 20×15, W_O 15×8, init N(0, {setup.init_std}²)), "
-        f"full batch on one sequence of T = {setup.length}, {setup.steps} steps, lr {setup.lr}, value lr "
+        f"{model}, full batch on one sequence of T = {setup.length}, {setup.steps} steps, lr {setup.lr}, value lr "
         f"{setup.value_lr}; seeds {', '.join(map(str, summary['seeds']))} (paired: same data and initial weights "
         f"across arms). Threshold = SGD's mean final training Bayes gap = {summary['threshold_bits']:.4f} bits. "
         "Intervals: Student-t 95% over seeds (speed-up: on the log ratio, seeds where both reached the threshold).",
@@ -268,7 +337,8 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
         lines += ["", f"**EM-like against the same-size SGD step** (`sgd_matched`, paired): EM-like reaches the "
                   f"threshold {c['speedup']:.2f}×{ci} as fast (n={c['n']}); final training gap EM-like − matched = "
                   f"{_fmt_ci(d, '+.4f')} bits."]
-    lines += ["", f"Wall time: {wall_s:.0f} s. Command: `windtunnel routing em` "
+    deep = " --deep" if setup.model == "deep" else ""
+    lines += ["", f"Wall time: {wall_s:.0f} s. Command: `windtunnel routing em{deep}` "
               f"(`--steps {setup.steps} --seeds {len(setup.seeds)}`)."]
     return "\n".join(lines) + "\n"
 
@@ -293,7 +363,7 @@ def figure(runs: list[dict[str, Any]], setup: EMSetup, summary: dict[str, Any], 
     ax.set_yscale("log")
     ax.set_xlabel("step (one full-batch gradient)")
     ax.set_ylabel("Bayes gap, training sequence (bits)")
-    ax.set_title("EM-like vs SGD, sticky chain: median over seeds, band min–max")
+    ax.set_title(f"EM-like vs SGD, sticky chain ({setup.model}): median over seeds, band min–max")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -317,10 +387,12 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runs.jsonl"
     key = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "arms")}
+    # a record written before a field existed ran at that field's default
+    defaults = json_safe({k: v for k, v in asdict(EMSetup()).items() if k not in ("seeds", "arms")})
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if log.is_file():
         for r in read_jsonl(log):
-            if r.get("setup") == json_safe(key):
+            if isinstance(r.get("setup"), dict) and {**defaults, **r["setup"]} == json_safe(key):
                 done[(r["arm"], r["seed"])] = r
     for seed in setup.seeds:
         for arm in setup.arms:
