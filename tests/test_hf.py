@@ -149,11 +149,36 @@ def test_trained_hf_model_gets_the_attention_diagnostics(tmp_path: Path) -> None
                  "--steps", "30", "--out", str(out), "--no-progress"]) == 0
     assert main(["analyze", str(out), "--n", "64"]) == 0
     geometry = json.loads((out / "geometry.json").read_text())
-    for name in ("attention_focusing", "value_manifold", "probes", "layer_ablation", "frame_precision"):
+    for name in ("key_orthogonality", "attention_focusing", "value_manifold", "probes", "layer_ablation",
+                 "frame_precision"):
         assert geometry[name]["applicable"] is True, (name, geometry[name])
+    keys = geometry["key_orthogonality"]
+    assert keys["n_tokens"] == 4 and len(keys["layers"]) == 2 and all(len(l["heads"]) == 4 for l in keys["layers"])
     layers = geometry["attention_focusing"]["layers"]
     assert [row["layer"] for row in layers] == [0, 1] and all(len(row["heads"]) == 4 for row in layers)
     assert all(0 < row["mean_entropy_bits"] <= row["untrained_mean_entropy_bits"] + 1.0 for row in layers)
     assert all(len(point["js_by_layer"]) == 2 for point in geometry["frame_precision"]["series"])
-    for name in ("key_orthogonality", "head_ablation", "routing_law"):
+    for name in ("head_ablation", "routing_law"):
         assert geometry[name]["applicable"] is False and geometry[name]["reason"]
+
+
+@pytest.mark.parametrize("arch, options", FAMILIES[:3])
+def test_unrotated_keys_are_the_key_projection_of_the_normed_stream(arch: str, options: dict) -> None:
+    """``unrotated_keys`` = the layer's key projection applied to its normalised input, per *key* head
+    (one shared head in the grouped-query Llama), recomputed here from the weights."""
+    task = tasks.make("bijection", V=6, L=6)
+    torch.manual_seed(0)
+    model = models.make(arch, task, params=30_000, n_layers=2, n_heads=4, **options).eval()
+    ep = task.sample(3, seed=0)
+    keys = model.unrotated_keys(ep.tokens)
+    _, cache = model.run_with_cache(ep.tokens, names=lambda n: n.endswith("resid_pre"))
+    n_kv = options.get("num_key_value_heads", 4)
+    layers = [m for m in model.net.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == 2][0]
+    for l, layer in enumerate(layers):
+        x = cache[f"blocks.{l}.hook_resid_pre"]
+        if arch == "hf:gpt_neox":
+            out = layer.attention.query_key_value(layer.input_layernorm(x))
+            want = out.view(3, task.seq_len, 4, 3, -1)[:, :, :, 1]
+        else:
+            want = layer.self_attn.k_proj(layer.input_layernorm(x)).view(3, task.seq_len, n_kv, -1)
+        assert keys[l].shape == want.shape and torch.allclose(keys[l], want, atol=1e-6)

@@ -10,7 +10,7 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, inputs_on,
+from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
                       not_applicable)
 
 __all__ = ["hypothesis_tokens", "key_orthogonality", "key_orthogonality_figure", "gaussian_abs_cos"]
@@ -50,37 +50,36 @@ def _centre(K: torch.Tensor) -> torch.Tensor:
 def token_keys(model: torch.nn.Module, episodes: Episodes, token_ids: list[int], chunk: int = 128) -> tuple[torch.Tensor, list[int]]:
     r"""Per-layer, per-head pre-rotary keys of each hypothesis token, averaged over its occurrences.
 
-    :math:`k^{l,h}_i = \mathrm{mean}_{(b,t):\,x_{bt}=i}\; W_K^{l,h}\,\mathrm{RMSNorm}_1^l(r^l_{bt})` with
-    :math:`r^l` the residual stream entering block ``l`` (``hook_resid_pre``).  Returns
-    ``(keys [L, H, n_present, dh] float64, present token ids)``; tokens that never occur are dropped.
+    :math:`k^{l,h}_i = \mathrm{mean}_{(b,t):\,x_{bt}=i}\; W_K^{l,h}\,\mathrm{Norm}_1^l(r^l_{bt})` with
+    :math:`r^l` the residual stream entering block ``l``, as the model's ``unrotated_keys`` gives it
+    (our transformer; ``hf:`` attention families, whose grouped-query models have fewer key heads).
+    Returns ``(keys [L, H_k, n_present, dh] float64, present token ids)``; tokens that never occur
+    are dropped.
     """
     dev = device_of(model)
-    cfg = model.config
-    L, H, d = len(model.blocks), cfg.n_heads, cfg.d_model
-    dh = d // H
     ids = torch.tensor(token_ids)
     index = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long)
     index[ids] = torch.arange(len(ids))
-    sums = torch.zeros(L, len(ids), d, dtype=torch.float64)
+    sums: torch.Tensor | None = None
     counts = torch.zeros(len(ids), dtype=torch.float64)
-    names = [f"blocks.{l}.hook_resid_pre" for l in range(L)]
     with eval_mode(model):
         for part in episodes.chunks(chunk):
             tok = part.tokens
             sel = (tok <= int(ids.max())) & (index[tok.clamp(0, int(ids.max()))] >= 0)
             if not sel.any():
                 continue
-            _, cache = model.run_with_cache(**inputs_on(part, dev), names=names)
+            layers = model.unrotated_keys(**inputs_on(part, dev))  # L × [B, T, H_k, dh]
             which = index[tok[sel]]
             counts.index_add_(0, which, torch.ones(len(which), dtype=torch.float64))
-            for l in range(L):
-                block = model.blocks[l]
-                x = block.ln1(cache[names[l]][sel.to(dev)])
-                wk = block.attn.qkv.weight[d : 2 * d]
-                k = (x @ wk.T).double().cpu()  # [n, d]
-                sums[l].index_add_(0, which, k)
+            if sums is None:
+                _, _, H, dh = layers[0].shape
+                sums = torch.zeros(len(layers), len(ids), H, dh, dtype=torch.float64)
+            for l, k in enumerate(layers):
+                sums[l].index_add_(0, which, k[sel.to(k.device)].double().cpu())
     present = counts > 0
-    keys = (sums[:, present] / counts[present][None, :, None]).view(L, int(present.sum()), H, dh).transpose(1, 2)
+    if sums is None:
+        return torch.zeros(0, 0, 0, 0, dtype=torch.float64), []
+    keys = (sums[:, present] / counts[present][None, :, None, None]).transpose(1, 2)
     return keys, [int(i) for i in ids[present]]
 
 
@@ -115,9 +114,10 @@ def key_orthogonality(
     95% interval of ``S``).  ``p_gaussian`` is the one-sided Monte Carlo test of "more orthogonal
     than random": :math:`p = (1 + \#\{S_\text{null} \le S\}) / (1 + n_\text{null})`.
 
-    Transformers only (other architectures have no keys: a "not applicable" entry).
+    Models with ``unrotated_keys`` and attention (our transformer, ``hf:`` attention families); the
+    others have no keys: a "not applicable" entry.
     """
-    if arch_of(model) != "transformer" or not hasattr(model, "blocks"):
+    if not hasattr(model, "unrotated_keys") or not has_hooks(model, "attn.hook_pattern"):
         return not_applicable(f"architecture {arch_of(model)!r} has no attention keys")
     hyp = hypothesis_tokens(task)
     if hyp is None:

@@ -58,6 +58,15 @@ class AttentionLayout:
         W = m.c_attn.weight.detach().double()  # gpt2 Conv1D: [d, 3d], x @ W
         return W[:, d:2 * d].T.reshape(H, dk, d)
 
+    def key_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        """The module whose output holds the keys before rotary, and ``output -> keys [B,T,n_kv,d_k]``."""
+        m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model
+        if self.family == "separate":
+            return m.k_proj, lambda out: out.view(*out.shape[:2], H, dk)
+        if self.family == "neox":
+            return m.query_key_value, lambda out: out.view(*out.shape[:2], H, 3, dk)[:, :, :, 1]
+        return m.c_attn, lambda out: out[..., d:2 * d].reshape(*out.shape[:2], H, dk)
+
     def value_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
         """The module whose output holds the values, and ``output [B,T,*] -> values [B,T,n_kv,d_v]``."""
         m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model

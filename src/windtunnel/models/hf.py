@@ -24,8 +24,9 @@ decoder layer ``l``; replacements flow downstream), ``blocks.{l}.attn.hook_patte
 attention ``[B, H, T, T]`` of attention families, per *query* head — grouped-query key heads
 repeated, sliding windows applied; read-only, and computed with the eager attention path only
 while hooked) and ``hook_final`` (the normalised state the output head reads).  ``bypass_layer``
-works (a layer's output replaced by its input); head ablation and the key-orthogonality diagnostic
-need our transformer's projections and report "not applicable".  Causality and the output shape
+works (a layer's output replaced by its input), and ``unrotated_keys`` reads each layer's key
+projection (key orthogonality); head ablation and the routing law need our transformer's
+projections and report "not applicable".  Causality and the output shape
 are checked at build time, as for every model from outside the package.
 """
 
@@ -186,6 +187,26 @@ class HFModel(WindTunnelModel):
         finally:
             config._attn_implementation = fused
         return out.logits[..., : self.config.n_classes].float()
+
+    @torch.no_grad()
+    def unrotated_keys(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Per layer, the key projection's output before rotary, ``[B, T, key heads, d_h]`` (grouped-query
+        models have fewer key heads than query heads).  ``InvalidValue`` for attention-free families."""
+        from ..llm.signatures import attention_layout
+
+        layout = attention_layout(self.net)
+        keys: list[torch.Tensor | None] = [None] * len(layout.layers)
+        handles = []
+        for l in range(len(layout.layers)):
+            module, to_keys = layout.key_module(l)
+            handles.append(module.register_forward_hook(
+                lambda _m, _i, out, l=l, to_keys=to_keys: keys.__setitem__(l, to_keys(out))))
+        try:
+            self(tokens, features)
+        finally:
+            for h in handles:
+                h.remove()
+        return [k for k in keys if k is not None]
 
     @contextmanager
     def bypass_layer(self, layer: int) -> Iterator["HFModel"]:

@@ -238,6 +238,19 @@ class Transformer(WindTunnelModel):
             x = x + self.pos_embed.weight[:T]
         return x
 
+    @torch.no_grad()
+    def unrotated_keys(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> list[torch.Tensor]:
+        r"""Per layer, the keys before rotary, :math:`W_K\,\mathrm{RMSNorm}_1(r)` of the residual stream
+        entering the layer: ``[B, T, H, d_h]`` each (what key orthogonality compares)."""
+        names = [f"blocks.{l}.hook_resid_pre" for l in range(len(self.blocks))]
+        _, cache = self.run_with_cache(tokens, features, names=names)
+        d, H = self.config.d_model, self.config.n_heads
+        out = []
+        for name, block in zip(names, self.blocks):
+            x = block.ln1(cache[name])
+            out.append((x @ block.attn.qkv.weight[d : 2 * d].T).view(*x.shape[:2], H, d // H))
+        return out
+
     @contextmanager
     def ablate_head(self, layer: int, head: int) -> Iterator["Transformer"]:
         """Zero head ``head``'s ``z`` in block ``layer`` (before ``W_O``) inside the ``with`` block."""
