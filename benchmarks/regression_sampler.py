@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
-import time
 from typing import Iterator
 
 import torch
 
+from common import median_time
 from windtunnel import tasks
 from windtunnel.tasks import regression
 
@@ -30,16 +29,6 @@ def reference_path(task: regression.Regression) -> Iterator[None]:
         yield
     finally:
         regression.normal_bin_mass, regression.Regression.predictive = fast_mass, fast_pred
-
-
-def median_time(fn, reps: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
