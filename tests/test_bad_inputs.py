@@ -80,6 +80,8 @@ def test_bad_task_parameter(name: str, field: str, bad: str, capsys: pytest.Capt
     ["routing", "law", ".", "--n", "0"], ["routing", "em", "--steps", "0"], ["routing", "em", "--seeds", "-1"],
     ["routing", "em", "extra"], ["routing", "em", "--out", ""], ["routing", "timescales", "--steps", "0"],
     ["routing", "timescales", "--seeds", "0"], ["routing", "em", "--bogus"],
+    ["routing", "em", "--deep", "--arms", "em_like"], ["routing", "em", "--arms", "sgd", "nope"],
+    ["routing", "timescales", "--deep"], ["routing", "law", ".", "--arms", "sgd"],
 ])
 def test_bad_command_lines(argv: list[str], capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -148,7 +150,7 @@ def test_config_file_arch_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixt
     assert RunDir(tmp_path / "r").read_config()["model"]["arch"] == "lstm"
     cfg.write_text(json.dumps({"arch": "nope"}))
     user_error(["train", "--config", str(cfg), "--out", str(tmp_path / "r2")], capsys)
-    for bad in ("{", "[]", '{"steps": "many"}'):
+    for bad in ("{", "[]", '{"steps": "many"}', '{"data_shards": 3}', '{"data_shards": -1}', '{"data_shards": true}'):
         cfg.write_text(bad)
         user_error(["train", "--config", str(cfg), "--out", str(tmp_path / "r3")], capsys)
     assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()
