@@ -176,6 +176,24 @@ def test_deep_variant_masks_the_value_rows_and_rescales_adamw() -> None:
     assert runs["sgd_matched"]["update_norm_mean"] == pytest.approx(runs["em_like"]["update_norm_mean"], rel=1e-9)
     assert runs["sgd_fast"]["update_norm_mean"] == pytest.approx(10 * runs["sgd"]["update_norm_mean"], rel=1e-9)
     assert runs["sgd"]["gap"][1] < runs["sgd"]["gap"][0]  # one AdamW step already lowers the gap
+    assert setup.criterion == "loss" and runs["sgd"]["loss"][1] < runs["sgd"]["loss"][0]
+    # the loss curve is the cross-entropy in bits: the Bayes gap plus the exact posterior's cross-entropy ≥ gap
+    assert all(l >= g for l, g in zip(runs["sgd"]["loss"], runs["sgd"]["gap"]))
+
+
+def test_loss_criterion_sets_the_threshold_from_the_loss_curve() -> None:
+    setup = em.EMSetup(seeds=(1,), arms=("sgd", "em_like"), criterion="loss")
+
+    def run(arm, gap, loss):
+        return {"arm": arm, "seed": 1, "gap": gap, "loss": loss, "final_gap": gap[-1], "final_loss": loss[-1],
+                "final_held_out_gap": 0.3, "final_entropy_bits": 1.0, "exact_entropy_bits": 0.9,
+                "update_norm_mean": 0.5, "best_held_out_gap": 0.1, "best_held_out_step": 10}
+
+    s = em.summarise([run("sgd", [0.5, 0.1, 0.9], [3.0, 2.0, 1.0]), run("em_like", [0.5, 2.0, 3.0], [3.0, 1.0, 0.5])],
+                     setup)
+    assert s["criterion"] == "loss" and s["threshold_bits"] == 1.0  # SGD's final loss, not its final gap
+    assert s["arms"]["em_like"]["steps_to_threshold"] == {"1": 1}
+    assert s["arms"]["em_like"]["speedup_vs_sgd"]["geometric_mean"] == pytest.approx(2.0)
 
 
 def test_em_summary_by_hand() -> None:
