@@ -58,23 +58,24 @@ class AttentionLayout:
         W = m.c_attn.weight.detach().double()  # gpt2 Conv1D: [d, 3d], x @ W
         return W[:, d:2 * d].T.reshape(H, dk, d)
 
-    def key_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
-        """The module whose output holds the keys before rotary, and ``output -> keys [B,T,n_kv,d_k]``."""
+    def projection(self, layer: int, part: str) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        """The module whose output holds ``part`` (``"k"``: keys before rotary, ``"v"``: values) and
+        ``output [B,T,*] -> [B,T,n_kv,d_head]``."""
         m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model
+        slot = {"k": 1, "v": 2}[part]  # position in the fused q, k, v layouts
         if self.family == "separate":
-            return m.k_proj, lambda out: out.view(*out.shape[:2], H, dk)
+            return getattr(m, f"{part}_proj"), lambda out: out.view(*out.shape[:2], H, dk)
         if self.family == "neox":
-            return m.query_key_value, lambda out: out.view(*out.shape[:2], H, 3, dk)[:, :, :, 1]
-        return m.c_attn, lambda out: out[..., d:2 * d].reshape(*out.shape[:2], H, dk)
+            return m.query_key_value, lambda out: out.view(*out.shape[:2], H, 3, dk)[:, :, :, slot]
+        return m.c_attn, lambda out: out[..., slot * d:(slot + 1) * d].reshape(*out.shape[:2], H, dk)
+
+    def key_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        """``projection(layer, "k")``: the keys before rotary."""
+        return self.projection(layer, "k")
 
     def value_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
-        """The module whose output holds the values, and ``output [B,T,*] -> values [B,T,n_kv,d_v]``."""
-        m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model
-        if self.family == "separate":
-            return m.v_proj, lambda out: out.view(*out.shape[:2], H, dk)
-        if self.family == "neox":
-            return m.query_key_value, lambda out: out.view(*out.shape[:2], H, 3, dk)[:, :, :, 2]
-        return m.c_attn, lambda out: out[..., 2 * d:].reshape(*out.shape[:2], H, dk)
+        """``projection(layer, "v")``: the values."""
+        return self.projection(layer, "v")
 
 
 def attention_layout(model: torch.nn.Module) -> AttentionLayout:
