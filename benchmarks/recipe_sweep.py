@@ -2,6 +2,7 @@
 
     python benchmarks/recipe_sweep.py --task recall --arch transformer --grid shapes [--jobs 2]
     python benchmarks/recipe_sweep.py --task bijection_replacement --arch transformer mamba --grid curriculum
+    python benchmarks/recipe_sweep.py --task bijection_replacement --grid block --steps 4000 --seeds 0 1 2
 
 Every candidate is an ordinary run (``windtunnel.train``) at 200k parameters (capacity-matched),
 one CPU thread per job, evaluated with ``windtunnel.evaluate`` on 1000 fresh episodes; each
@@ -12,7 +13,13 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
 
 * ``shapes``: layers × heads ∈ {(2,2), (2,4), (4,2), (4,4)} at LR 2e-3 and 1e-3;
 * ``curriculum``: the 2-layer shape with no curriculum, and with the first third of training on
-  episodes whose keys come from a pool of 3 (``bijection`` ``key_pool``), at LR 2e-3 and 1e-3.
+  episodes whose keys come from a pool of 3 (``bijection`` ``key_pool``), at LR 2e-3 and 1e-3;
+* ``block``: the quick preset's own recipe (its shape, LR and curriculum) with the transformer's
+  MLP as the papers' GELU block and as the gated SwiGLU block of Llama-family models
+  (``mlp="swiglu"``), capacity-matched alike — the one change that separates our transformer from
+  ``hf:llama`` at the same recipe.  Other architectures have no such knob and run the recipe once.
+
+``--seeds`` repeats every candidate over training seeds (default: seed 0).
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ import torch
 
 
 def candidates(grid: str, task: str, arch: str, steps: int) -> list[dict[str, Any]]:
-    from windtunnel import grid
+    from windtunnel import grid as experiment_grid  # not `grid`: that name is the sweep's grid
 
-    base = grid.preset("quick", task, arch)
+    base = experiment_grid.preset("quick", task, arch)
     base.update(steps=steps, eval_every=steps, ckpt_every=max(500, steps // 4), progress=False)
+    if grid == "block":
+        blocks = ["swiglu", "gelu"] if arch == "transformer" else [None]
+        return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in blocks]
     out = []
     shapes = [(2, 2), (2, 4), (4, 2), (4, 4)] if grid == "shapes" else [(2, 2)]
     curricula: list[list[dict[str, Any]]] = [[]]
@@ -71,7 +81,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "task": job["task"], "arch": cfg.arch, "model": cfg.model, "lr": cfg.lr, "steps": cfg.steps,
         "batch": cfg.batch_size, "curriculum": cfg.curriculum, "wall_s": round(wall, 1),
         "accuracy": m.get("accuracy"), "kl": m.get("kl"), "entropy_mae_curve": m.get("entropy_mae_curve"),
-        "params": model.n_params(),
+        "params": model.n_params(), "seed": cfg.seed,
     }
 
 
@@ -79,8 +89,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
     ap.add_argument("--arch", nargs="+", default=["transformer"])
-    ap.add_argument("--grid", choices=["shapes", "curriculum"], default="shapes")
+    ap.add_argument("--grid", choices=["shapes", "curriculum", "block"], default="shapes")
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="runs/sweep")
     ap.add_argument("--log", default="benchmarks/results/recipe_sweep.jsonl")
@@ -88,8 +99,10 @@ def main() -> None:
     jobs = []
     for arch in args.arch:
         for i, cfg in enumerate(candidates(args.grid, args.task, arch, args.steps)):
-            name = f"{args.task}-{arch}-{args.grid}-{i}-{args.steps}"
-            jobs.append({"task": args.task, "config": cfg, "run_dir": str(Path(args.out) / name)})
+            for seed in args.seeds:
+                name = f"{args.task}-{arch}-{args.grid}-{i}-{args.steps}" + (f"-s{seed}" if seed else "")
+                jobs.append({"task": args.task, "config": dict(cfg, seed=seed),
+                             "run_dir": str(Path(args.out) / name)})
     Path(args.log).parent.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for row in pool.map(run_one, jobs):

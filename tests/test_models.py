@@ -439,3 +439,43 @@ def test_bad_names_raise_value_error():
         tiny("lstm", FEATURE_TASK)(torch.zeros(1, 8, dtype=torch.long))  # features required
     with pytest.raises(ValueError, match="features"):
         tiny("lstm")(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, 2))  # and refused without
+
+
+# --- the transformer's gated MLP option -----------------------------------------------------------
+def test_swiglu_block_is_the_gated_formula_and_capacity_matches():
+    model = tiny("transformer", mlp="swiglu", d_ff=10)
+    mlp = model.blocks[0].mlp
+    x = torch.randn(2, 5, 24)
+    w = mlp.fc.weight
+    by_hand = torch.nn.functional.silu(x @ w[:10].T) * (x @ w[10:].T) @ mlp.proj.weight.T
+    torch.testing.assert_close(mlp(x), by_hand)
+    gelu = tiny("transformer", d_ff=10)
+    # three d×d_ff matrices instead of two: 24·10 more per layer, nothing else changes
+    assert model.n_params() - gelu.n_params() == 2 * 24 * 10
+    assert models.count_params(model.config) == model.n_params()
+    matched = models.make("transformer", tasks.make("bijection", V=20), params=200_000, mlp="swiglu")
+    assert abs(matched.n_params() - 200_000) <= 0.03 * 200_000
+    assert models.build(matched.config_dict()).config.mlp == "swiglu"
+    with pytest.raises(ValueError, match="mlp"):
+        models.make("transformer", TASK, mlp="relu")
+
+
+def test_causal_depthwise_conv_equals_the_grouped_conv1d():
+    from windtunnel.models.mamba import causal_depthwise_conv
+
+    torch.manual_seed(0)
+    B, T, Di, K = 3, 11, 5, 4
+    conv = torch.nn.Conv1d(Di, Di, K, groups=Di, padding=K - 1, bias=True).double()
+    x = torch.randn(B, T, Di, dtype=torch.float64, requires_grad=True)
+    ours = causal_depthwise_conv(x, conv.weight, conv.bias)
+    torch_conv = conv(x.transpose(1, 2))[..., :T].transpose(1, 2)
+    torch.testing.assert_close(ours, torch_conv, rtol=0, atol=1e-14)
+    # causal: the output at t does not move when inputs after t do
+    x2 = x.detach().clone()
+    x2[:, 6:] += 1.0
+    torch.testing.assert_close(causal_depthwise_conv(x2, conv.weight, conv.bias)[:, :6], ours[:, :6].detach())
+    g = torch.randn_like(ours)
+    ga = torch.autograd.grad((ours * g).sum(), (x, conv.weight, conv.bias))
+    gb = torch.autograd.grad((torch_conv * g).sum(), (x, conv.weight, conv.bias))
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-13)

@@ -7,6 +7,9 @@ Per block (pre-norm, RMSNorm, bias-free linears):
     a &= \mathrm{Attn}(\mathrm{RMSNorm}(x)),\quad x \leftarrow x + a \\
     m &= W_2\,\mathrm{GELU}(W_1\,\mathrm{RMSNorm}(x)),\quad x \leftarrow x + m
 
+(``mlp="swiglu"``: :math:`m = W_2\,(\mathrm{SiLU}(W_g u) \odot W_1 u)`, :math:`u = \mathrm{RMSNorm}(x)`,
+the gated block of Llama-family models; the papers' models use GELU)
+
 with causal multi-head attention, per head ``h``
 
 .. math::
@@ -46,6 +49,7 @@ from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTu
 from ..errors import InvalidValue
 
 POSITIONS = ("rotary", "learned", "none")
+MLPS = ("gelu", "swiglu")
 
 
 @dataclass
@@ -62,10 +66,12 @@ class TransformerConfig(ModelConfig):
     rope_base: float = 10000.0
     dropout: float = 0.0
     norm_eps: float = 1e-5
+    mlp: str = "gelu"
 
     def validate(self) -> None:
         super().validate()
         _check(self.arch == "transformer", "arch", "'transformer'")
+        _check(self.mlp in MLPS, "mlp", " | ".join(MLPS))
         _check(_pos_int(self.n_layers), "n_layers", "a positive integer")
         _check(_pos_int(self.n_heads), "n_heads", "a positive integer")
         _check(_pos_int(self.d_model) and self.d_model % self.n_heads == 0, "d_model",
@@ -164,14 +170,19 @@ class Attention(nn.Module):
 
 
 class MLPBlock(nn.Module):
-    r""":math:`W_2\,\mathrm{GELU}(W_1 x)`, bias-free."""
+    r""":math:`W_2\,\mathrm{GELU}(W_1 x)`, bias-free; gated (``gated=True``):
+    :math:`W_2\,(\mathrm{SiLU}(W_g x) \odot W_1 x)` with ``fc`` holding :math:`[W_g; W_1]`."""
 
-    def __init__(self, d: int, d_ff: int) -> None:
+    def __init__(self, d: int, d_ff: int, gated: bool = False) -> None:
         super().__init__()
-        self.fc = nn.Linear(d, d_ff, bias=False)
+        self.gated = gated
+        self.fc = nn.Linear(d, 2 * d_ff if gated else d_ff, bias=False)
         self.proj = nn.Linear(d_ff, d, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, up = self.fc(x).chunk(2, dim=-1)
+            return self.proj(F.silu(gate) * up)
         return self.proj(F.gelu(self.fc(x)))
 
 
@@ -183,7 +194,7 @@ class TransformerBlock(Block):
         self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MLPBlock(cfg.d_model, cfg.ff_dim)
+        self.mlp = MLPBlock(cfg.d_model, cfg.ff_dim, gated=cfg.mlp == "swiglu")
         self.hook_attn_out = HookPoint()
         self.hook_mlp_out = HookPoint()
         self.dropout = cfg.dropout
