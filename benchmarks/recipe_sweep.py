@@ -34,14 +34,15 @@ from typing import Any
 import torch
 
 
-def candidates(grid: str, task: str, arch: str, steps: int) -> list[dict[str, Any]]:
+def candidates(grid: str, task: str, arch: str, steps: int,
+               blocks: tuple[str, ...] = ("swiglu", "gelu")) -> list[dict[str, Any]]:
     from windtunnel import grid as experiment_grid  # not `grid`: that name is the sweep's grid
 
     base = experiment_grid.preset("quick", task, arch)
     base.update(steps=steps, eval_every=steps, ckpt_every=max(500, steps // 4), progress=False)
     if grid == "block":
-        blocks = ["swiglu", "gelu"] if arch == "transformer" else [None]
-        return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in blocks]
+        chosen = list(blocks) if arch == "transformer" else [None]
+        return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in chosen]
     out = []
     shapes = [(2, 2), (2, 4), (4, 2), (4, 4)] if grid == "shapes" else [(2, 2)]
     curricula: list[list[dict[str, Any]]] = [[]]
@@ -92,15 +93,18 @@ def main() -> None:
     ap.add_argument("--grid", choices=["shapes", "curriculum", "block"], default="shapes")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--blocks", nargs="+", choices=["swiglu", "gelu"], default=["swiglu", "gelu"],
+                    help="block grid: the transformer MLPs to run")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="runs/sweep")
     ap.add_argument("--log", default="benchmarks/results/recipe_sweep.jsonl")
     args = ap.parse_args()
     jobs = []
     for arch in args.arch:
-        for i, cfg in enumerate(candidates(args.grid, args.task, arch, args.steps)):
+        for i, cfg in enumerate(candidates(args.grid, args.task, arch, args.steps, tuple(args.blocks))):
+            tag = cfg["model"].get("mlp", i) if args.grid == "block" else i
             for seed in args.seeds:
-                name = f"{args.task}-{arch}-{args.grid}-{i}-{args.steps}" + (f"-s{seed}" if seed else "")
+                name = f"{args.task}-{arch}-{args.grid}-{tag}-{args.steps}" + (f"-s{seed}" if seed else "")
                 jobs.append({"task": args.task, "config": dict(cfg, seed=seed),
                              "run_dir": str(Path(args.out) / name)})
     Path(args.log).parent.mkdir(parents=True, exist_ok=True)
