@@ -150,7 +150,8 @@ def test_config_file_arch_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixt
     assert RunDir(tmp_path / "r").read_config()["model"]["arch"] == "lstm"
     cfg.write_text(json.dumps({"arch": "nope"}))
     user_error(["train", "--config", str(cfg), "--out", str(tmp_path / "r2")], capsys)
-    for bad in ("{", "[]", '{"steps": "many"}', '{"data_shards": 3}', '{"data_shards": -1}', '{"data_shards": true}'):
+    for bad in ("{", "[]", '{"steps": "many"}', '{"data_shards": 3}', '{"data_shards": -1}', '{"data_shards": true}',
+                '{"task": "bijection", "model": {"mlp": "relu"}}', '{"task": "bijection", "model": {"mlp": 3}}'):
         cfg.write_text(bad)
         user_error(["train", "--config", str(cfg), "--out", str(tmp_path / "r3")], capsys)
     assert not (tmp_path / "r2").exists() and not (tmp_path / "r3").exists()
