@@ -58,5 +58,10 @@ def test_table_resumes_without_redoing(tmp_path: Path) -> None:
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")}
     run_table(**kw)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")} == stamps
+    # a cell trained under another recipe is neither reused nor overwritten: one clear refusal
+    snapshot = {p: p.read_bytes() for p in tmp_path.glob("runs/**/*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"recall-lstm-s0 was trained with another recipe \(.*steps.* differ\)"):
+        run_table(**{**kw, "steps": 30})
+    assert {p: p.read_bytes() for p in tmp_path.glob("runs/**/*") if p.is_file()} == snapshot
     with pytest.raises(ValueError, match="unknown arch"):
         run_table(preset="quick", archs=["gru"], out=tmp_path)

@@ -255,6 +255,25 @@ def _validate_cells(preset: str, columns: list[str], archs: list[str], params: i
             build(TrainConfig.from_dict(cell_config(preset, col, arch, 0, params, steps)))
 
 
+def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
+    """A cell folder trained under another recipe is never reused as this table's cell, nor trained
+    on: ``InvalidValue`` naming the first such folder and what changed, before any work starts."""
+    from .runs import RunDir
+    from .training import TrainConfig
+
+    ignore = {"progress", "device"}
+    for job in jobs:
+        run = RunDir(job["run_dir"])
+        if not run.is_run():
+            continue
+        stored = TrainConfig.from_dict(run.read_config()["train"]).to_dict()
+        wanted = TrainConfig.from_dict(job["config"]).to_dict()
+        changed = sorted(k for k in wanted if k not in ignore and stored.get(k) != wanted[k])
+        if changed:
+            raise InvalidValue(f"{run.path} was trained with another recipe ({', '.join(changed)} differ); "
+                               "move it away to retrain that cell, or choose another --out")
+
+
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
     """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
     oracle and the context-blind optimum (``tasks.context_blind``)."""
@@ -342,6 +361,7 @@ def run_table(
                     "threads": threads,
                     "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
                 })
+    _refuse_changed_recipes(jobs)
     # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
     order = {"mamba": 0, "transformer": 1, "lstm": 2, "mlp": 3}
     jobs.sort(key=lambda j: (j["seed"], order.get(j["arch"], 9), j["column"]))
