@@ -33,3 +33,38 @@ def matmul_peak_flops(n: int = 1024, reps: int = 5, dtype: torch.dtype = torch.f
             torch.cuda.synchronize()
 
     return 4 * 2 * n**3 / median_time(run, reps)
+
+
+def run_logged(fn: Callable[[dict], dict], jobs: list[dict], workers: int, log: str) -> None:
+    """Run ``fn`` over ``jobs`` in ``workers`` processes; print each result row as JSON as it comes
+    and append it to the JSON-lines file ``log`` (so a sweep's choice can be re-checked later)."""
+    import json
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for row in pool.map(fn, jobs):
+            print(json.dumps(row), flush=True)
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+def train_and_evaluate(config: dict, run_dir: str, n: int, threads: int = 1) -> tuple:
+    """Train one run (``windtunnel.train``; resumes a killed one) on ``threads`` torch threads,
+    then evaluate it on ``n`` fresh sequences (``windtunnel.evaluate``, its default seed).
+    Returns ``(TrainConfig, training wall seconds, model, {metric: value})``."""
+    from pathlib import Path
+
+    from windtunnel.evaluation import evaluate
+    from windtunnel.training import TrainConfig, load, train
+
+    torch.set_num_threads(threads)
+    cfg = TrainConfig.from_dict(config)
+    run = Path(run_dir)
+    t0 = time.perf_counter()
+    train(cfg, run, resume=(run / "config.json").is_file())
+    wall = time.perf_counter() - t0
+    task, model = load(run)
+    res = evaluate(model, task, n=n, n_boot=200)
+    return cfg, wall, model, {k: v["value"] for k, v in res.metrics.items()}

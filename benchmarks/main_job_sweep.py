@@ -17,13 +17,10 @@ as JSON to ``--log``.  Run folders land under ``--out`` and resume if killed.
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
+from common import run_logged, train_and_evaluate
 
 EPISODES = 9000 * 128  # today's default: steps × batch
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -46,18 +43,7 @@ def config(name: str) -> dict[str, Any]:
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
-    torch.set_num_threads(job["threads"])
-    from windtunnel.evaluation import evaluate
-    from windtunnel.training import TrainConfig, load, train
-
-    cfg = TrainConfig.from_dict(job["config"])
-    run = Path(job["run_dir"])
-    t0 = time.perf_counter()
-    train(cfg, run, resume=(run / "config.json").is_file())
-    wall = time.perf_counter() - t0
-    task, model = load(run)
-    res = evaluate(model, task, n=2000, seed=12345, n_boot=200)
-    m = {k: v["value"] for k, v in res.metrics.items()}
+    cfg, wall, _, m = train_and_evaluate(job["config"], job["run_dir"], n=2000, threads=job["threads"])
     return {"name": job["name"], "batch": cfg.batch_size, "steps": cfg.steps, "lr": cfg.lr, "threads": job["threads"],
             "wall_s": round(wall, 1), "entropy_mae_curve": m["entropy_mae_curve"], "kl": m["kl"],
             "infeasible_mass": m["infeasible_mass"]}
@@ -73,13 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     jobs = [{"name": n, "config": config(n), "threads": args.threads, "run_dir": str(Path(args.out) / n)}
             for n in args.only]
-    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for row in pool.map(run_one, jobs):
-            print(json.dumps(row), flush=True)
-            with open(args.log, "a") as f:
-                f.write(json.dumps(row) + "\n")
-
+    run_logged(run_one, jobs, args.jobs, args.log)
 
 if __name__ == "__main__":
     main()

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
+from common import run_logged, train_and_evaluate
 
 
 def candidates(grid: str, task: str, arch: str, steps: int,
@@ -66,18 +64,7 @@ def candidates(grid: str, task: str, arch: str, steps: int,
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
-    torch.set_num_threads(1)
-    from windtunnel.evaluation import evaluate
-    from windtunnel.training import TrainConfig, load, train
-
-    cfg = TrainConfig.from_dict(job["config"])
-    run = Path(job["run_dir"])
-    t0 = time.perf_counter()
-    train(cfg, run, resume=(run / "config.json").is_file())
-    wall = time.perf_counter() - t0
-    task, model = load(run)
-    res = evaluate(model, task, n=1000, n_boot=200)
-    m = {k: v["value"] for k, v in res.metrics.items()}
+    cfg, wall, model, m = train_and_evaluate(job["config"], job["run_dir"], n=1000)
     return {
         "task": job["task"], "arch": cfg.arch, "model": cfg.model, "lr": cfg.lr, "steps": cfg.steps,
         "batch": cfg.batch_size, "curriculum": cfg.curriculum, "wall_s": round(wall, 1),
@@ -107,13 +94,7 @@ def main() -> None:
                 name = f"{args.task}-{arch}-{args.grid}-{tag}-{args.steps}" + (f"-s{seed}" if seed else "")
                 jobs.append({"task": args.task, "config": dict(cfg, seed=seed),
                              "run_dir": str(Path(args.out) / name)})
-    Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for row in pool.map(run_one, jobs):
-            print(json.dumps(row), flush=True)
-            with open(args.log, "a") as f:
-                f.write(json.dumps(row) + "\n")
-
+    run_logged(run_one, jobs, args.jobs, args.log)
 
 if __name__ == "__main__":
     main()
