@@ -56,8 +56,13 @@ def test_table_resumes_without_redoing(tmp_path: Path) -> None:
     # the context-blind optimum on recall: chance over the 16 values (uniform at every query)
     assert abs(refs["context_blind"]["metrics"]["kl"] - 4.0) < 0.05
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")}
+    assert "Training time of all cells" in text and "reused" not in text
     run_table(**kw)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")} == stamps
+    again = json.loads((tmp_path / "table.json").read_text())["meta"]
+    assert again["cells_reused"] == again["cells"] == 2
+    assert again["train_s_total"] == pytest.approx(table["meta"]["train_s_total"])  # the cells' own times
+    assert "2 of 2 cells reused" in (tmp_path / "table.md").read_text()
     # a cell trained under another recipe is neither reused nor overwritten: one clear refusal
     snapshot = {p: p.read_bytes() for p in tmp_path.glob("runs/**/*") if p.is_file()}
     with pytest.raises(ValueError, match=r"recall-lstm-s0 was trained with another recipe \(.*steps.* differ\)"):

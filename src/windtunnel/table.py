@@ -195,10 +195,19 @@ def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str],
         "recall: accuracy at query positions. Each cell: mean over seeds [95% interval across seeds, "
         "Student's t]; with one seed, [its bootstrap interval over sequences]b. The context-blind "
         "optimum sees only its position and its own token: the floor without in-context inference.",
-        f"Wall time {meta['wall_s'] / 60:.1f} min on {meta['device']} ({meta['workers']} workers).",
+        _time_line(meta),
         f"Command: `{meta['command']}`",
     ]
     return "\n".join(lines + notes) + "\n"
+
+
+def _time_line(meta: dict[str, Any]) -> str:
+    """Training time of every cell in the table, and this invocation's wall time (cells finished by
+    an earlier invocation are reused, so the wall time alone would understate a table's cost)."""
+    line = f"Training time of all cells {meta['train_s_total'] / 60:.1f} min (summed over cells); "
+    reused = meta.get("cells_reused", 0)
+    line += f"this invocation {meta['wall_s'] / 60:.1f} min wall on {meta['device']} ({meta['workers']} workers"
+    return line + (f", {reused} of {meta['cells']} cells reused from earlier invocations)." if reused else ").")
 
 
 def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str]) -> str:
@@ -362,6 +371,9 @@ def run_table(
                     "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
                 })
     _refuse_changed_recipes(jobs)
+    from .runs import RunDir
+
+    reused = sum(RunDir(j["run_dir"]).read_cell() is not None for j in jobs)
     # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
     order = {"mamba": 0, "transformer": 1, "lstm": 2, "mlp": 3}
     jobs.sort(key=lambda j: (j["seed"], order.get(j["arch"], 9), j["column"]))
@@ -395,6 +407,8 @@ def run_table(
         "seeds": seeds,
         "wall_s": wall,  # this invocation (cells finished earlier are not redone)
         "train_s_total": wall_total,
+        "cells": len(jobs),
+        "cells_reused": reused,
         "device": f"{n_gpu} GPU(s)" if n_gpu else f"{cores} CPU cores",
         "workers": workers,
         "command": " ".join(argv),
