@@ -249,6 +249,44 @@ class FusedScanCPU(torch.autograd.Function):
         return tuple(kernel.backward(*ctx.saved_tensors, gy.contiguous()))  # type: ignore[attr-defined]
 
 
+class FusedGatedScanCPU(torch.autograd.Function):
+    """:func:`gated_selective_scan` in the C++ kernel: softplus on the way in and the SiLU gate on
+    the way out happen inside the same pass over time (forward and backward)."""
+
+    @staticmethod
+    def forward(ctx, u, delta_raw, A, B, C, D, z):  # type: ignore[override]
+        kernel = cpu_kernel()
+        args = [t.contiguous() for t in (u, delta_raw, A, B, C, D, z)]
+        ctx.save_for_backward(*args)
+        return kernel.forward_gated(*args)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def backward(ctx, gout):  # type: ignore[override]
+        kernel = cpu_kernel()
+        return tuple(kernel.backward_gated(*ctx.saved_tensors, gout.contiguous()))  # type: ignore[attr-defined]
+
+
+def gated_selective_scan(
+    u: torch.Tensor,
+    delta_raw: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor,
+    z: torch.Tensor,
+    method: str = "auto",
+) -> torch.Tensor:
+    r"""The mixer's middle in one call: :math:`\mathrm{scan}(u, \mathrm{softplus}(\delta_{raw}), A, B, C, D)
+    \odot \mathrm{SiLU}(z)` (the official kernels' ``delta_softplus`` and ``z`` options).
+
+    On CPU float tensors with the fused kernel available (``method`` ``auto`` or ``fused``) it is
+    one C++ pass per sequence; otherwise the same maths composed from :func:`selective_scan`."""
+    if method in ("auto", "fused") and u.device.type == "cpu" and u.dtype in (torch.float32, torch.float64) \
+            and cpu_kernel() is not None:
+        return FusedGatedScanCPU.apply(u, delta_raw, A, B, C, D, z)
+    return selective_scan(u, F.softplus(delta_raw), A, B, C, D, method=method) * F.silu(z)
+
+
 def selective_scan(
     u: torch.Tensor,
     delta: torch.Tensor,
@@ -340,8 +378,11 @@ class MambaBlock(Block):
         x, z = xz.chunk(2, dim=-1)  # [B,T,Di] each
         x = F.silu(causal_depthwise_conv(x, self.conv1d.weight, self.conv1d.bias))
         dt, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        # [Di,N], float32 at least (also under bf16 autocast), float64 in a float64 model
+        A = -torch.exp(self.A_log.to(torch.float64 if x.dtype == torch.float64 else torch.float32))
+        if self.scan == "fast" and not self.hook_state.hooked:  # softplus, scan and gate in one pass
+            return self.out_proj(gated_selective_scan(x, self.dt_proj(dt), A, Bm, Cm, self.D, z, self.scan_method))
         delta = F.softplus(self.dt_proj(dt))  # [B,T,Di]
-        A = -torch.exp(self.A_log.float())  # [Di,N]
         scan = selective_scan if self.scan == "fast" else selective_scan_ref
         kw = {"method": self.scan_method} if self.scan == "fast" else {}
         if self.hook_state.hooked:

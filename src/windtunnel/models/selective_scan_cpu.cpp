@@ -11,6 +11,11 @@
 // dL/dC over c) are per time step, not per element.  (A channel-major h[c][n] puts the 16-wide
 // state in the inner loop: short vectors and a horizontal sum for every (t, c).)
 //
+// The gated variant (forward_gated / backward_gated) is the whole of Mamba's mixer between its
+// projections: delta = softplus(delta_raw) on the way in and out = y * SiLU(z) on the way out, as
+// the official kernels' delta_softplus and z options — three fewer passes over [B, T, Di] tensors
+// (and their backward passes) per layer.
+//
 // The backward pass walks time in reverse with the running adjoint g_t = dL/dh_t (total) =
 // gy_t C_t + exp(delta_{t+1} A) g_{t+1}; it needs h_{t-1} and exp(delta_t A): it recomputes both
 // for one sequence at a time into buffers [T, N, Di] that stay in cache (one exp per element in
@@ -20,15 +25,33 @@
 #include <cmath>
 #include <vector>
 
-// y of sequence b (y[b, t, c] for all t, c); h is a scratch buffer [N * Di].
 template <typename scalar_t>
+static inline scalar_t softplus(scalar_t x) {  // as torch.nn.functional.softplus (threshold 20)
+  return x > scalar_t(20) ? x : std::log1p(std::exp(x));
+}
+template <typename scalar_t>
+static inline scalar_t sigmoid(scalar_t x) {
+  return scalar_t(1) / (scalar_t(1) + std::exp(-x));
+}
+
+// delta of sequence row bt: the raw row itself, or softplus of it into buf.
+template <typename scalar_t, bool Gated>
+static inline const scalar_t* delta_row(const scalar_t* delta, scalar_t* buf, int64_t bt, int64_t Di) {
+  const scalar_t* d = delta + bt * Di;
+  if (!Gated) return d;
+  for (int64_t c = 0; c < Di; ++c) buf[c] = softplus(d[c]);
+  return buf;
+}
+
+// y of sequence b (y[b, t, c] for all t, c); h is a scratch buffer [N * Di].
+template <typename scalar_t, bool Gated>
 static void forward_seq(const scalar_t* u, const scalar_t* delta, const scalar_t* AT, const scalar_t* Bm,
-                        const scalar_t* C, const scalar_t* D, scalar_t* y, scalar_t* h, scalar_t* dx,
-                        int64_t b, int64_t T, int64_t Di, int64_t N) {
+                        const scalar_t* C, const scalar_t* D, const scalar_t* z, scalar_t* y, scalar_t* h,
+                        scalar_t* dx, scalar_t* dtbuf, int64_t b, int64_t T, int64_t Di, int64_t N) {
   std::fill(h, h + N * Di, scalar_t(0));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t bt = b * T + t;
-    const scalar_t* __restrict__ dt = delta + bt * Di;
+    const scalar_t* __restrict__ dt = delta_row<scalar_t, Gated>(delta, dtbuf, bt, Di);
     const scalar_t* __restrict__ x = u + bt * Di;
     scalar_t* __restrict__ yt = y + bt * Di;
     for (int64_t c = 0; c < Di; ++c) {
@@ -46,17 +69,25 @@ static void forward_seq(const scalar_t* u, const scalar_t* delta, const scalar_t
         yt[c] += hv * cn;
       }
     }
+    if (Gated) {
+      const scalar_t* zt = z + bt * Di;
+      for (int64_t c = 0; c < Di; ++c) yt[c] *= zt[c] * sigmoid(zt[c]);
+    }
   }
 }
 
-// The states H[t][n][c] and decays E[t][n][c] = exp(delta_t[c] A[c][n]) of sequence b.
-template <typename scalar_t>
+// The states H[t][n][c] and decays E[t][n][c] = exp(delta_t[c] A[c][n]) of sequence b; gated, also
+// its deltas DT[t][c] = softplus(delta_raw) and pre-gate outputs Y[t][c] = <h_t, C_t> + D u_t.
+template <typename scalar_t, bool Gated>
 static void states_seq(const scalar_t* u, const scalar_t* delta, const scalar_t* AT, const scalar_t* Bm,
-                       scalar_t* H, scalar_t* E, const scalar_t* zeros, scalar_t* dx, int64_t b, int64_t T,
-                       int64_t Di, int64_t N) {
+                       const scalar_t* C, const scalar_t* D, scalar_t* H, scalar_t* E, scalar_t* DT, scalar_t* Y,
+                       const scalar_t* zeros, scalar_t* dx, int64_t b, int64_t T, int64_t Di, int64_t N) {
   for (int64_t t = 0; t < T; ++t) {
     const int64_t bt = b * T + t;
-    const scalar_t* __restrict__ dt = delta + bt * Di;
+    const scalar_t* __restrict__ dt = delta_row<scalar_t, Gated>(delta, Gated ? DT + t * Di : nullptr, bt, Di);
+    scalar_t* __restrict__ yt = Gated ? Y + t * Di : nullptr;
+    if (Gated)
+      for (int64_t c = 0; c < Di; ++c) yt[c] = D[c] * u[bt * Di + c];
     const scalar_t* __restrict__ x = u + bt * Di;
     for (int64_t c = 0; c < Di; ++c) dx[c] = dt[c] * x[c];
     for (int64_t n = 0; n < N; ++n) {
@@ -71,31 +102,48 @@ static void states_seq(const scalar_t* u, const scalar_t* delta, const scalar_t*
         en[c] = a;
         hn[c] = a * hp[c] + dx[c] * bn;
       }
+      if (Gated) {
+        const scalar_t cn = C[bt * N + n];
+#pragma GCC ivdep
+        for (int64_t c = 0; c < Di; ++c) yt[c] += hn[c] * cn;
+      }
     }
   }
 }
 
-template <typename scalar_t>
+template <typename scalar_t, bool Gated>
 static void backward_kernel(const scalar_t* u, const scalar_t* delta, const scalar_t* AT, const scalar_t* Bm,
-                            const scalar_t* C, const scalar_t* D, const scalar_t* gy,
+                            const scalar_t* C, const scalar_t* D, const scalar_t* z, const scalar_t* gout,
                             scalar_t* gu, scalar_t* gdelta, scalar_t* gAT_b, scalar_t* gB, scalar_t* gC,
-                            scalar_t* gD_b, int64_t Bsz, int64_t T, int64_t Di, int64_t N) {
+                            scalar_t* gD_b, scalar_t* gz, int64_t Bsz, int64_t T, int64_t Di, int64_t N) {
   // gAT_b [B, N, Di] and gD_b [B, Di]: per-sequence partial sums (no races across threads),
   // reduced over B by the caller.  gB, gC [B, T, N] are written once per (b, t, n).
   at::parallel_for(0, Bsz, 1, [&](int64_t b0, int64_t b1) {
     std::vector<scalar_t> g_(N * Di), H_(T * N * Di), E_(T * N * Di), zeros_(Di, scalar_t(0));
-    std::vector<scalar_t> dx_(Di), gdx_(Di), gdt_(Di);
+    std::vector<scalar_t> dx_(Di), gdx_(Di), gdt_(Di), gy_(Di);
+    std::vector<scalar_t> DT_(Gated ? T * Di : 0), Y_(Gated ? T * Di : 0);
     scalar_t* __restrict__ dx = dx_.data();
     scalar_t* __restrict__ gdx = gdx_.data();
     scalar_t* __restrict__ gdt = gdt_.data();
     for (int64_t b = b0; b < b1; ++b) {
-      states_seq<scalar_t>(u, delta, AT, Bm, H_.data(), E_.data(), zeros_.data(), dx, b, T, Di, N);
+      states_seq<scalar_t, Gated>(u, delta, AT, Bm, C, D, H_.data(), E_.data(), DT_.data(), Y_.data(),
+                                  zeros_.data(), dx, b, T, Di, N);
       std::fill(g_.begin(), g_.end(), scalar_t(0));
       for (int64_t t = T - 1; t >= 0; --t) {
         const int64_t bt = b * T + t;
-        const scalar_t* __restrict__ dt = delta + bt * Di;
+        const scalar_t* __restrict__ dt = Gated ? DT_.data() + t * Di : delta + bt * Di;
         const scalar_t* __restrict__ x = u + bt * Di;
-        const scalar_t* __restrict__ gyt = gy + bt * Di;
+        const scalar_t* __restrict__ gyt = gout + bt * Di;
+        if (Gated) {  // out = y * SiLU(z): dL/dy = gout SiLU(z), dL/dz = gout y SiLU'(z)
+          const scalar_t* zt = z + bt * Di;
+          const scalar_t* yt = Y_.data() + t * Di;
+          for (int64_t c = 0; c < Di; ++c) {
+            const scalar_t sg = sigmoid(zt[c]);
+            gy_[c] = gyt[c] * zt[c] * sg;
+            gz[bt * Di + c] = gyt[c] * yt[c] * sg * (scalar_t(1) + zt[c] * (scalar_t(1) - sg));
+          }
+          gyt = gy_.data();
+        }
         for (int64_t c = 0; c < Di; ++c) {
           dx[c] = dt[c] * x[c];
           gdx[c] = 0;
@@ -125,7 +173,12 @@ static void backward_kernel(const scalar_t* u, const scalar_t* delta, const scal
           gC[bt * N + n] = sC;
         }
         for (int64_t c = 0; c < Di; ++c) {
-          gdelta[bt * Di + c] = gdt[c] + gdx[c] * x[c];
+          scalar_t gd = gdt[c] + gdx[c] * x[c];
+          if (Gated) {  // through softplus: d softplus(r)/dr = sigmoid(r), 1 above the threshold
+            const scalar_t r = delta[bt * Di + c];
+            gd = r > scalar_t(20) ? gd : gd * sigmoid(r);
+          }
+          gdelta[bt * Di + c] = gd;
           gu[bt * Di + c] = gdx[c] * dt[c] + gyt[c] * D[c];
           gD_b[b * Di + c] += gyt[c] * x[c];
         }
@@ -134,25 +187,29 @@ static void backward_kernel(const scalar_t* u, const scalar_t* delta, const scal
   });
 }
 
-torch::Tensor scan_forward(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor Bm,
-                           torch::Tensor C, torch::Tensor D) {
+template <bool Gated>
+static torch::Tensor forward_impl(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor Bm,
+                                  torch::Tensor C, torch::Tensor D, torch::Tensor z) {
   const auto Bsz = u.size(0), T = u.size(1), Di = u.size(2), N = A.size(1);
   auto y = torch::empty_like(u);
   auto AT = A.t().contiguous();
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "selective_scan_forward", [&] {
+    const scalar_t* zp = Gated ? z.data_ptr<scalar_t>() : nullptr;
     at::parallel_for(0, Bsz, 1, [&](int64_t b0, int64_t b1) {
-      std::vector<scalar_t> h(N * Di), dx(Di);
+      std::vector<scalar_t> h(N * Di), dx(Di), dtbuf(Di);
       for (int64_t b = b0; b < b1; ++b)
-        forward_seq<scalar_t>(u.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), AT.data_ptr<scalar_t>(),
-                              Bm.data_ptr<scalar_t>(), C.data_ptr<scalar_t>(), D.data_ptr<scalar_t>(),
-                              y.data_ptr<scalar_t>(), h.data(), dx.data(), b, T, Di, N);
+        forward_seq<scalar_t, Gated>(u.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), AT.data_ptr<scalar_t>(),
+                                     Bm.data_ptr<scalar_t>(), C.data_ptr<scalar_t>(), D.data_ptr<scalar_t>(), zp,
+                                     y.data_ptr<scalar_t>(), h.data(), dx.data(), dtbuf.data(), b, T, Di, N);
     });
   });
   return y;
 }
 
-std::vector<torch::Tensor> scan_backward(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor Bm,
-                                         torch::Tensor C, torch::Tensor D, torch::Tensor gy) {
+template <bool Gated>
+static std::vector<torch::Tensor> backward_impl(torch::Tensor u, torch::Tensor delta, torch::Tensor A,
+                                                torch::Tensor Bm, torch::Tensor C, torch::Tensor D,
+                                                torch::Tensor z, torch::Tensor gout) {
   const auto Bsz = u.size(0), T = u.size(1), Di = u.size(2), N = A.size(1);
   auto AT = A.t().contiguous();
   auto gu = torch::empty_like(u);
@@ -161,17 +218,44 @@ std::vector<torch::Tensor> scan_backward(torch::Tensor u, torch::Tensor delta, t
   auto gB = torch::empty_like(Bm);
   auto gC = torch::empty_like(C);
   auto gD_b = torch::zeros({Bsz, Di}, u.options());
+  auto gz = Gated ? torch::empty_like(u) : torch::Tensor();
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "selective_scan_backward", [&] {
-    backward_kernel<scalar_t>(u.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), AT.data_ptr<scalar_t>(),
-                              Bm.data_ptr<scalar_t>(), C.data_ptr<scalar_t>(), D.data_ptr<scalar_t>(),
-                              gy.data_ptr<scalar_t>(), gu.data_ptr<scalar_t>(),
-                              gdelta.data_ptr<scalar_t>(), gAT_b.data_ptr<scalar_t>(), gB.data_ptr<scalar_t>(),
-                              gC.data_ptr<scalar_t>(), gD_b.data_ptr<scalar_t>(), Bsz, T, Di, N);
+    backward_kernel<scalar_t, Gated>(
+        u.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), AT.data_ptr<scalar_t>(), Bm.data_ptr<scalar_t>(),
+        C.data_ptr<scalar_t>(), D.data_ptr<scalar_t>(), Gated ? z.data_ptr<scalar_t>() : nullptr,
+        gout.data_ptr<scalar_t>(), gu.data_ptr<scalar_t>(), gdelta.data_ptr<scalar_t>(), gAT_b.data_ptr<scalar_t>(),
+        gB.data_ptr<scalar_t>(), gC.data_ptr<scalar_t>(), gD_b.data_ptr<scalar_t>(),
+        Gated ? gz.data_ptr<scalar_t>() : nullptr, Bsz, T, Di, N);
   });
-  return {gu, gdelta, gAT_b.sum(0).t().contiguous(), gB, gC, gD_b.sum(0)};
+  std::vector<torch::Tensor> out = {gu, gdelta, gAT_b.sum(0).t().contiguous(), gB, gC, gD_b.sum(0)};
+  if (Gated) out.push_back(gz);
+  return out;
+}
+
+torch::Tensor scan_forward(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor Bm,
+                           torch::Tensor C, torch::Tensor D) {
+  return forward_impl<false>(u, delta, A, Bm, C, D, torch::Tensor());
+}
+
+std::vector<torch::Tensor> scan_backward(torch::Tensor u, torch::Tensor delta, torch::Tensor A, torch::Tensor Bm,
+                                         torch::Tensor C, torch::Tensor D, torch::Tensor gy) {
+  return backward_impl<false>(u, delta, A, Bm, C, D, torch::Tensor(), gy);
+}
+
+torch::Tensor scan_forward_gated(torch::Tensor u, torch::Tensor delta_raw, torch::Tensor A, torch::Tensor Bm,
+                                 torch::Tensor C, torch::Tensor D, torch::Tensor z) {
+  return forward_impl<true>(u, delta_raw, A, Bm, C, D, z);
+}
+
+std::vector<torch::Tensor> scan_backward_gated(torch::Tensor u, torch::Tensor delta_raw, torch::Tensor A,
+                                               torch::Tensor Bm, torch::Tensor C, torch::Tensor D,
+                                               torch::Tensor z, torch::Tensor gout) {
+  return backward_impl<true>(u, delta_raw, A, Bm, C, D, z, gout);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &scan_forward, "selective scan forward (CPU)");
   m.def("backward", &scan_backward, "selective scan backward (CPU)");
+  m.def("forward_gated", &scan_forward_gated, "softplus(delta) scan, gated by SiLU(z), forward (CPU)");
+  m.def("backward_gated", &scan_backward_gated, "softplus(delta) scan, gated by SiLU(z), backward (CPU)");
 }
