@@ -26,6 +26,13 @@ time under autograd — the reference the tests hold the fast scan to) and :func
 in time, and has a hand-written backward pass (:class:`SelectiveScan`).  All decays are
 ``exp`` of non-positive numbers, so nothing can overflow however large ``ΔA`` grows.  The hidden
 states are only exposed as ``[B,T,d_inner,d_state]`` when ``hook_state`` is hooked.
+
+On CPU the default path is a fused C++ kernel (``selective_scan_cpu.cpp``, compiled on first use):
+:func:`gated_selective_scan` takes the mixer from the raw ``W_{dt}`` output to the gated output —
+softplus, the recurrence, the read-out and the SiLU gate — in one pass over time per sequence,
+forward and backward, with the state laid out so the inner loops run over channels; the causal
+convolution is shift-and-add on the ``[B,T,d_inner]`` layout (:func:`causal_depthwise_conv`).
+Both are tested against the reference above (values and every gradient).
 """
 
 from __future__ import annotations
