@@ -110,7 +110,9 @@ TABLE_ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp_pointwise")
 # entropy_mae_curve 0.00996 bits — too close to the 0.01 goal — so the main job trains 9000 steps of
 # batch 128 (≈6.5 min); batch 128 matters: batch 64 for 8000 steps plateaued at 0.011 bits (entropy
 # is dominated by the tiny mass left on eliminated values, δ·log2(1/δ), which only large,
-# low-noise late batches remove).
+# low-noise late batches remove).  At equal episodes, though, batch 256 × 4500 steps ended worse
+# (0.0084 bits; benchmarks/main_job_sweep.py, benchmarks/results/main_job_sweep.jsonl): the steps
+# count, not only the batch.
 DEFAULT_TASK = "bijection"
 MAIN_JOB_STEPS = 9000
 MAIN_JOB_BATCH = 128
