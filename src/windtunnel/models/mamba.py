@@ -239,38 +239,25 @@ def cpu_kernel() -> object | None:
 
 
 class FusedScanCPU(torch.autograd.Function):
-    """:class:`SelectiveScan`'s maths in one C++ pass over time per (sequence, channel), forward
-    and backward (the state stays in cache instead of a dozen full-size tensors per step; the
-    backward pass recomputes one sequence's states at a time rather than storing them all)."""
+    """:class:`SelectiveScan`'s maths in one C++ pass over time per sequence, forward and backward
+    (the state stays in cache instead of a dozen full-size tensors per step; the backward pass
+    recomputes one sequence's states at a time rather than storing them all).  ``gated``: the
+    arguments are ``(u, delta_raw, A, B, C, D, z)`` and the kernel also applies softplus on the
+    way in and the SiLU gate on the way out (:func:`gated_selective_scan`)."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D):  # type: ignore[override]
+    def forward(ctx, gated, *tensors):  # type: ignore[override]
         kernel = cpu_kernel()
-        args = [t.contiguous() for t in (u, delta, A, B, C, D)]
+        args = [t.contiguous() for t in tensors]
         ctx.save_for_backward(*args)
-        return kernel.forward(*args)  # type: ignore[attr-defined]
-
-    @staticmethod
-    def backward(ctx, gy):  # type: ignore[override]
-        kernel = cpu_kernel()
-        return tuple(kernel.backward(*ctx.saved_tensors, gy.contiguous()))  # type: ignore[attr-defined]
-
-
-class FusedGatedScanCPU(torch.autograd.Function):
-    """:func:`gated_selective_scan` in the C++ kernel: softplus on the way in and the SiLU gate on
-    the way out happen inside the same pass over time (forward and backward)."""
-
-    @staticmethod
-    def forward(ctx, u, delta_raw, A, B, C, D, z):  # type: ignore[override]
-        kernel = cpu_kernel()
-        args = [t.contiguous() for t in (u, delta_raw, A, B, C, D, z)]
-        ctx.save_for_backward(*args)
-        return kernel.forward_gated(*args)  # type: ignore[attr-defined]
+        ctx.gated = gated
+        return (kernel.forward_gated if gated else kernel.forward)(*args)  # type: ignore[attr-defined]
 
     @staticmethod
     def backward(ctx, gout):  # type: ignore[override]
         kernel = cpu_kernel()
-        return tuple(kernel.backward_gated(*ctx.saved_tensors, gout.contiguous()))  # type: ignore[attr-defined]
+        backward = kernel.backward_gated if ctx.gated else kernel.backward  # type: ignore[attr-defined]
+        return (None, *backward(*ctx.saved_tensors, gout.contiguous()))
 
 
 def gated_selective_scan(
@@ -290,7 +277,7 @@ def gated_selective_scan(
     one C++ pass per sequence; otherwise the same maths composed from :func:`selective_scan`."""
     if method in ("auto", "fused") and u.device.type == "cpu" and u.dtype in (torch.float32, torch.float64) \
             and cpu_kernel() is not None:
-        return FusedGatedScanCPU.apply(u, delta_raw, A, B, C, D, z)
+        return FusedScanCPU.apply(True, u, delta_raw, A, B, C, D, z)
     return selective_scan(u, F.softplus(delta_raw), A, B, C, D, method=method) * F.silu(z)
 
 
@@ -319,7 +306,7 @@ def selective_scan(
     if method == "fused" and not fusable:
         raise InvalidValue("invalid method: 'fused' needs CPU float tensors and return_states=False")
     if method in ("auto", "fused") and fusable and cpu_kernel() is not None:
-        return FusedScanCPU.apply(u, delta, A, B, C, D)
+        return FusedScanCPU.apply(False, u, delta, A, B, C, D)
     if method == "fused":
         raise RuntimeError("the fused CPU scan could not be built (see the warning above)")
     if method == "auto" and u.device.type == "cpu":  # measured faster than SelectiveScan on a CPU
