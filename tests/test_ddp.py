@@ -78,7 +78,8 @@ def test_a_resumed_run_keeps_its_shards(tmp_path: Path) -> None:
 
 
 def _torchrun(args: list[str], cwd: Path, **popen: object) -> "subprocess.Popen[str]":
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # PYTHONFAULTHANDLER: a worker sent SIGABRT prints every thread's Python stack (see `_finish`)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "windtunnel", "train", "--no-progress", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -99,6 +100,27 @@ def _descendants(pid: int) -> list[int]:
         kids = children.get(todo.pop(), [])
         out += kids
         todo += kids
+    return out
+
+
+def _finish(proc: "subprocess.Popen[str]", timeout: float = 300) -> str:
+    """``proc``'s output once it exits with status 0.  A run that outlives ``timeout`` (a process
+    hung in a collective or in teardown) fails the test with each worker's Python stacks, taken by
+    SIGABRT through the fault handler, instead of a bare timeout."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        workers = _descendants(proc.pid)
+        for pid in workers:  # one at a time, so the stacks do not interleave
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+            time.sleep(1)
+        for pid in [proc.pid, *workers]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"torchrun still running after {timeout:.0f} s; the workers' stacks:\n{out}")
+    assert proc.returncode == 0, out
     return out
 
 
@@ -135,9 +157,7 @@ def test_torchrun_two_processes_equal_one_and_resume_after_a_kill(tmp_path: Path
     train(TrainConfig.from_dict(json.loads(config.read_text())), tmp_path / "one")
     one = _weights(tmp_path / "one")
 
-    proc = _torchrun(["--config", str(config), "--out", str(tmp_path / "two")], tmp_path)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
+    _finish(_torchrun(["--config", str(config), "--out", str(tmp_path / "two")], tmp_path))
     two = _weights(tmp_path / "two")
     assert max(float(v.abs().max()) for v in one.values()) > 0.1  # trained weights, not zeros
     print(f"two processes vs one: max |Δw| = {_max_diff(one, two):.2e}")
@@ -159,8 +179,6 @@ def test_torchrun_two_processes_equal_one_and_resume_after_a_kill(tmp_path: Path
     proc.communicate()
     done = sorted(p.name for p in (killed / "checkpoints").glob("step_*"))
     assert done and done[-1] < f"step_{steps:08d}", f"the run finished before the kill: {done}"
-    proc = _torchrun(["--resume", str(killed)], tmp_path)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
+    _finish(_torchrun(["--resume", str(killed)], tmp_path))
     assert _max_diff(one, _weights(killed)) < 1e-6
     assert _losses(killed).keys() == loss_one.keys()

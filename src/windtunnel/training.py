@@ -473,6 +473,10 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     if bar is not None:
         bar.close()
     if ddp:
+        # drop the DDP wrapper (its reducer holds gradient-bucket work on the group) before the group
+        # is torn down, then let every process arrive: a process group destroyed under pending work
+        # or a peer still in a collective is how gloo teardown hangs
+        net = logits = loss = None  # type: ignore[assignment]
         torch.distributed.barrier()
     if own_group:
         torch.distributed.destroy_process_group()
