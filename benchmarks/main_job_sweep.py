@@ -29,6 +29,10 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "b256-lr3e-3": {"batch_size": 256, "lr": 3e-3},
     "b512-lr3e-3": {"batch_size": 512, "lr": 3e-3},
     "b512-lr4e-3": {"batch_size": 512, "lr": 4e-3},
+    # the same data and schedule, another block or shape (the gated MLP won the sawtooth's block sweep)
+    "b128-swiglu": {"batch_size": 128, "lr": 2e-3, "model": {"n_layers": 4, "n_heads": 4, "mlp": "swiglu"}},
+    "b128-lr3e-3": {"batch_size": 128, "lr": 3e-3},
+    "b128-2x4": {"batch_size": 128, "lr": 2e-3, "model": {"n_layers": 2, "n_heads": 4}},
 }
 
 
@@ -44,7 +48,8 @@ def config(name: str) -> dict[str, Any]:
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     cfg, wall, _, m = train_and_evaluate(job["config"], job["run_dir"], n=2000, threads=job["threads"])
-    return {"name": job["name"], "batch": cfg.batch_size, "steps": cfg.steps, "lr": cfg.lr, "threads": job["threads"],
+    return {"name": job["name"], "batch": cfg.batch_size, "steps": cfg.steps, "lr": cfg.lr, "model": cfg.model,
+            "threads": job["threads"],
             "wall_s": round(wall, 1), "entropy_mae_curve": m["entropy_mae_curve"], "kl": m["kl"],
             "infeasible_mass": m["infeasible_mass"]}
 

@@ -10,7 +10,9 @@ Two measurements, everything in one run so the ratios share the machine's state:
    fused C++ kernel (``fused``, when it can be built);
 2. one full training step (fresh batch, forward, backward, AdamW) of the quick-preset models at
    200k parameters on bijection and HMM: transformer, Mamba with the fused scan, Mamba with the
-   reference scan — the ratio Mamba / transformer is the figure to watch.
+   reference scan — the ratio Mamba / transformer is the figure to watch — and Mamba with the
+   scan replaced by an elementwise stand-in (``u · SiLU(z)``: same projections, convolution, norms
+   and optimiser, no recurrence), the floor that no scan, however fast, can go below.
 """
 
 from __future__ import annotations
@@ -44,7 +46,21 @@ def scan_times(reps: int) -> dict[str, float]:
     return out
 
 
-def step_time(task_name: str, arch: str, reps: int, **model_overrides) -> float:
+def _no_scan(u, delta_raw, A, B, C, D, z, method="auto"):  # noqa: ANN001 - gated_selective_scan's signature
+    """The gated scan's stand-in for the floor measurement: keeps every other cost of the block."""
+    return u * torch.nn.functional.silu(z)
+
+
+def step_time(task_name: str, arch: str, reps: int, no_scan: bool = False, **model_overrides) -> float:
+    if no_scan:
+        import windtunnel.models.mamba as mamba
+
+        real = mamba.gated_selective_scan
+        mamba.gated_selective_scan = _no_scan
+        try:
+            return step_time(task_name, arch, reps, **model_overrides)
+        finally:
+            mamba.gated_selective_scan = real
     cfg = grid.preset("quick", task_name, arch)
     task = tasks.make(cfg["task"], **cfg["task_params"])
     torch.manual_seed(0)
@@ -78,12 +94,14 @@ def main() -> None:
     for task_name in ("bijection", "hmm"):
         row = {"transformer": step_time(task_name, "transformer", args.reps),
                "mamba": step_time(task_name, "mamba", args.reps),
-               "mamba_ref_scan": step_time(task_name, "mamba", args.reps, scan="ref")}
+               "mamba_ref_scan": step_time(task_name, "mamba", args.reps, scan="ref"),
+               "mamba_no_scan": step_time(task_name, "mamba", args.reps, no_scan=True)}
         steps[task_name] = row
         print(f"training step, quick preset, {task_name}: transformer {1000 * row['transformer']:.0f} ms, "
               f"mamba {1000 * row['mamba']:.0f} ms ({row['mamba'] / row['transformer']:.2f}x), "
               f"mamba with the reference scan {1000 * row['mamba_ref_scan']:.0f} ms "
-              f"({row['mamba_ref_scan'] / row['transformer']:.2f}x)")
+              f"({row['mamba_ref_scan'] / row['transformer']:.2f}x), "
+              f"mamba without a scan {1000 * row['mamba_no_scan']:.0f} ms ({row['mamba_no_scan'] / row['transformer']:.2f}x)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"scan_s": scans, "step_s": steps, "threads": args.threads}, f, indent=1)
