@@ -520,3 +520,21 @@ def test_mamba_model_fused_gated_path_equals_reference_scan():
     gb = torch.autograd.grad(b.square().sum(), list(ref.parameters()))
     for x, y in zip(ga, gb):
         torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.skipif(cpu_kernel() is None, reason="the fused CPU kernel cannot be built here")
+def test_fused_kernel_runs_on_torchs_threads():
+    """The kernel's loop over sequences uses the threads torch is set to (an extension compiled
+    without OpenMP runs ``at::parallel_for`` serially: the Mamba step then never used the second
+    core).  Only a compiler without OpenMP may give the serial build."""
+    from windtunnel.models.mamba import kernel_threads
+
+    if not cpu_kernel().__name__.endswith("_omp"):
+        pytest.skip("this compiler built the kernel without OpenMP")
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            assert kernel_threads() == n
+    finally:
+        torch.set_num_threads(before)

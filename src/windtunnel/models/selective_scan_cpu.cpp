@@ -23,6 +23,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
+#include <mutex>
+#include <set>
 #include <vector>
 
 template <typename scalar_t>
@@ -253,7 +255,20 @@ std::vector<torch::Tensor> scan_backward_gated(torch::Tensor u, torch::Tensor de
   return backward_impl<true>(u, delta_raw, A, Bm, C, D, z, gout);
 }
 
+// How many distinct threads at::parallel_for hands work to over n grain-1 items, as the scans use it
+// (1 when this file was compiled without OpenMP: the loop then runs serially whatever the settings).
+int64_t parallel_width(int64_t n) {
+  std::set<int> ids;
+  std::mutex lock;
+  at::parallel_for(0, n, 1, [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> guard(lock);
+    ids.insert(at::get_thread_num());
+  });
+  return static_cast<int64_t>(ids.size());
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("parallel_width", &parallel_width, "threads at::parallel_for uses here");
   m.def("forward", &scan_forward, "selective scan forward (CPU)");
   m.def("backward", &scan_backward, "selective scan backward (CPU)");
   m.def("forward_gated", &scan_forward_gated, "softplus(delta) scan, gated by SiLU(z), forward (CPU)");
