@@ -352,6 +352,32 @@ def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return out if bias is None else out + bias
 
 
+class ConvSiLUCPU(torch.autograd.Function):
+    """:func:`conv_silu` in one C++ pass per sequence, forward and backward (the backward pass
+    recomputes the pre-activation instead of storing it)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):  # type: ignore[override]
+        x, wT = x.contiguous(), weight[:, 0, :].t().contiguous()  # [B,T,Di], [K,Di]
+        ctx.save_for_backward(x, wT, bias)
+        return cpu_kernel().conv_silu_forward(x, wT, bias)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def backward(ctx, gout):  # type: ignore[override]
+        x, wT, bias = ctx.saved_tensors
+        gx, gwT, gbias = cpu_kernel().conv_silu_backward(x, wT, bias, gout.contiguous())  # type: ignore[attr-defined]
+        return gx, gwT.t().unsqueeze(1), gbias
+
+
+def conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    r""":math:`\mathrm{SiLU}(\mathrm{conv}(x))` with :func:`causal_depthwise_conv`: the fused C++
+    pass on CPU float tensors where the kernel is available, else the two composed."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and weight.dtype == x.dtype \
+            and cpu_kernel() is not None:
+        return ConvSiLUCPU.apply(x, weight, bias)
+    return F.silu(causal_depthwise_conv(x, weight, bias))
+
+
 class MambaBlock(Block):
     """One Mamba-1 block, ``u + mixer(RMSNorm(u))``; parameter names follow ``mamba_simple.py``
     (``in_proj``, ``conv1d``, ``x_proj``, ``dt_proj``, ``A_log``, ``D``, ``out_proj``)."""
@@ -388,7 +414,10 @@ class MambaBlock(Block):
         """The selective-SSM branch on the normalised stream ``[B,T,d_model] -> [B,T,d_model]``."""
         xz = self.in_proj(x)
         x, z = xz.chunk(2, dim=-1)  # [B,T,Di] each
-        x = F.silu(causal_depthwise_conv(x, self.conv1d.weight, self.conv1d.bias))
+        if self.scan == "fast":
+            x = conv_silu(x, self.conv1d.weight, self.conv1d.bias)
+        else:  # the reference path stays plain PyTorch end to end
+            x = F.silu(causal_depthwise_conv(x, self.conv1d.weight, self.conv1d.bias))
         dt, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         # [Di,N], float32 at least (also under bf16 autocast), float64 in a float64 model
         A = -torch.exp(self.A_log.to(torch.float64 if x.dtype == torch.float64 else torch.float32))

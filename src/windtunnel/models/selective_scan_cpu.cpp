@@ -255,6 +255,93 @@ std::vector<torch::Tensor> scan_backward_gated(torch::Tensor u, torch::Tensor de
   return backward_impl<true>(u, delta_raw, A, Bm, C, D, z, gout);
 }
 
+// Mamba's short causal depthwise convolution followed by SiLU, on x [B, T, Di] with w^T [K, Di]:
+//   pre[b,t,c] = bias[c] + sum_k w[c,k] x[b, t-K+1+k, c]   (x before t = 0 is zero),  out = SiLU(pre)
+// in one pass over each sequence (inner loops over the channels), instead of K shifted
+// multiply-adds and a SiLU, each a full-size tensor and an autograd node.  The backward pass
+// recomputes pre (K multiply-adds) rather than storing it.
+template <typename scalar_t>
+static inline void conv_pre(const scalar_t* x, const scalar_t* wT, const scalar_t* bias, scalar_t* pre,
+                            int64_t t, int64_t K, int64_t Di) {
+  for (int64_t c = 0; c < Di; ++c) pre[c] = bias[c];
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t src = t - K + 1 + k;
+    if (src < 0) continue;
+    const scalar_t* __restrict__ xs = x + src * Di;
+    const scalar_t* __restrict__ wk = wT + k * Di;
+#pragma GCC ivdep
+    for (int64_t c = 0; c < Di; ++c) pre[c] += wk[c] * xs[c];
+  }
+}
+
+torch::Tensor conv_silu_forward(torch::Tensor x, torch::Tensor wT, torch::Tensor bias) {
+  const auto Bsz = x.size(0), T = x.size(1), Di = x.size(2), K = wT.size(0);
+  auto out = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv_silu_forward", [&] {
+    at::parallel_for(0, Bsz, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<scalar_t> pre(Di);
+      for (int64_t b = b0; b < b1; ++b) {
+        const scalar_t* xb = x.data_ptr<scalar_t>() + b * T * Di;
+        scalar_t* ob = out.data_ptr<scalar_t>() + b * T * Di;
+        for (int64_t t = 0; t < T; ++t) {
+          conv_pre(xb, wT.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), pre.data(), t, K, Di);
+          for (int64_t c = 0; c < Di; ++c) ob[t * Di + c] = pre[c] * sigmoid(pre[c]);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+// Sequence b's share of the backward pass: dL/dx into gxb (zeroed), its partial dL/dw^T and dL/dbias.
+// (A function of its own: a #pragma cannot sit inside the AT_DISPATCH macro's argument.)
+template <typename scalar_t>
+static void conv_silu_backward_seq(const scalar_t* xb, const scalar_t* wT, const scalar_t* bias, const scalar_t* gb,
+                                   scalar_t* gxb, scalar_t* gw, scalar_t* gbias, scalar_t* pre, scalar_t* gp,
+                                   int64_t T, int64_t K, int64_t Di) {
+  for (int64_t t = 0; t < T; ++t) {
+    conv_pre(xb, wT, bias, pre, t, K, Di);
+    for (int64_t c = 0; c < Di; ++c) {  // SiLU'(p) = s (1 + p (1 - s)), s = sigmoid(p)
+      const scalar_t sg = sigmoid(pre[c]);
+      gp[c] = gb[t * Di + c] * sg * (scalar_t(1) + pre[c] * (scalar_t(1) - sg));
+      gbias[c] += gp[c];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t src = t - K + 1 + k;
+      if (src < 0) continue;
+      const scalar_t* __restrict__ xs = xb + src * Di;
+      const scalar_t* __restrict__ wk = wT + k * Di;
+      const scalar_t* __restrict__ g = gp;
+      scalar_t* __restrict__ gxs = gxb + src * Di;
+      scalar_t* __restrict__ gwk = gw + k * Di;
+#pragma GCC ivdep
+      for (int64_t c = 0; c < Di; ++c) {
+        gxs[c] += wk[c] * g[c];
+        gwk[c] += g[c] * xs[c];
+      }
+    }
+  }
+}
+
+// {dL/dx [B,T,Di], dL/dw^T [K,Di], dL/dbias [Di]} from dL/dout.
+std::vector<torch::Tensor> conv_silu_backward(torch::Tensor x, torch::Tensor wT, torch::Tensor bias, torch::Tensor gout) {
+  const auto Bsz = x.size(0), T = x.size(1), Di = x.size(2), K = wT.size(0);
+  auto gx = torch::zeros_like(x);
+  auto gwT_b = torch::zeros({Bsz, K, Di}, x.options());  // per-sequence partial sums: no races
+  auto gbias_b = torch::zeros({Bsz, Di}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv_silu_backward", [&] {
+    at::parallel_for(0, Bsz, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<scalar_t> pre(Di), gp(Di);
+      for (int64_t b = b0; b < b1; ++b)
+        conv_silu_backward_seq<scalar_t>(x.data_ptr<scalar_t>() + b * T * Di, wT.data_ptr<scalar_t>(),
+                                         bias.data_ptr<scalar_t>(), gout.data_ptr<scalar_t>() + b * T * Di,
+                                         gx.data_ptr<scalar_t>() + b * T * Di, gwT_b.data_ptr<scalar_t>() + b * K * Di,
+                                         gbias_b.data_ptr<scalar_t>() + b * Di, pre.data(), gp.data(), T, K, Di);
+    });
+  });
+  return {gx, gwT_b.sum(0), gbias_b.sum(0)};
+}
+
 // How many distinct threads at::parallel_for hands work to over n grain-1 items, as the scans use it
 // (1 when this file was compiled without OpenMP: the loop then runs serially whatever the settings).
 int64_t parallel_width(int64_t n) {
@@ -269,6 +356,8 @@ int64_t parallel_width(int64_t n) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("parallel_width", &parallel_width, "threads at::parallel_for uses here");
+  m.def("conv_silu_forward", &conv_silu_forward, "SiLU(causal depthwise conv) forward (CPU)");
+  m.def("conv_silu_backward", &conv_silu_backward, "SiLU(causal depthwise conv) backward (CPU)");
   m.def("forward", &scan_forward, "selective scan forward (CPU)");
   m.def("backward", &scan_backward, "selective scan backward (CPU)");
   m.def("forward_gated", &scan_forward_gated, "softplus(delta) scan, gated by SiLU(z), forward (CPU)");
