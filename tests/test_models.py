@@ -573,3 +573,22 @@ def test_fused_kernel_builds_where_a_compiler_exists():
     if shutil.which(os.environ.get("CXX", "c++")) is None or not is_ninja_available():
         pytest.skip("no C++ compiler or ninja here")
     assert cpu_kernel() is not None
+
+
+@pytest.mark.parametrize("T", [5, 80, 81, 150])
+def test_causal_attention_equals_the_explicit_softmax_on_both_backends(T):
+    """Below and above the length where the CPU backend switches (math ↔ flash), the fused
+    attention equals softmax(q kᵀ/√d + causal mask) v, values and gradients, in float64."""
+    from windtunnel.models.base import CPU_MATH_ATTENTION_MAX_T, causal_attention
+
+    assert CPU_MATH_ATTENTION_MAX_T == 80  # the parametrisation straddles it
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(2, 3, T, 8, generator=g, dtype=torch.float64).requires_grad_(True) for _ in range(3))
+    scores = (q @ k.transpose(-1, -2)) / 8 ** 0.5
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    ref = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v
+    out = causal_attention(q, k, v)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    w = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad((out * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-11)

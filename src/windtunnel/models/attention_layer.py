@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .base import HookPoint, ModelConfig, WindTunnelModel, _check, _pos_int
+from .base import HookPoint, ModelConfig, WindTunnelModel, _check, _pos_int, causal_attention
 from ..errors import InvalidValue
 
 
@@ -78,7 +77,7 @@ class SingleHeadAttention(nn.Module):
             pattern = self.hook_pattern(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1))  # [B,1,T,T]
             z = pattern @ vh
         else:  # fused kernel, identical up to float rounding (T = 2000 full-batch training is its use)
-            z = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+            z = causal_attention(qh, kh, vh)
         return self.hook_z(z.transpose(1, 2))[:, :, 0]  # hook_z: [B,T,1,d_v]
 
 
