@@ -259,6 +259,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     elif args.task is None and args.preset == "quick":
         fields["steps"] = grid.MAIN_JOB_STEPS
         fields["batch_size"] = grid.MAIN_JOB_BATCH
+        fields["lr"] = grid.MAIN_JOB_LR
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:

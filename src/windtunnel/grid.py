@@ -108,14 +108,17 @@ TABLE_ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp_pointwise")
 # The main job (`windtunnel run` with no task): a transformer on a small bijection, trained longer
 # than the table's quick cell.  Measured on 2 CPU cores: 5000 steps took 3.5 min and ended at
 # entropy_mae_curve 0.00996 bits — too close to the 0.01 goal — so the main job trains 9000 steps of
-# batch 128 (≈6.5 min); batch 128 matters: batch 64 for 8000 steps plateaued at 0.011 bits (entropy
-# is dominated by the tiny mass left on eliminated values, δ·log2(1/δ), which only large,
-# low-noise late batches remove).  At equal episodes, though, batch 256 × 4500 steps ended worse
-# (0.0084 bits; benchmarks/main_job_sweep.py, benchmarks/results/main_job_sweep.jsonl): the steps
-# count, not only the batch.
+# batch 128; batch 128 matters: batch 64 for 8000 steps plateaued at 0.011 bits (entropy is
+# dominated by the tiny mass left on eliminated values, δ·log2(1/δ), which only large, low-noise
+# late batches remove).  At equal episodes, batch 256 × 4500 steps ended worse (0.0084 bits), and
+# neither the block (gated MLP 0.0063) nor the shape (2 layers × 4 heads 0.0065) moved the
+# 0.0066 of LR 2e-3; LR 3e-3 did (0.0046, infeasible mass 3.6e-4 vs 5.5e-4): the eliminated
+# values' logits fall at a rate set by the learning rate (benchmarks/main_job_sweep.py,
+# benchmarks/results/main_job_sweep.jsonl).
 DEFAULT_TASK = "bijection"
 MAIN_JOB_STEPS = 9000
 MAIN_JOB_BATCH = 128
+MAIN_JOB_LR = 3e-3
 
 
 def experiment(name: str) -> Experiment:
