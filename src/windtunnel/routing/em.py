@@ -359,8 +359,9 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
                   f"threshold {c['speedup']:.2f}×{ci} as fast (n={c['n']}); final training {'loss' if by_loss else 'gap'} EM-like − matched = "
                   f"{_fmt_ci(d, '+.4f')} bits."]
     deep = " --deep" if setup.model == "deep" else ""
-    lines += ["", f"Wall time: {wall_s:.0f} s. Command: `windtunnel routing em{deep}` "
-              f"(`--steps {setup.steps} --seeds {len(setup.seeds)}`)."]
+    arms = "" if tuple(setup.arms) == ARMS else " --arms " + " ".join(setup.arms)
+    lines += ["", f"Wall time: {wall_s:.0f} s (summed over runs). Command: `windtunnel routing em{deep}` "
+              f"(`--steps {setup.steps} --seeds {len(setup.seeds)}{arms}`)."]
     return "\n".join(lines) + "\n"
 
 
