@@ -31,8 +31,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "b512-lr4e-3": {"batch_size": 512, "lr": 4e-3},
     # the same data and schedule, another block or shape (the gated MLP won the sawtooth's block sweep)
     "b128-swiglu": {"batch_size": 128, "lr": 2e-3, "model": {"n_layers": 4, "n_heads": 4, "mlp": "swiglu"}},
-    "b128-lr3e-3": {"batch_size": 128, "lr": 3e-3},  # today's default (grid.MAIN_JOB_LR)
-    "b128-lr4e-3": {"batch_size": 128, "lr": 4e-3},
+    "b128-lr3e-3": {"batch_size": 128, "lr": 3e-3},
+    "b128-lr4e-3": {"batch_size": 128, "lr": 4e-3},  # today's default (grid.MAIN_JOB_LR)
     "b128-lr3e-3-minlr2e-4": {"batch_size": 128, "lr": 3e-3, "min_lr": 2e-4},
     "b128-2x4": {"batch_size": 128, "lr": 2e-3, "model": {"n_layers": 2, "n_heads": 4}},
     # the eliminated values' logits fall at a rate set by the late learning rate: a higher floor
