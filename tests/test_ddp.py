@@ -28,6 +28,11 @@ CONFIG = dict(task="bijection", task_params={"V": 5, "L": 5}, arch="transformer"
               eval_n=64, keep_last=50, log_checkpoints=False, progress=False, data_shards=2)
 
 
+ROUNDING = 5e-6
+"""Weights of runs that differ only in how the batch is split over processes agree to this (float32
+rounding, grown by Adam over 120 steps); runs on other data differ by ≈ 2.5e-2."""
+
+
 def _same_episodes(a: Episodes, b: Episodes) -> bool:
     return all(torch.equal(getattr(a, k), getattr(b, k)) for k in ("tokens", "targets", "mask", "posterior"))
 
@@ -144,13 +149,14 @@ def _losses(run: Path) -> dict[int, float]:
                     reason="this torch build has no gloo backend")
 def test_torchrun_two_processes_equal_one_and_resume_after_a_kill(tmp_path: Path) -> None:
     """``torchrun --nproc_per_node=2`` (gloo, CPU) trains the weights a one-process run with the same
-    global batch trains (to 1e-6), logs the same global loss, and a two-process run killed by SIGKILL
+    global batch trains (to ``ROUNDING``), logs the same global loss, and a two-process run killed by SIGKILL
     mid-way resumes (``--resume``, again two processes) to the same weights.
 
     The processes sum gradients in another order than one process does, so the runs agree to float
     rounding, not bitwise; Adam's first steps scale that rounding up where a gradient entry is near
-    its ``eps`` (measured: max |Δw| ≈ 1.2e-6 after one step at LR 3e-3, 3.9e-7 after 40 at LR 1e-3),
-    hence LR 1e-3 here.  Other data (one shard instead of two) differs by 2.5e-2 after 40 steps."""
+    its ``eps`` (measured: max |Δw| ≈ 1.2e-6 after one step at LR 3e-3, 3.9e-7 after 40 at LR 1e-3
+    with the flash attention kernel; 1.3e-6 after 120 with the math kernel, whose matmuls round
+    differently for batch 8 and 16), hence LR 1e-3 here.  Other data (one shard instead of two) differs by 2.5e-2 after 40 steps."""
     steps = 120
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**CONFIG, "steps": steps, "ckpt_every": 10, "eval_every": steps}))
@@ -161,7 +167,7 @@ def test_torchrun_two_processes_equal_one_and_resume_after_a_kill(tmp_path: Path
     two = _weights(tmp_path / "two")
     assert max(float(v.abs().max()) for v in one.values()) > 0.1  # trained weights, not zeros
     print(f"two processes vs one: max |Δw| = {_max_diff(one, two):.2e}")
-    assert _max_diff(one, two) < 1e-6, _max_diff(one, two)
+    assert _max_diff(one, two) < ROUNDING, _max_diff(one, two)
     loss_one, loss_two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert loss_one.keys() == loss_two.keys() and len(loss_one) == steps // 5
     assert max(abs(loss_one[s] - loss_two[s]) for s in loss_one) < 1e-5
@@ -180,5 +186,5 @@ def test_torchrun_two_processes_equal_one_and_resume_after_a_kill(tmp_path: Path
     done = sorted(p.name for p in (killed / "checkpoints").glob("step_*"))
     assert done and done[-1] < f"step_{steps:08d}", f"the run finished before the kill: {done}"
     _finish(_torchrun(["--resume", str(killed)], tmp_path))
-    assert _max_diff(one, _weights(killed)) < 1e-6
+    assert _max_diff(one, _weights(killed)) < ROUNDING
     assert _losses(killed).keys() == loss_one.keys()
