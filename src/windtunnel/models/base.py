@@ -28,6 +28,11 @@ import torch.nn.functional as F
 from torch import nn
 from ..errors import InvalidValue
 
+try:  # torch >= 2.3; older versions keep PyTorch's own backend choice
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:  # pragma: no cover
+    SDPBackend, sdpa_kernel = None, None  # type: ignore[assignment,misc]
+
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
 
 
@@ -45,9 +50,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
     ``F.scaled_dot_product_attention`` with the backend that is faster for the shape (on a CPU and
     ``T ≤`` :data:`CPU_MATH_ATTENTION_MAX_T`: the math backend; otherwise PyTorch's choice).  The
     backends agree to float rounding."""
-    if q.device.type == "cpu" and q.shape[-2] <= CPU_MATH_ATTENTION_MAX_T:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
+    if q.device.type == "cpu" and q.shape[-2] <= CPU_MATH_ATTENTION_MAX_T and sdpa_kernel is not None:
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)

@@ -256,6 +256,12 @@ def kernel_threads() -> int:
     return 0 if mod is None else int(mod.parallel_width(64))  # type: ignore[attr-defined]
 
 
+def _kernel_takes(*tensors: torch.Tensor) -> bool:
+    """Whether the fused CPU kernel handles these tensors: CPU, one float dtype (32 or 64 bit)."""
+    dtype = tensors[0].dtype
+    return all(t.device.type == "cpu" and t.dtype == dtype for t in tensors) and dtype in (torch.float32, torch.float64)
+
+
 class FusedScanCPU(torch.autograd.Function):
     """:class:`SelectiveScan`'s maths in one C++ pass over time per sequence, forward and backward
     (the state stays in cache instead of a dozen full-size tensors per step; the backward pass
@@ -293,8 +299,7 @@ def gated_selective_scan(
 
     On CPU float tensors with the fused kernel available (``method`` ``auto`` or ``fused``) it is
     one C++ pass per sequence; otherwise the same maths composed from :func:`selective_scan`."""
-    if method in ("auto", "fused") and u.device.type == "cpu" and u.dtype in (torch.float32, torch.float64) \
-            and cpu_kernel() is not None:
+    if method in ("auto", "fused") and _kernel_takes(u) and cpu_kernel() is not None:
         return FusedScanCPU.apply(True, u, delta_raw, A, B, C, D, z)
     return selective_scan(u, F.softplus(delta_raw), A, B, C, D, method=method) * F.silu(z)
 
@@ -320,7 +325,7 @@ def selective_scan(
     """
     if method not in SCAN_METHODS:
         raise InvalidValue(f"invalid method: must be one of {', '.join(SCAN_METHODS)}, got {method!r}")
-    fusable = u.device.type == "cpu" and not return_states and u.dtype in (torch.float32, torch.float64)
+    fusable = not return_states and _kernel_takes(u)
     if method == "fused" and not fusable:
         raise InvalidValue("invalid method: 'fused' needs CPU float tensors and return_states=False")
     if method in ("auto", "fused") and fusable and cpu_kernel() is not None:
@@ -372,8 +377,7 @@ class ConvSiLUCPU(torch.autograd.Function):
 def conv_silu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     r""":math:`\mathrm{SiLU}(\mathrm{conv}(x))` with :func:`causal_depthwise_conv`: the fused C++
     pass on CPU float tensors where the kernel is available, else the two composed."""
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and weight.dtype == x.dtype \
-            and cpu_kernel() is not None:
+    if _kernel_takes(x, weight) and cpu_kernel() is not None:
         return ConvSiLUCPU.apply(x, weight, bias)
     return F.silu(causal_depthwise_conv(x, weight, bias))
 
