@@ -7,7 +7,7 @@ labels.  Its error ends on a plateau set by the mass left on eliminated values (
 δ·log2(1/δ) for infeasible mass δ), and that plateau moved with the batch size in earlier
 measurements (batch 64: 0.011 bits; 128: 0.0066) — the signature of gradient noise from sampled
 labels.  Every candidate here sees the same number of training episodes as today's default
-(9000 steps × 128) and differs in batch size (hence steps), learning rate (peak or floor), block or
+(9000 steps × 128), unless it names its own ``steps``, and differs in batch size (hence steps), learning rate (peak or floor), block or
 shape, so the sweep asks which change to the same data ends lower.  Each candidate is an
 ordinary run (``windtunnel.train``), evaluated as the main job is (``windtunnel.evaluate``, 2000
 fresh sequences, seed 12345); each prints one line — recipe, wall time, metrics — and appends it
@@ -38,6 +38,21 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # the eliminated values' logits fall at a rate set by the late learning rate: a higher floor
     "b128-minlr2e-4": {"batch_size": 128, "lr": 2e-3, "min_lr": 2e-4},
     "b128-lr3e-3-swiglu": {"batch_size": 128, "lr": 3e-3, "model": {"n_layers": 4, "n_heads": 4, "mlp": "swiglu"}},
+    # fewer episodes (the time goal): a shorter cosine at the same or a higher peak learning rate
+    "b128-lr4e-3-s6000": {"batch_size": 128, "lr": 4e-3, "steps": 6000},
+    "b128-lr6e-3-s6000": {"batch_size": 128, "lr": 6e-3, "steps": 6000},
+    "b128-lr6e-3-s4500": {"batch_size": 128, "lr": 6e-3, "steps": 4500},
+    "b128-lr8e-3-s4500": {"batch_size": 128, "lr": 8e-3, "steps": 4500},
+    # the readout (final norm + head) at 5× or 10× the learning rate: the eliminated values' logit gap
+    # (≈ 8 nats at the end of the 9000-step run) is bounded by the head's norm, which grows with the LR
+    "b128-lr4e-3-s4500-ro5": {"batch_size": 128, "lr": 4e-3, "steps": 4500, "readout_lr_mult": 5},
+    "b128-lr4e-3-s3000-ro5": {"batch_size": 128, "lr": 4e-3, "steps": 3000, "readout_lr_mult": 5},
+    "b128-lr4e-3-s3000-ro10": {"batch_size": 128, "lr": 4e-3, "steps": 3000, "readout_lr_mult": 10},
+    "b128-lr4e-3-s3500-ro10": {"batch_size": 128, "lr": 4e-3, "steps": 3500, "readout_lr_mult": 10},
+    # half the FLOPs per step: 2 layers of the same width (d_model 64, 100k parameters)
+    "b128-lr4e-3-2x64": {"batch_size": 128, "lr": 4e-3, "params": 100_000, "model": {"n_layers": 2, "n_heads": 4}},
+    "b128-lr6e-3-2x64-s6000": {"batch_size": 128, "lr": 6e-3, "steps": 6000, "params": 100_000,
+                               "model": {"n_layers": 2, "n_heads": 4}},
 }
 
 
@@ -46,7 +61,7 @@ def config(name: str) -> dict[str, Any]:
 
     cfg = grid.preset("quick", grid.DEFAULT_TASK, "transformer")
     cfg.update(CANDIDATES[name], progress=False)
-    cfg["steps"] = EPISODES // cfg["batch_size"]
+    cfg["steps"] = CANDIDATES[name].get("steps", EPISODES // cfg["batch_size"])
     cfg["eval_every"] = cfg["ckpt_every"] = max(250, cfg["steps"] // 10)
     return cfg
 
@@ -54,7 +69,7 @@ def config(name: str) -> dict[str, Any]:
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     cfg, wall, _, m = train_and_evaluate(job["config"], job["run_dir"], n=2000, threads=job["threads"])
     return {"name": job["name"], "batch": cfg.batch_size, "steps": cfg.steps, "lr": cfg.lr, "model": cfg.model,
-            "threads": job["threads"],
+            "readout_lr_mult": cfg.readout_lr_mult, "threads": job["threads"],
             "wall_s": round(wall, 1), "entropy_mae_curve": m["entropy_mae_curve"], "kl": m["kl"],
             "infeasible_mass": m["infeasible_mass"]}
 

@@ -116,6 +116,16 @@ def test_broken_contracts_are_refused(third_party: Path, arch: str, message: str
         models.make(arch, task)
 
 
+def test_a_readout_learning_rate_needs_a_windtunnel_readout(third_party: Path) -> None:
+    """A user's module has no ``norm``/``head`` skeleton: a readout multiplier is refused before training."""
+    from windtunnel.training import TrainConfig, build
+
+    cfg = TrainConfig(task="bijection", task_params={"V": 4, "L": 4}, arch="thirdparty:make", readout_lr_mult=3.0)
+    with pytest.raises(InvalidValue, match="no separate readout"):
+        build(cfg)
+    build(TrainConfig(task="bijection", task_params={"V": 4, "L": 4}, arch="thirdparty:make"))
+
+
 def test_a_target_the_factory_cannot_take_is_refused(third_party: Path) -> None:
     task = tasks.make("bijection", V=4, L=4)
     with pytest.raises(InvalidValue, match="takes no 'params'"):

@@ -101,6 +101,23 @@ def test_paper_size_transformer():
 
 # --- capacity matching ----------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ARCHS)
+def test_readout_is_the_maps_from_the_last_stream_to_the_logits(arch):
+    """``readout_parameters()`` = the final norm's and the head's parameters; perturbing them changes
+    the logits while the last residual stream (``hook_final``'s input) stays as it was."""
+    model = tiny(arch)
+    readout = model.readout_parameters()
+    assert {id(p) for p in readout} == {id(p) for p in [*model.norm.parameters(), *model.head.parameters()]}
+    x = inputs(TASK)
+    with torch.no_grad():
+        before, cache = model.run_with_cache(**x, names=[f"blocks.{len(model.blocks) - 1}.hook_resid_post"])
+        for p in readout:
+            p.add_(0.1)
+        after, cache2 = model.run_with_cache(**x, names=list(cache))
+    assert not torch.allclose(before, after)
+    assert all(torch.equal(cache[k], cache2[k]) for k in cache)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_capacity_matching(arch):
     task = tasks.make("bijection", V=20)
     for budget in (50_000, 200_000, 1_000_000):

@@ -178,3 +178,47 @@ def test_modules_and_functions_do_not_shadow_each_other() -> None:
         assert getattr(wt, sub).__name__ == f"windtunnel.{sub}"
     with pytest.raises(ImportError):
         importlib.import_module("windtunnel.train")
+
+
+def test_readout_lr_mult_scales_only_the_readouts_steps(tmp_path: Path) -> None:
+    """With ``readout_lr_mult = m``, AdamW's first step moves the final norm and the head exactly
+    ``m`` times as far as with 1 (Adam's first update is ``lr · g/(|g| + ε)``, linear in lr), and
+    every other parameter exactly as far (same init, same batch)."""
+    m = 5.0
+    base = dict(steps=1, warmup=0, eval_every=1, ckpt_every=1)
+    train(tiny(**base), tmp_path / "one")
+    train(tiny(readout_lr_mult=m, **base), tmp_path / "five")
+    _, init = load(tmp_path / "one", step=0)
+    start = {k: v.clone() for k, v in init.state_dict().items()}
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "five")
+    readout = {"norm.weight", "head.weight"}
+    assert readout == {n for n, p in init.named_parameters() if any(p is q for q in init.readout_parameters())}
+    for k in a:
+        step_a, step_b = a[k] - start[k], b[k] - start[k]
+        assert step_a.abs().max() > 0, k
+        if k in readout:
+            torch.testing.assert_close(step_b, m * step_a, rtol=1e-4, atol=1e-7)
+        else:
+            assert torch.equal(step_a, step_b), k
+
+
+def test_readout_lr_mult_resumes_exactly_and_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = tiny(steps=20, readout_lr_mult=4.0)
+    train(cfg, tmp_path / "straight")
+    train(cfg, tmp_path / "split", until=7)
+    train(cfg, tmp_path / "split", resume=True)
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "split")
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert not torch.equal(a["head.weight"], weights_of(tiny(steps=20), tmp_path / "plain")["head.weight"])
+    with pytest.raises(ConfigError, match="readout_lr_mult"):
+        TrainConfig(readout_lr_mult=0)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('task = "bijection"\nreadout_lr_mult = -1\n')
+    assert cli_main(["train", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "readout_lr_mult" in capsys.readouterr().err
+
+
+def weights_of(cfg: TrainConfig, run: Path) -> dict[str, torch.Tensor]:
+    train(cfg, run)
+    return weights(run)

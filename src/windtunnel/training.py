@@ -79,6 +79,10 @@ class TrainConfig:
     weight_decay: float = 0.01
     beta2: float = 0.98
     grad_clip: float = 1.0
+    #: the readout (final norm and output head, ``readout_parameters()``) trains at this multiple of
+    #: the learning rate: the logit gap that drives the mass on eliminated values to 0 is bounded by
+    #: the head's norm, which grows at a rate the learning rate sets
+    readout_lr_mult: float = 1.0
     loss: str = "auto"  # auto | targets | posterior
     seed: int = 0
     log_every: int = 25
@@ -122,6 +126,8 @@ class TrainConfig:
         need(isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, "weight_decay", "≥ 0")
         need(isinstance(self.beta2, (int, float)) and 0 < self.beta2 < 1, "beta2", "in (0, 1)")
         need(isinstance(self.grad_clip, (int, float)) and self.grad_clip > 0, "grad_clip", "a positive number")
+        need(isinstance(self.readout_lr_mult, (int, float)) and not isinstance(self.readout_lr_mult, bool)
+             and 0 < self.readout_lr_mult <= 100, "readout_lr_mult", "a number in (0, 100]")
         need(self.loss in ("auto", "targets", "posterior"), "loss", "auto, targets or posterior")
         need(isinstance(self.seed, int) and 0 <= self.seed < 2**31, "seed", "an integer in [0, 2^31)")
         need(self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:"), "device", "auto, cpu, cuda or mps")
@@ -248,6 +254,25 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """AdamW's parameter groups: weight decay on matrices only (vectors, gains and parameters
+    flagged ``_no_weight_decay``, Mamba's ``A_log`` and ``D``, are exempt); with
+    ``readout_lr_mult != 1`` the readout (``model.readout_parameters()``) forms groups of its own
+    whose ``lr_mult`` scales the scheduled learning rate.  With the multiplier at 1 the groups are
+    the two of every earlier run, so their checkpoints resume unchanged."""
+    def decays(p: torch.nn.Parameter) -> bool:
+        return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
+
+    readout = {id(p) for p in model.readout_parameters()} if cfg.readout_lr_mult != 1 else set()
+    groups = []
+    for mult, members in ((1.0, [p for p in model.parameters() if id(p) not in readout]),
+                          (float(cfg.readout_lr_mult), [p for p in model.parameters() if id(p) in readout])):
+        if members:
+            groups += [{"params": [p for p in members if decays(p)], "weight_decay": cfg.weight_decay, "lr_mult": mult},
+                       {"params": [p for p in members if not decays(p)], "weight_decay": 0.0, "lr_mult": mult}]
+    return groups
+
+
 def pick_device(name: str) -> torch.device:
     if name != "auto":
         return torch.device(name)
@@ -316,6 +341,8 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
         model = models.make(cfg.arch, task, params=cfg.params, **cfg.model)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    if cfg.readout_lr_mult != 1:
+        model.readout_parameters()  # a model without a separate readout says so now, not mid-run
     return task, model
 
 
@@ -350,17 +377,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         torch.cuda.set_device(device)
     soft = cfg.loss == "posterior" or (cfg.loss == "auto" and task.soft_targets)
     model.to(device)
-    # decay matrices only; vectors, gains and parameters flagged `_no_weight_decay` (Mamba's A_log, D) are exempt
-    def decays(p: torch.nn.Parameter) -> bool:
-        return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
-
-    decay = [p for p in model.parameters() if decays(p)]
-    no_decay = [p for p in model.parameters() if not decays(p)]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr,
-        betas=(0.9, cfg.beta2),
-    )
+    optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(0.9, cfg.beta2))
 
     start = 0
     elapsed = 0.0
@@ -422,7 +439,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     stop = cfg.steps if until is None else min(cfg.steps, until)
     for step in range(start, stop):
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg)
+            group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
         batch = step_batch(cfg, task, step, shards, rank, world).to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = net(**batch.inputs)

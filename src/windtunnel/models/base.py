@@ -208,6 +208,17 @@ class WindTunnelModel(nn.Module):
             if isinstance(module, HookPoint):
                 module.name = name
 
+    def readout_parameters(self) -> list[nn.Parameter]:
+        """The readout's parameters: the final norm's gain and the output head, the two maps between
+        the last residual stream and the logits (``logits = head(norm(x))``).  Training can give them
+        a learning rate of their own (``TrainConfig.readout_lr_mult``).  ``InvalidValue`` for a model
+        without that skeleton (a Hugging Face or user model)."""
+        parts = [getattr(self, name, None) for name in ("norm", "head")]
+        if not all(isinstance(m, nn.Module) for m in parts):
+            raise InvalidValue(f"invalid readout_lr_mult: the {self.config.arch} model has no separate readout "
+                               "(final norm and head) to give its own learning rate; leave readout_lr_mult at 1")
+        return [p for m in parts for p in m.parameters()]
+
     def n_params(self) -> int:
         """Number of trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
