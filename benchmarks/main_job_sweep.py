@@ -1,6 +1,6 @@
 """Which recipe brings the main job (`windtunnel run`) closest to Bayes within its time budget?
 
-    python benchmarks/main_job_sweep.py [--jobs 2] [--threads 1] [--only NAME ...]
+    python benchmarks/main_job_sweep.py [--jobs 2] [--threads 1] [--only NAME ...] [--seeds 0 1 ...]
 
 The main job is a 200k-parameter transformer on bijection (V = 10, L = 9) trained on sampled
 labels.  Its error ends on a plateau set by the mass left on eliminated values (entropy error ≈
@@ -49,6 +49,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "b128-lr4e-3-s3000-ro5": {"batch_size": 128, "lr": 4e-3, "steps": 3000, "readout_lr_mult": 5},
     "b128-lr4e-3-s3000-ro10": {"batch_size": 128, "lr": 4e-3, "steps": 3000, "readout_lr_mult": 10},
     "b128-lr4e-3-s3500-ro10": {"batch_size": 128, "lr": 4e-3, "steps": 3500, "readout_lr_mult": 10},
+    "b128-lr4e-3-s3000-ro20": {"batch_size": 128, "lr": 4e-3, "steps": 3000, "readout_lr_mult": 20},
     # half the FLOPs per step: 2 layers of the same width (d_model 64, 100k parameters)
     "b128-lr4e-3-2x64": {"batch_size": 128, "lr": 4e-3, "params": 100_000, "model": {"n_layers": 2, "n_heads": 4}},
     "b128-lr6e-3-2x64-s6000": {"batch_size": 128, "lr": 6e-3, "steps": 6000, "params": 100_000,
@@ -56,11 +57,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 }
 
 
-def config(name: str) -> dict[str, Any]:
+def config(name: str, seed: int = 0) -> dict[str, Any]:
     from windtunnel import grid
 
     cfg = grid.preset("quick", grid.DEFAULT_TASK, "transformer")
-    cfg.update(CANDIDATES[name], progress=False)
+    cfg.update(CANDIDATES[name], progress=False, seed=seed)
     cfg["steps"] = CANDIDATES[name].get("steps", EPISODES // cfg["batch_size"])
     cfg["eval_every"] = cfg["ckpt_every"] = max(250, cfg["steps"] // 10)
     return cfg
@@ -68,7 +69,7 @@ def config(name: str) -> dict[str, Any]:
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     cfg, wall, _, m = train_and_evaluate(job["config"], job["run_dir"], n=2000, threads=job["threads"])
-    return {"name": job["name"], "batch": cfg.batch_size, "steps": cfg.steps, "lr": cfg.lr, "model": cfg.model,
+    return {"name": job["name"], "seed": cfg.seed, "batch": cfg.batch_size, "steps": cfg.steps, "lr": cfg.lr, "model": cfg.model,
             "readout_lr_mult": cfg.readout_lr_mult, "threads": job["threads"],
             "wall_s": round(wall, 1), "entropy_mae_curve": m["entropy_mae_curve"], "kl": m["kl"],
             "infeasible_mass": m["infeasible_mass"]}
@@ -77,13 +78,15 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=sorted(CANDIDATES), default=list(CANDIDATES))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds (runs of seed s > 0 land in NAME-s<s>)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per job")
     ap.add_argument("--out", default="runs/main_sweep")
     ap.add_argument("--log", default="benchmarks/results/main_job_sweep.jsonl")
     args = ap.parse_args()
-    jobs = [{"name": n, "config": config(n), "threads": args.threads, "run_dir": str(Path(args.out) / n)}
-            for n in args.only]
+    jobs = [{"name": n, "config": config(n, seed), "threads": args.threads,
+             "run_dir": str(Path(args.out) / (n if seed == 0 else f"{n}-s{seed}"))}
+            for n in args.only for seed in args.seeds]
     run_logged(run_one, jobs, args.jobs, args.log)
 
 if __name__ == "__main__":

@@ -211,6 +211,10 @@ def test_readout_lr_mult_resumes_exactly_and_is_checked(tmp_path: Path, capsys: 
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert not torch.equal(a["head.weight"], weights_of(tiny(steps=20), tmp_path / "plain")["head.weight"])
+    # optimizer state saved under other parameter groups is refused as such, not as a traceback
+    train(tiny(steps=20, readout_lr_mult=4.0), tmp_path / "other", until=10)
+    with pytest.raises(ckpt.CheckpointError, match="another configuration"):
+        train(tiny(steps=20), tmp_path / "other", resume=True)
     with pytest.raises(ConfigError, match="readout_lr_mult"):
         TrainConfig(readout_lr_mult=0)
     bad = tmp_path / "bad.toml"

@@ -195,7 +195,10 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
         )
     if optimizer is not None and "optimizer" in state:
         tensors = load_file(str(path / "optimizer.safetensors"))
-        optimizer.load_state_dict(_optimizer_state(tensors, state["optimizer"]))
+        try:
+            optimizer.load_state_dict(_optimizer_state(tensors, state["optimizer"]))
+        except ValueError as exc:  # parameter groups of another configuration (e.g. another readout_lr_mult)
+            raise CheckpointError(f"checkpoint {path} holds optimizer state of another configuration: {exc}") from None
     return state
 
 

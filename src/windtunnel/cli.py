@@ -260,6 +260,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["steps"] = grid.MAIN_JOB_STEPS
         fields["batch_size"] = grid.MAIN_JOB_BATCH
         fields["lr"] = grid.MAIN_JOB_LR
+        fields["readout_lr_mult"] = grid.MAIN_JOB_READOUT_LR_MULT
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:
