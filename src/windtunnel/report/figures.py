@@ -102,10 +102,10 @@ def entropy_curve(result: Any, path: str | Path, length: int | None = None) -> P
         ax.set_ylim(bottom=0)
         m = src["metrics"].get("entropy_mae_curve", {}).get("value")
         m2 = src["metrics"].get("entropy_mae", {}).get("value")
-        title = f"Predictive entropy per position — {_task_label(d)}"
+        title = f"Predictive entropy per position\n{_task_label(d)}"  # the label can be long: its own line
         if length is not None:
             title += f", length {length}"
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         note = []
         if m is not None:
             note.append(f"entropy_mae_curve = {m:.3g} bits")
@@ -167,7 +167,7 @@ def kl_curve(result: Any, path: str | Path, horizon: int | None = None) -> Path:
                     ha="left", va="top", fontsize=9, color="0.25")
         ax.set_xlabel("position in episode (scored positions only)")
         ax.set_ylabel("KL(Bayes ‖ model) (bits)")
-        ax.set_title(f"Per-position KL to the exact posterior — {_task_label(d)}")
+        ax.set_title(f"Per-position KL to the exact posterior\n{_task_label(d)}", fontsize=10)
         ax.legend(frameon=False, fontsize=9)
         return _save(fig, path)
 
