@@ -12,13 +12,18 @@ Two measurements, everything in one run so the ratios share the machine's state:
    200k parameters on bijection and HMM: transformer, Mamba with the fused scan, Mamba with the
    reference scan — the ratio Mamba / transformer is the figure to watch — and Mamba with the
    scan replaced by an elementwise stand-in (``u · SiLU(z)``: same projections, convolution, norms
-   and optimiser, no recurrence), the floor that no scan, however fast, can go below.
+   and optimiser, no recurrence), the floor that no scan, however fast, can go below.  The four
+   steps are timed in turn within each round, and the Mamba / transformer ratio is the median of
+   the per-round ratios, so a drift in the machine's speed cancels out of it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
+from typing import Callable
 
 import torch
 
@@ -51,16 +56,10 @@ def _no_scan(u, delta_raw, A, B, C, D, z, method="auto"):  # noqa: ANN001 - gate
     return u * torch.nn.functional.silu(z)
 
 
-def step_time(task_name: str, arch: str, reps: int, no_scan: bool = False, **model_overrides) -> float:
-    if no_scan:
-        import windtunnel.models.mamba as mamba
+def make_step(task_name: str, arch: str, no_scan: bool = False, **model_overrides) -> Callable[[], None]:
+    """One training step (fresh batch, forward, backward, AdamW) of the quick-preset ``arch`` on ``task_name``."""
+    import windtunnel.models.mamba as mamba
 
-        real = mamba.gated_selective_scan
-        mamba.gated_selective_scan = _no_scan
-        try:
-            return step_time(task_name, arch, reps, **model_overrides)
-        finally:
-            mamba.gated_selective_scan = real
     cfg = grid.preset("quick", task_name, arch)
     task = tasks.make(cfg["task"], **cfg["task_params"])
     torch.manual_seed(0)
@@ -71,12 +70,33 @@ def step_time(task_name: str, arch: str, reps: int, no_scan: bool = False, **mod
     def step() -> None:
         ep = task.sample(cfg["batch_size"], seed[0])
         seed[0] += 1
-        loss = loss_fn(model(**ep.inputs), ep, soft=task.soft_targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        real = mamba.gated_selective_scan
+        if no_scan:
+            mamba.gated_selective_scan = _no_scan
+        try:
+            loss = loss_fn(model(**ep.inputs), ep, soft=task.soft_targets)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        finally:
+            mamba.gated_selective_scan = real
 
-    return median_time(step, reps, warmup=2)
+    return step
+
+
+def interleaved_times(steps: dict[str, Callable[[], None]], reps: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Wall seconds of each step, the variants taken in turn within every round: a ratio of two
+    variants in the same round shares the machine's state (its speed drifts over minutes here)."""
+    for _ in range(warmup):
+        for fn in steps.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(reps):
+        for name, fn in steps.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
 
 
 def main() -> None:
@@ -92,13 +112,19 @@ def main() -> None:
         print(f"  {name:9s} {1000 * t:8.1f} ms   ({scans['ref'] / t:5.2f}x the reference)")
     steps: dict[str, dict[str, float]] = {}
     for task_name in ("bijection", "hmm"):
-        row = {"transformer": step_time(task_name, "transformer", args.reps),
-               "mamba": step_time(task_name, "mamba", args.reps),
-               "mamba_ref_scan": step_time(task_name, "mamba", args.reps, scan="ref"),
-               "mamba_no_scan": step_time(task_name, "mamba", args.reps, no_scan=True)}
+        times = interleaved_times({
+            "transformer": make_step(task_name, "transformer"),
+            "mamba": make_step(task_name, "mamba"),
+            "mamba_ref_scan": make_step(task_name, "mamba", scan="ref"),
+            "mamba_no_scan": make_step(task_name, "mamba", no_scan=True),
+        }, args.reps)
+        row = {name: statistics.median(t) for name, t in times.items()}
+        ratios = sorted(m / t for m, t in zip(times["mamba"], times["transformer"]))
+        row["mamba_over_transformer"] = statistics.median(ratios)
         steps[task_name] = row
         print(f"training step, quick preset, {task_name}: transformer {1000 * row['transformer']:.0f} ms, "
-              f"mamba {1000 * row['mamba']:.0f} ms ({row['mamba'] / row['transformer']:.2f}x), "
+              f"mamba {1000 * row['mamba']:.0f} ms ({row['mamba_over_transformer']:.2f}x, per-round ratios "
+              f"{ratios[0]:.2f}-{ratios[-1]:.2f}), "
               f"mamba with the reference scan {1000 * row['mamba_ref_scan']:.0f} ms "
               f"({row['mamba_ref_scan'] / row['transformer']:.2f}x), "
               f"mamba without a scan {1000 * row['mamba_no_scan']:.0f} ms ({row['mamba_no_scan'] / row['transformer']:.2f}x)")
