@@ -126,6 +126,16 @@ def test_a_readout_learning_rate_needs_a_windtunnel_readout(third_party: Path) -
     build(TrainConfig(task="bijection", task_params={"V": 4, "L": 4}, arch="thirdparty:make"))
 
 
+def test_the_main_job_runs_a_user_model_without_the_readout_multiplier(
+        third_party: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from windtunnel import grid
+
+    monkeypatch.setattr(grid, "MAIN_JOB_STEPS", 2)
+    assert main(["run", "--arch", "thirdparty:make", "--n", "16", "--out", str(third_party / "m"), "--no-progress"]) == 0
+    train = json.loads((third_party / "m" / "config.json").read_text())["train"]
+    assert train["readout_lr_mult"] == 1.0 and train["lr"] == grid.MAIN_JOB_LR
+
+
 def test_a_target_the_factory_cannot_take_is_refused(third_party: Path) -> None:
     task = tasks.make("bijection", V=4, L=4)
     with pytest.raises(InvalidValue, match="takes no 'params'"):

@@ -242,7 +242,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
-    from . import grid
+    from . import grid, models
     from .training import TrainConfig, build
 
     from .runs import RunDir
@@ -260,7 +260,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["steps"] = grid.MAIN_JOB_STEPS
         fields["batch_size"] = grid.MAIN_JOB_BATCH
         fields["lr"] = grid.MAIN_JOB_LR
-        fields["readout_lr_mult"] = grid.MAIN_JOB_READOUT_LR_MULT
+        if arch in models.names():  # Hugging Face and user models have no separate readout
+            fields["readout_lr_mult"] = grid.MAIN_JOB_READOUT_LR_MULT
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:
