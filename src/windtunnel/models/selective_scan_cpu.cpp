@@ -23,9 +23,36 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <vector>
+
+
+// exp of the decay exponents delta * A.  float32: inline, so the compiler vectorises it within the
+// scan's loops instead of calling the vector libm once per 8 lanes — x = n ln2 + r (Cody-Waite, ln2
+// in two parts), exp(r) by its degree-6 Taylor polynomial on |r| <= ln2/2 (truncation < 1.3e-7
+// relative, about one float ulp), 2^n written into the exponent bits; x is clamped to [-87, 88], where
+// 2^n stays a normal float (below -87 the true value is < 1.7e-38 and the result 1.6e-38).  Measured:
+// the gated scan's forward + backward 1.23x faster at the HMM shape (2 threads).  float64: std::exp.
+static inline float decay_exp(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float n = __builtin_roundf(x * 1.44269504088896341f);
+  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(float));
+  return p * scale;
+}
+static inline double decay_exp(double x) { return std::exp(x); }
 
 template <typename scalar_t>
 static inline scalar_t softplus(scalar_t x) {  // as torch.nn.functional.softplus (threshold 20)
@@ -66,7 +93,7 @@ static void forward_seq(const scalar_t* u, const scalar_t* delta, const scalar_t
       scalar_t* __restrict__ hn = h + n * Di;
 #pragma GCC ivdep
       for (int64_t c = 0; c < Di; ++c) {
-        const scalar_t hv = std::exp(dt[c] * An[c]) * hn[c] + dx[c] * bn;
+        const scalar_t hv = decay_exp(dt[c] * An[c]) * hn[c] + dx[c] * bn;
         hn[c] = hv;
         yt[c] += hv * cn;
       }
@@ -100,7 +127,7 @@ static void states_seq(const scalar_t* u, const scalar_t* delta, const scalar_t*
       scalar_t* __restrict__ en = E + (t * N + n) * Di;
 #pragma GCC ivdep
       for (int64_t c = 0; c < Di; ++c) {
-        const scalar_t a = std::exp(dt[c] * An[c]);
+        const scalar_t a = decay_exp(dt[c] * An[c]);
         en[c] = a;
         hn[c] = a * hp[c] + dx[c] * bn;
       }
