@@ -130,8 +130,7 @@ def test_the_main_job_runs_a_user_model_without_the_readout_multiplier(
         third_party: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from windtunnel import grid
 
-    monkeypatch.setattr(grid, "MAIN_JOB_STEPS", 2)
-    assert main(["run", "--arch", "thirdparty:make", "--n", "16", "--out", str(third_party / "m"), "--no-progress"]) == 0
+    assert main(["run", "--arch", "thirdparty:make", "--steps", "2", "--n", "16", "--out", str(third_party / "m"), "--no-progress"]) == 0
     train = json.loads((third_party / "m" / "config.json").read_text())["train"]
     assert train["readout_lr_mult"] == 1.0 and train["lr"] == grid.MAIN_JOB_LR
 

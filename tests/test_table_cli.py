@@ -42,20 +42,23 @@ def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``windtunnel run`` with no task trains the main job's recipe (grid.MAIN_JOB_*; only the step
-    count is shortened here), and a folder written before a config key existed still resumes."""
+    """``windtunnel run`` with no task trains the grid's ``main`` experiment (only the step count is
+    shortened here), and a folder written before a config key existed still resumes."""
+    from dataclasses import replace
+
     from windtunnel import grid
 
-    monkeypatch.setattr(grid, "MAIN_JOB_STEPS", 4)
-    args = ["run", "--n", "32", "--out", str(tmp_path / "main"), "--no-progress"]
+    args = ["run", "--n", "32", "--steps", "4", "--out", str(tmp_path / "main"), "--no-progress"]
     assert main(args) == 0
     train = json.loads((tmp_path / "main" / "config.json").read_text())["train"]
     assert (train["task"], train["steps"], train["batch_size"]) == (grid.DEFAULT_TASK, 4, grid.MAIN_JOB_BATCH)
     assert (train["lr"], train["readout_lr_mult"]) == (grid.MAIN_JOB_LR, grid.MAIN_JOB_READOUT_LR_MULT)
     # a version before readout_lr_mult: the key absent from config.json, the readout trained at 1×
-    monkeypatch.setattr(grid, "MAIN_JOB_READOUT_LR_MULT", 1.0)
+    e = grid.EXPERIMENTS[grid.MAIN_JOB]
+    monkeypatch.setitem(grid.EXPERIMENTS, grid.MAIN_JOB,
+                        replace(e, recipes={**e.recipes, "quick": replace(e.recipes["quick"], readout_lr_mult=1.0)}))
     old = tmp_path / "old"
-    args = ["run", "--n", "32", "--out", str(old), "--no-progress"]
+    args = ["run", "--n", "32", "--steps", "4", "--out", str(old), "--no-progress"]
     assert main(args) == 0
     record = json.loads((old / "config.json").read_text())
     del record["train"]["readout_lr_mult"]

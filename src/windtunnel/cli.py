@@ -251,17 +251,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     _positive(args.n, "n")
     arch = args.arch or "transformer"
     task_name = args.task if args.task is not None else grid.DEFAULT_TASK
-    fields = grid.preset(args.preset, task_name, arch)
+    # the main job is the grid's ``main`` experiment: its own recipe (readout multiplier only for
+    # windtunnel's architectures: a Hugging Face or user model has no separate readout)
+    fields = grid.preset(args.preset, grid.MAIN_JOB if args.task is None else task_name, arch)
     if extra:
         fields["task_params"] = {**fields["task_params"], **_params(extra)}
     if args.steps is not None:
         fields["steps"] = args.steps
-    elif args.task is None and args.preset == "quick":
-        fields["steps"] = grid.MAIN_JOB_STEPS
-        fields["batch_size"] = grid.MAIN_JOB_BATCH
-        fields["lr"] = grid.MAIN_JOB_LR
-        if arch in models.names():  # Hugging Face and user models have no separate readout
-            fields["readout_lr_mult"] = grid.MAIN_JOB_READOUT_LR_MULT
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:

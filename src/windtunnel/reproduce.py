@@ -1,0 +1,183 @@
+"""``windtunnel reproduce``: run whatever the papers' claims need and their committed artifacts lack.
+
+A *target* (``paper1``, ``paper2``, ``paper3``, ``all``) is a list of grid cells
+(:class:`~windtunnel.grid.Cell`: preset, experiment, architecture, seed), each with the stages it
+needs — train and evaluate, and for the geometry claims ``analyze``.  A cell is worked in an
+ordinary run folder under ``results/{preset}/runs/`` (git-ignored; the same folders the table
+uses, so a cell trained by either is reused by both) and its small artifacts are exported to
+``results/{preset}/cells/{folder}/``, which is committed::
+
+    config.json     what rebuilt the task, model and optimiser
+    cell.json       the cell's summary (task, arch, seed, metrics, intervals, training seconds)
+    eval.json       the evaluation against the exact posterior (per-position curves included)
+    geometry.json   the geometric diagnostics, when the cell is analysed
+    metrics.jsonl   the training log
+
+Kilobytes each, never checkpoints.  A cell whose artifacts are all present is skipped without
+touching anything; a missing one is regenerated from the run folder if that still holds it, else
+the cell is trained (resuming from its last checkpoint), evaluated and analysed again.  The claims
+registry (:mod:`windtunnel.claims`) reads its numbers from these files only.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import grid
+from .errors import InvalidValue
+
+TARGETS = ("paper1", "paper2", "paper3", "all")
+ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl")
+GEOMETRY = "geometry.json"
+SEEDS = (0, 1, 2)
+"""Every claim is measured on at least three training seeds."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One cell of a target and the stages it needs."""
+
+    cell: grid.Cell
+    analyze: bool
+
+    def artifacts(self) -> tuple[str, ...]:
+        return ARTIFACTS + ((GEOMETRY,) if self.analyze else ())
+
+
+def plan(target: str, preset: str = "quick") -> list[Job]:
+    """The cells ``target`` needs under ``preset``, in the order they are worked (cheapest claims first).
+
+    Paper I's geometry (B1–B17) is measured where each diagnostic means something: the main job's
+    bijection (keys, the frame head, layer ablation, focusing, probes, frame vs precision over
+    checkpoints); the sawtooth, where posterior entropy is not a function of position (the value
+    manifold); HMM for the transformer (head ablation), Mamba and the LSTM (clusters, entropy R²,
+    PC1 share).
+    """
+    if target not in TARGETS:
+        raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
+    if preset not in grid.PRESETS:
+        raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
+    jobs: list[Job] = []
+    if target in ("paper1", "all"):
+        geometry_cells = (("main", "transformer"), ("bijection_replacement", "transformer"), ("hmm", "transformer"),
+                          ("hmm", "lstm"), ("hmm", "mamba"))
+        for column, arch in geometry_cells:
+            for seed in SEEDS:
+                jobs.append(Job(grid.Cell(preset, column, arch, seed), analyze=True))
+    return jobs
+
+
+def cell_dir(results: Path, cell: grid.Cell) -> Path:
+    """Where a cell's committed artifacts live."""
+    return results / cell.preset / "cells" / cell.folder
+
+
+def run_dir(results: Path, cell: grid.Cell) -> Path:
+    """The cell's (ignored) working run folder, shared with ``windtunnel table``."""
+    return results / cell.preset / "runs" / cell.folder
+
+
+def missing(job: Job, results: Path) -> list[str]:
+    """The artifacts of ``job`` not yet committed under ``results``."""
+    d = cell_dir(results, job.cell)
+    return [a for a in job.artifacts() if not (d / a).is_file()]
+
+
+def _work(job: dict[str, Any]) -> dict[str, Any]:
+    """Train, evaluate and analyse one cell in its run folder (in a worker process)."""
+    import torch
+
+    from . import table
+    from .runs import RunDir
+    from .stages import analyze_run
+
+    torch.set_num_threads(job["threads"])
+    t0 = time.perf_counter()
+    table.run_cell(job)
+    rd = RunDir(job["run_dir"])
+    if job["analyze"] and not rd.geometry_path.is_file():
+        t1 = time.perf_counter()
+        analyze_run(rd)
+        rd.add_timing(analyze_s=time.perf_counter() - t1)
+    return {"run_dir": job["run_dir"], "wall_s": time.perf_counter() - t0}
+
+
+def export(job: Job, results: Path) -> Path:
+    """Copy the cell's small artifacts from its run folder into ``results/{preset}/cells/{folder}/``."""
+    src = run_dir(results, job.cell)
+    dst = cell_dir(results, job.cell)
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in job.artifacts():
+        tmp = dst / (name + f".tmp{os.getpid()}")
+        shutil.copyfile(src / name, tmp)
+        os.replace(tmp, dst / name)
+    timings = src / "timings.json"
+    if timings.is_file():
+        shutil.copyfile(timings, dst / "timings.json")
+    return dst
+
+
+def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
+              dry_run: bool = False) -> dict[str, Any]:
+    """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took."""
+    import torch
+
+    results = Path(results)
+    jobs = plan(target, preset)
+    todo = [j for j in jobs if missing(j, results)]
+    summary: dict[str, Any] = {"target": target, "preset": preset, "cells": len(jobs), "missing": len(todo),
+                               "done": [], "wall_s": 0.0}
+    if dry_run or not todo:
+        summary["todo"] = [j.cell.folder for j in todo]
+        return summary
+    cores = os.cpu_count() or 1
+    n_gpu = torch.cuda.device_count()
+    workers = workers or (n_gpu or min(cores, len(todo)))
+    threads = 1 if n_gpu else max(1, cores // workers)
+    payload = []
+    for i, j in enumerate(todo):
+        payload.append({
+            "column": j.cell.column, "arch": j.cell.arch, "seed": j.cell.seed,
+            "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)),
+            "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
+            "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
+        })
+    t0 = time.perf_counter()
+    by_dir = {p["run_dir"]: j for p, j in zip(payload, todo)}
+    if workers == 1:
+        for p in payload:
+            _work(p)
+            export(by_dir[p["run_dir"]], results)
+            summary["done"].append(by_dir[p["run_dir"]].cell.folder)
+            print(f"  done {by_dir[p['run_dir']].cell.folder}", flush=True)
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_work, p): p for p in payload}
+            for fut in as_completed(futures):
+                out = fut.result()
+                job = by_dir[out["run_dir"]]
+                export(job, results)
+                summary["done"].append(job.cell.folder)
+                print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {out['wall_s']:.0f} s)", flush=True)
+    summary["wall_s"] = time.perf_counter() - t0
+    return summary
+
+
+def _eval_n(preset: str) -> int:
+    from .table import EVAL_N
+
+    return EVAL_N[preset]
+
+
+if __name__ == "__main__":  # pragma: no cover - the CLI is `windtunnel reproduce`
+    import sys
+
+    print(json.dumps(reproduce(*sys.argv[1:2] or ["paper1"]), indent=1))
