@@ -460,6 +460,43 @@ def _cmd_sula(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
+    """Work every cell the target's claims need that its committed artifacts lack, then rewrite CLAIMS.md."""
+    from . import claims
+    from .reproduce import reproduce
+
+    if args.workers is not None:
+        _positive(args.workers, "workers")
+    results = Path(_out_path(args.results) or "results")
+    if results.exists() and not results.is_dir():
+        raise UsageError(f"invalid results: {results} is a file")
+    summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run)
+    for rel, cmd in summary["external"]:
+        print(f"{results / rel} is missing: it is made by `{cmd}`", file=sys.stderr)
+    if args.dry_run:
+        print(f"{args.target} ({args.preset}): {summary['cells']} cells, {summary['missing']} missing"
+              + ("".join(f"\n  {f}" for f in summary["todo"])))
+        return 0
+    print(f"{args.target} ({args.preset}): {summary['cells']} cells, {len(summary['done'])} worked "
+          f"in {summary['wall_s'] / 60:.1f} min; the rest were committed already")
+    path, counts = claims.write(results, preset=args.preset)
+    print(f"wrote {path}: " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
+    return 0
+
+
+def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
+    """Render results/CLAIMS.md from the committed artifacts (nothing is trained)."""
+    from . import claims
+
+    results = Path(_out_path(args.results) or "results")
+    if not results.is_dir():
+        raise UsageError(f"invalid results: {results} is not a folder")
+    out = _out_path(args.out)
+    path, counts = claims.write(results, out, preset=args.preset)
+    print(f"wrote {path}: {sum(counts.values())} claims — " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
+    return 0
+
+
 def _arch_names() -> list[str]:
     from . import models
 
@@ -542,6 +579,21 @@ def make_parser() -> argparse.ArgumentParser:
     ro.add_argument("--arms", nargs="+", help="em: the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating)")
     ro.add_argument("--deep", action="store_true", help="em: the 4-layer × 4-head transformer with AdamW (2000 steps)")
     ro.set_defaults(func=cmd_routing)
+
+    rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
+    rep.add_argument("target", choices=["paper1", "paper2", "paper3", "all"],
+                     help="whose claims: paper1 (Paper I's geometry cells), paper2, paper3, or all")
+    rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores) or paper (GPU)")
+    rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
+    rep.add_argument("--workers", type=int, help="cells worked at once (default: one per core, or per GPU)")
+    rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells; work nothing")
+    rep.set_defaults(func=cmd_reproduce)
+
+    cl = sub.add_parser("claims", help="render results/CLAIMS.md: every claim's verdict from the committed artifacts")
+    cl.add_argument("--results", help="the results folder (default results)")
+    cl.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells the verdicts read")
+    cl.add_argument("--out", help="the Markdown file (default RESULTS/CLAIMS.md)")
+    cl.set_defaults(func=cmd_claims)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
     lm.add_argument("action", choices=["signatures", "sula"])

@@ -65,14 +65,37 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
         raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
-    jobs: list[Job] = []
-    if target in ("paper1", "all"):
-        geometry_cells = (("main", "transformer"), ("bijection_replacement", "transformer"), ("hmm", "transformer"),
-                          ("hmm", "lstm"), ("hmm", "mamba"))
-        for column, arch in geometry_cells:
-            for seed in SEEDS:
-                jobs.append(Job(grid.Cell(preset, column, arch, seed), analyze=True))
-    return jobs
+    cells = {"paper1": GEOMETRY_CELLS, "paper2": GEOMETRY_CELLS[:1], "paper3": GEOMETRY_CELLS[:2], "all": GEOMETRY_CELLS}
+    return [Job(grid.Cell(preset, column, arch, seed), analyze=True) for column, arch in cells[target] for seed in SEEDS]
+
+
+GEOMETRY_CELLS = (("main", "transformer"), ("bijection_replacement", "transformer"), ("hmm", "transformer"),
+                  ("hmm", "lstm"), ("hmm", "mamba"))
+"""(experiment, architecture) of the analysed cells, in the order they are worked."""
+
+EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
+    "paper1": (("{preset}/table.json", "windtunnel table --preset {preset} --seeds 3"),
+               ("{preset}/references.json", "windtunnel table --preset {preset} --seeds 3")),
+    "paper2": (("routing/em.json", "windtunnel routing em --seeds 5"),
+               ("routing/deep/em.json", "windtunnel routing em --deep --seeds 5 --arms sgd em_like sgd_matched alternating"),
+               ("routing/timescales/timescales.json", "windtunnel routing timescales")),
+    "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
+               ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …")),
+}
+"""Artifacts the claims read that other commands make (hours of work, or a model file): ``reproduce`` checks
+them and names the command of each missing one, without running it."""
+
+
+def external(target: str, preset: str, results: Path) -> list[tuple[str, str]]:
+    """The (file, command) pairs of ``target``'s other artifacts that are missing under ``results``."""
+    names = ("paper1", "paper2", "paper3") if target == "all" else (target,)
+    out = []
+    for name in names:
+        for rel, cmd in EXTERNAL[name]:
+            rel, cmd = rel.format(preset=preset), cmd.format(preset=preset)
+            if not (results / rel).is_file():
+                out.append((rel, cmd))
+    return out
 
 
 def cell_dir(results: Path, cell: grid.Cell) -> Path:
@@ -134,7 +157,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     jobs = plan(target, preset)
     todo = [j for j in jobs if missing(j, results)]
     summary: dict[str, Any] = {"target": target, "preset": preset, "cells": len(jobs), "missing": len(todo),
-                               "done": [], "wall_s": 0.0}
+                               "done": [], "wall_s": 0.0, "external": external(target, preset, results)}
     if dry_run or not todo:
         summary["todo"] = [j.cell.folder for j in todo]
         return summary

@@ -1,0 +1,154 @@
+"""Readers of the committed artifacts: every number a claim's verdict uses comes through here.
+
+:class:`Evidence` is rooted at a ``results/`` folder.  Each reader returns a :class:`Measure` (the
+value, its 95% interval where one exists, how many training seeds it pools, and the files it was
+read from) or ``None`` when the artifact is not committed; it never computes anything that needs a
+model.  A damaged artifact raises :class:`~windtunnel.errors.UserError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import UserError
+from ..stats import t975
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One number of ours: ``value`` with its 95% ``ci`` (``None`` where a single value has none),
+    ``seeds`` the number of training seeds pooled, ``values`` the per-seed values, ``files`` the
+    committed artifacts it was read from (relative to the results folder)."""
+
+    value: float
+    ci: tuple[float, float] | None = None
+    seeds: int | None = None
+    values: tuple[float, ...] = ()
+    files: tuple[str, ...] = ()
+
+    def text(self, fmt: Callable[[float], str] | None = None) -> str:
+        f = fmt or _g
+        s = f(self.value)
+        if self.ci is not None:
+            s += f" [{f(self.ci[0])}, {f(self.ci[1])}]"
+        return s
+
+
+def _g(x: float) -> str:
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    a = abs(x)
+    if a >= 100:
+        return f"{x:.0f}"
+    if a >= 0.01:
+        return f"{x:.3g}"
+    return f"{x:.2g}"
+
+
+def pooled(values: Sequence[float], files: Sequence[str] = ()) -> Measure:
+    """Mean over seeds with Student's-t 95% interval (``None`` for one seed)."""
+    v = [float(x) for x in values]
+    n = len(v)
+    m = sum(v) / n
+    ci = None
+    if n > 1:
+        sd = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
+        half = t975(n - 1) * sd / math.sqrt(n)
+        ci = (m - half, m + half)
+    return Measure(m, ci, n, tuple(v), tuple(files))
+
+
+@dataclass
+class Evidence:
+    """The committed results under ``root`` (``results/``), read lazily and cached."""
+
+    root: Path
+    preset: str = "quick"
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    def json(self, rel: str) -> Any | None:
+        """A committed JSON file (``None`` if absent); a damaged one is a :class:`UserError`."""
+        if rel not in self._cache:
+            path = self.root / rel
+            if not path.is_file():
+                self._cache[rel] = None
+            else:
+                try:
+                    self._cache[rel] = json.loads(path.read_text())
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                    raise UserError(f"{path} is damaged ({exc}); regenerate it with its command") from None
+        return self._cache[rel]
+
+    # --- the primitives table ---------------------------------------------------------------
+    def table_cell(self, task: str, arch: str) -> dict[str, Any] | None:
+        t = self.json(f"{self.preset}/table.json")
+        for c in (t or {}).get("cells", []):
+            if c["task"] == task and c["arch"] == arch:
+                return c
+        return None
+
+    def table(self, task: str, arch: str, metric: str) -> Measure | None:
+        """A table cell's metric over its seeds (mean, t-interval across seeds)."""
+        c = self.table_cell(task, arch)
+        if c is None or metric not in c["metrics"]:
+            return None
+        m = c["metrics"][metric]
+        vals = [x for x in m["values"] if x is not None]
+        return pooled(vals, [f"{self.preset}/table.json"])
+
+    def reference(self, task: str, ref: str, metric: str) -> float | None:
+        r = self.json(f"{self.preset}/references.json")
+        try:
+            return float(r[task][ref]["metrics"][metric])
+        except (TypeError, KeyError):
+            return None
+
+    # --- the reproduction's cells -----------------------------------------------------------
+    def cells(self, column: str, arch: str, seeds: Sequence[int]) -> list[tuple[str, Path]] | None:
+        """The cell folders of every seed, or ``None`` unless all are committed."""
+        out = []
+        for s in seeds:
+            rel = f"{self.preset}/cells/{column}-{arch}-s{s}"
+            if not (self.root / rel / "cell.json").is_file():
+                return None
+            out.append((rel, self.root / rel))
+        return out
+
+    def cell_stat(self, column: str, arch: str, seeds: Sequence[int], file: str,
+                  get: Callable[[Any], float | None]) -> Measure | None:
+        """``get`` applied to each seed's ``file`` (``geometry.json``, ``eval.json`` …), pooled over seeds;
+        ``None`` unless every seed has the file and a finite value."""
+        cells = self.cells(column, arch, seeds)
+        if cells is None:
+            return None
+        vals, files = [], []
+        for rel, _ in cells:
+            doc = self.json(f"{rel}/{file}")
+            if doc is None:
+                return None
+            v = get(doc)
+            if v is None or not math.isfinite(float(v)):
+                return None
+            vals.append(float(v))
+            files.append(f"{rel}/{file}")
+        return pooled(vals, files)
+
+    def geometry(self, column: str, arch: str, seeds: Sequence[int], key: str) -> Measure | None:
+        """A ``geometry.json`` summary entry (``"diagnostic.statistic"``) pooled over seeds."""
+        return self.cell_stat(column, arch, seeds, "geometry.json", lambda g: _num(g.get("summary", {}).get(key)))
+
+    def eval_metric(self, column: str, arch: str, seeds: Sequence[int], metric: str,
+                    length: int | None = None) -> Measure | None:
+        def get(ev: dict[str, Any]) -> float | None:
+            block = ev["lengths"][str(length)]["metrics"] if length is not None else ev["metrics"]
+            return _num(block.get(metric, {}).get("value"))
+
+        return self.cell_stat(column, arch, seeds, "eval.json", get)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
