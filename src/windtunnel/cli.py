@@ -300,7 +300,17 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r}")
     _positive(args.n, "n")
     path = analyze_run(RunDir(args.run), n=args.n)
+    from .geometry.run import readings
+
+    doc = json.loads(Path(path).read_text())
+    print("what the diagnostics say about the papers' claims:")
+    for r in readings(doc):
+        print("  " + r.line())
+    failed = [k for k, v in doc.items() if isinstance(v, dict) and "error" in v]
     print(f"wrote {path}")
+    if failed:  # a crash is not a result: the command fails (the other diagnostics are kept)
+        print(f"windtunnel analyze: diagnostics failed: {', '.join(failed)} (tracebacks above)", file=sys.stderr)
+        return 1
     return 0
 
 

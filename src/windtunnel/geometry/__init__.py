@@ -11,7 +11,8 @@ without the part it measures, and has a figure function ``f_figure(result, path)
 * :func:`probes` — ridge probes of the posterior and its entropy per layer; HMM k-means + ARI;
 * :func:`frame_precision` — over checkpoints: attention change vs manifold precision vs error.
 
-:func:`analyze_run` runs all that apply to a run folder (``windtunnel analyze DIR``).
+:func:`analyze_run` runs all that apply to a run folder (``windtunnel analyze DIR``).  Each diagnostic
+registers itself in its own module (:mod:`windtunnel.geometry.registry`): a new one is one new file.
 """
 
 from ._common import GEOMETRY_SEED, adjusted_rand_index, kmeans, not_applicable, pca, ridge_fit, spearman
@@ -21,10 +22,11 @@ from .dynamics import frame_precision, frame_precision_figure, js_bits, settle_s
 from .keys import gaussian_abs_cos, hypothesis_tokens, key_orthogonality, key_orthogonality_figure, token_keys
 from .manifold import value_manifold, value_manifold_figure
 from .probes import cluster_states, posterior_probe, probes, probes_figure
-from .run import DIAGNOSTICS, analyze_run, untrained_model
+from .registry import Diagnostic, Reading, register
+from .run import DIAGNOSTICS, analyze_run, readings, stale_diagnostics, untrained_model
 
 __all__ = [
-    "DIAGNOSTICS", "GEOMETRY_SEED", "ablation_figure", "adjusted_rand_index", "analyze_run", "attention_focusing",
+    "DIAGNOSTICS", "Diagnostic", "GEOMETRY_SEED", "Reading", "readings", "register", "stale_diagnostics", "ablation_figure", "adjusted_rand_index", "analyze_run", "attention_focusing",
     "attention_focusing_figure", "attention_regions", "cluster_states", "frame_precision", "frame_precision_figure",
     "gaussian_abs_cos", "head_ablation", "head_ablation_figure", "hypothesis_tokens", "js_bits", "key_orthogonality",
     "key_orthogonality_figure", "kmeans", "layer_ablation", "layer_ablation_figure", "not_applicable", "pca",

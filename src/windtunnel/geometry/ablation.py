@@ -13,6 +13,7 @@ from .. import metrics as M
 from ..evaluation import predict
 from ..tasks.base import Episodes, Task
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import GEOMETRY_SEED, arch_of, ci, clean, episodes_for, n_layers, not_applicable, resample_weights
 from ..errors import InvalidValue
 
@@ -220,3 +221,36 @@ def head_ablation_figure(result: dict[str, Any], path: str | Path) -> Path:
 
 def layer_ablation_figure(result: dict[str, Any], path: str | Path) -> Path:
     return ablation_figure(result, path, "layer ablation (block bypassed)")
+
+RUNNER_UP_MARGIN = 1.5
+"""A 'single frame head' needs its damage at least this many times the runner-up's."""
+
+
+def _interpret_heads(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    fold, ratio = s.get("frame_head_fold"), s.get("ratio_to_runner_up")
+    if fold is None:
+        return []
+    flags = []
+    if ratio is not None and ratio < RUNNER_UP_MARGIN:
+        flags.append(f"the runner-up head does {1 / ratio:.0%} of the top head's damage: no single frame head")
+    consistent = fold >= 10 and not flags and str(s.get("hypothesis_frame_head", "")).startswith("L0")
+    return [Reading("head_ablation.frame_head_fold", fold, "intact model", 1.0,
+                    "≥ 10× from one layer-0 head, well ahead of the runner-up, is consistent", consistent, "B3",
+                    f"ablating {s.get('hypothesis_frame_head')} multiplies the error by {fold:.3g}", tuple(flags))]
+
+
+def _interpret_layers(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    lo, hi = s.get("min_fold"), s.get("max_fold")
+    if lo is None:
+        return []
+    return [Reading("layer_ablation.min_fold", lo, "intact model", 1.0, "≥ 10× for every layer is consistent",
+                    lo >= 10, "B5", f"the least damaging layer's bypass multiplies the error by {lo:.3g} (the most "
+                    f"damaging, layer {s.get('most_damaging_layer')}, by {hi:.3g})")]
+
+
+register(Diagnostic("head_ablation", head_ablation, head_ablation_figure, _interpret_heads, resamples=True, order=40,
+                    claims=("B3", "B13"), requires=("attn.hook_z",)))
+register(Diagnostic("layer_ablation", layer_ablation, layer_ablation_figure, _interpret_layers, resamples=True,
+                    order=50, claims=("B5",)))

@@ -9,6 +9,7 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
                       not_applicable)
 
@@ -220,3 +221,21 @@ def attention_focusing_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.legend(fontsize=7)
     ax.set_title("Mass on task-defined positions")
     return _plot.save(fig, path)
+
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    ent, un = s.get("entropy_by_layer"), s.get("untrained_entropy_by_layer")
+    if not ent or ent[0] is None or ent[-1] is None:
+        return []
+    drop = 1 - ent[-1] / ent[0] if ent[0] > 0 else None
+    consistent = ent[-1] < ent[0] and (un is None or un[-1] is None or ent[-1] < un[-1])
+    flags = ("one layer: no depth to focus over",) if len(ent) < 2 else ()
+    meaning = (f"attention entropy falls {drop:.0%} from the first layer to the last: it focuses with depth"
+               if consistent and drop is not None else "attention does not focus with depth")
+    return [Reading("attention_focusing.entropy_by_layer[-1]", ent[-1], "first layer", ent[0],
+                    "lower than the first layer and the untrained model is consistent",
+                    None if flags else consistent, "B6", meaning, flags)]
+
+
+register(Diagnostic("attention_focusing", attention_focusing, attention_focusing_figure, _interpret, untrained=True,
+                    order=20, claims=("B6",), requires=("attn.hook_pattern",)))

@@ -13,6 +13,7 @@ from .. import metrics as M
 from .. import models, tasks
 from ..tasks.base import Episodes
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, has_hooks, inputs_on, n_layers,
                       pca, spearman)
 
@@ -229,3 +230,23 @@ def frame_precision_figure(result: dict[str, Any], path: str | Path) -> Path:
     axes[2, 0].set_xlabel("training step (dashed: JS settle, error settle, 90% precision)")
     axes[0, 0].set_title("Frame (attention) vs precision (value manifold) over training")
     return _plot.save(fig, path)
+
+MIN_CHECKPOINTS = 4
+"""Fewer kept checkpoints than this cannot order two settling times."""
+
+
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    n = s.get("n_checkpoints") or 0
+    flags = [f"only {n} checkpoints: too few to order the frame and the error"] if n < MIN_CHECKPOINTS else []
+    first, js, err = s.get("frame_before_error"), s.get("js_settle_step"), s.get("error_settle_step")
+    if err is None:
+        flags.append("the error never settled within the kept checkpoints")
+    consistent = None if flags else bool(first)
+    return [Reading("frame_precision.frame_before_error", str(first), "the error's settling step", err,
+                    "attention settling first is consistent", consistent, "B9",
+                    f"attention settles at step {js}, the KL at step {err}", tuple(flags))]
+
+
+register(Diagnostic("frame_precision", frame_precision, frame_precision_figure, _interpret, checkpoints=True,
+                    order=90, claims=("B8", "B9", "C12")))

@@ -10,6 +10,7 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
                       not_applicable)
 
@@ -242,3 +243,21 @@ def key_orthogonality_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_title(f"Key orthogonality — {result['n_tokens']} hypothesis tokens")
     ax.legend(fontsize=8)
     return _plot.save(fig, path)
+
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    v, un, ga = s.get("layer0_mean_abs_cos"), s.get("layer0_untrained"), s.get("gaussian_expected")
+    if v is None:
+        return []
+    nulls = [x for x in (un, ga) if x is not None]
+    null = min(nulls) if nulls else None
+    consistent = None if null is None else v < null
+    meaning = ("the trained hypothesis keys are more orthogonal than random keys: an orthogonal frame"
+               if consistent else "the trained hypothesis keys are LESS orthogonal than random keys of this width: "
+               "no orthogonal frame in layer 0" if consistent is False else "no null to compare with")
+    return [Reading("key_orthogonality.layer0_mean_abs_cos", v, "min(untrained, Gaussian E|cos|)", null,
+                    "lower is consistent", consistent, "B1", meaning)]
+
+
+register(Diagnostic("key_orthogonality", key_orthogonality, key_orthogonality_figure, _interpret, untrained=True,
+                    order=10, claims=("B1", "B2", "B4"), requires=("attn.hook_k",)))

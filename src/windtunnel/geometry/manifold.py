@@ -9,6 +9,7 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, TRAIN_FRAC, Scored, arch_of, clean, collect_scored, episodes_for,
                       has_hooks, n_layers, not_applicable, pca, position_onehot, r2, residualise_on_position,
                       ridge_r2, spearman, split_rows, variance_stats)
@@ -42,6 +43,12 @@ def manifold_stats(X: torch.Tensor, sc: Scored, train: torch.Tensor, test: torch
         scores[:, 0] = -scores[:, 0]
     out: dict[str, Any] = variance_stats(lam)
     out["spearman_pc1_entropy"] = None if rho is None else abs(rho)
+    # a manifold folded at its middle (PC1 symmetric in H: a V) has |rho(PC1, H)| near 0 although PC1
+    # determines H; the distance from PC1's median and the second component catch that shape
+    if rho is not None:
+        fold = (scores[:, 0] - scores[:, 0].median()).abs()
+        out["spearman_abs_pc1_entropy"] = abs(spearman(fold, H))
+        out["spearman_pc2_entropy"] = abs(spearman(scores[:, 1], H)) if k >= 2 else None
     out["r2_entropy"] = ridge_r2(X, H, sc.seq, train, test)
     g = torch.Generator().manual_seed(seed)
     Hs = H.clone()
@@ -159,10 +166,13 @@ def value_manifold(
         "entropy_position_r2": ent_pos_r2,
         "confounded_with_position": confounded,
     }
+    summary["final_resid_spearman_abs_pc1_entropy"] = last.get("spearman_abs_pc1_entropy")
+    summary["final_resid_spearman_pc2_entropy"] = last.get("spearman_pc2_entropy")
     if "attn_out" in out_src:
         a = out_src["attn_out"][-1]
         summary["final_attn_out_pc1_var"] = a["pc1_var"]
         summary["final_attn_out_spearman_pc1_entropy"] = a["spearman_pc1_entropy"]
+        summary["final_attn_out_spearman_abs_pc1_entropy"] = a.get("spearman_abs_pc1_entropy")
     if not confounded:
         summary["final_resid_partial_spearman_given_position"] = last["partial_spearman_pc1_entropy_given_position"]
     return clean({
@@ -213,3 +223,34 @@ def value_manifold_figure(result: dict[str, Any], path: str | Path) -> Path:
         title += "\n(entropy = f(position): confounded)"
     ax.set_title(title)
     return _plot.save(fig, path)
+
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    prefix = "final_attn_out" if s.get("final_attn_out_pc1_var") is not None else "final_resid"
+    pc1 = s.get(f"{prefix}_pc1_var")
+    rho = s.get(f"{prefix}_spearman_pc1_entropy")
+    fold = s.get(f"{prefix}_spearman_abs_pc1_entropy")
+    r2 = s.get("final_resid_r2_entropy")
+    un = s.get("final_resid_untrained_spearman")
+    flags = []
+    if s.get("confounded_with_position"):
+        flags.append("posterior entropy is a function of position on this task, so PC1 ~ entropy may only encode "
+                     "position: measure on the sawtooth (bijection with replacement)")
+    if rho is not None and fold is not None and rho < 0.3 and fold >= 0.5:
+        flags.append(f"PC1 is folded (|rho(|PC1 - median|, H)| = {fold:.2f} while |rho(PC1, H)| = {rho:.2f}): a "
+                     "V-shaped manifold that a monotone correlation misses")
+    if rho is None or pc1 is None:
+        return []
+    consistent = None if flags and s.get("confounded_with_position") else (
+        pc1 >= 0.5 and max(rho, fold or 0.0) >= 0.5 and (un is None or max(rho, fold or 0.0) > un))
+    meaning = (f"PC1 carries {pc1:.0%} of the variance and tracks posterior entropy (|rho| {max(rho, fold or 0):.2f}): "
+               "an entropy-parameterised manifold" if consistent else
+               f"PC1 carries {pc1:.0%} of the variance; its rank correlation with entropy is {rho:.2f}"
+               + (f" (ridge R² of entropy from the full vector {r2:.2f})" if r2 is not None else ""))
+    return [Reading(f"value_manifold.{prefix}_spearman_pc1_entropy", rho, "untrained |rho|", un,
+                    "PC1 share ≥ 0.5 and |rho| ≥ 0.5 above the untrained model is consistent", consistent, "B7",
+                    meaning, tuple(flags))]
+
+
+register(Diagnostic("value_manifold", value_manifold, value_manifold_figure, _interpret, untrained=True, order=30,
+                    version=2, claims=("B7", "B16")))

@@ -12,6 +12,7 @@ import torch
 from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, TRAIN_FRAC, Scored, adjusted_rand_index, arch_of, clean, collect_scored,
                       episodes_for, has_hooks, kmeans, n_layers, not_applicable, r2, residualise_on_position,
                       ridge_fit, ridge_r2, split_rows)
@@ -232,3 +233,25 @@ def probes_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return _plot.save(fig, path)
+
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    out = []
+    best, pos = s.get("best_posterior_kl_bits"), s.get("position_only_kl_bits")
+    if best is not None and pos is not None:
+        un = s.get("final_untrained_posterior_kl_bits")
+        ok = best <= 0.5 * pos and (un is None or best < un)
+        out.append(Reading("probes.best_posterior_kl_bits", best, "position-only probe", pos,
+                           "at most half the position-only probe's KL is consistent", ok, "B10",
+                           f"a linear probe of layer {s.get('best_layer')} reads the posterior to {best:.3g} bits"))
+    ari, ceil = s.get("cluster_ari"), s.get("cluster_ari_exact_posteriors")
+    if ari is not None and ceil is not None:
+        ok = ari >= 0.5 * ceil and ari > (s.get("cluster_ari_untrained") or 0.0)
+        out.append(Reading("probes.cluster_ari", ari, "exact posteriors' ARI (the ceiling)", ceil,
+                           "at least half the ceiling is consistent", ok, "B14",
+                           "k-means of the final states recovers the argmax hidden state" if ok else
+                           "the final states do not cluster by hidden state"))
+    return out
+
+
+register(Diagnostic("probes", probes, probes_figure, _interpret, untrained=True, order=60, claims=("B10", "B14", "B15")))

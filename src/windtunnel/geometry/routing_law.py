@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from . import _plot
+from .registry import Diagnostic, Reading, register
 from ._common import GEOMETRY_SEED, arch_of, episodes_for, has_hooks, not_applicable
 from ..tasks.base import Episodes, Task
 
@@ -58,3 +59,15 @@ def routing_law_figure(result: dict[str, Any], path: Path) -> Path:
                 f"{result['summary']['max_score_rel_error']:.1e})", fontsize=9)
     a.legend(fontsize=7)
     return _plot.save(fig, path)
+
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    s = r["summary"]
+    e = s.get("max_score_rel_error")
+    if e is None:
+        return []
+    return [Reading("routing_law.max_score_rel_error", e, "float32 rounding", 1e-4, "below 1e-4 is consistent",
+                    e < 1e-4, "C1", "the closed-form routing gradient equals autograd's on every head")]
+
+
+register(Diagnostic("routing_law", routing_law, routing_law_figure, _interpret, order=70, claims=("C1", "C2", "C3"),
+                    requires=("attn.hook_pattern",)))

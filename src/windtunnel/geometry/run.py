@@ -6,52 +6,20 @@ import json
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .. import checkpoint as ckpt
 from .. import models
 from ._common import GEOMETRY_SEED, arch_of, clean
-from .ablation import head_ablation, head_ablation_figure, layer_ablation, layer_ablation_figure
-from .attention import attention_focusing, attention_focusing_figure
-from .dynamics import frame_precision, frame_precision_figure
-from .keys import key_orthogonality, key_orthogonality_figure
-from .manifold import value_manifold, value_manifold_figure
-from .probes import probes, probes_figure
-from .routing_law import routing_law, routing_law_figure
+from .registry import Diagnostic, Reading, discover, interpret
 
-__all__ = ["analyze_run", "untrained_model", "Diagnostic", "DIAGNOSTICS"]
+__all__ = ["analyze_run", "untrained_model", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
 
-@dataclass(frozen=True)
-class Diagnostic:
-    """One geometric diagnostic and what it needs, declared rather than decided by its name.
-
-    ``compute(model, task, episodes=..., [untrained=...], [n_boot=...]) -> dict`` (``{"applicable":
-    False, "reason": ...}`` where it does not apply); ``figure(result, path) -> path``;
-    ``untrained``: it compares against the model at initialisation (the null); ``resamples``: it
-    takes ``n_boot`` bootstrap resamples.
-    """
-
-    compute: Callable[..., dict[str, Any]]
-    figure: Callable[[dict[str, Any], Path], Path]
-    untrained: bool = False
-    resamples: bool = False
-
-
-DIAGNOSTICS: dict[str, Diagnostic] = {
-    "key_orthogonality": Diagnostic(key_orthogonality, key_orthogonality_figure, untrained=True),
-    "attention_focusing": Diagnostic(attention_focusing, attention_focusing_figure, untrained=True),
-    "value_manifold": Diagnostic(value_manifold, value_manifold_figure, untrained=True),
-    "head_ablation": Diagnostic(head_ablation, head_ablation_figure, resamples=True),
-    "layer_ablation": Diagnostic(layer_ablation, layer_ablation_figure, resamples=True),
-    "probes": Diagnostic(probes, probes_figure, untrained=True),
-    "routing_law": Diagnostic(routing_law, routing_law_figure),
-}
-"""The diagnostics ``analyze_run`` runs on every trained model, in report order."""
-
+DIAGNOSTICS: dict[str, Diagnostic] = discover()
+"""Every registered diagnostic, in report order (each registers itself in its own module)."""
 
 
 def untrained_model(run_dir: str | Path) -> tuple[torch.nn.Module, str]:
@@ -96,20 +64,38 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stale_diagnostics(doc: dict[str, Any] | None) -> list[str]:
+    """The registered diagnostics a ``geometry.json`` lacks, or holds from an older version of the code
+    (all of them for ``None``)."""
+    if doc is None:
+        return list(DIAGNOSTICS)
+    versions = (doc.get("meta") or {}).get("versions") or {}
+    return [name for name, d in DIAGNOSTICS.items()
+            if name not in doc or "error" in (doc.get(name) or {}) or int(versions.get(name, 1)) != d.version]
+
+
 def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_boot: int = 1000,
-                dynamics: bool = True, dynamics_n: int | None = None) -> Path:
-    """Run every diagnostic that applies to ``run_dir``'s trained model; write ``geometry.json``,
+                dynamics: bool = True, dynamics_n: int | None = None, only: list[str] | None = None,
+                report: bool = True) -> Path:
+    """Run every registered diagnostic that applies to ``run_dir``'s trained model; write
+    ``geometry.json`` (with each diagnostic's readings under ``interpretation``),
     ``figures/geometry_*.png`` and regenerate ``report.html``.  Returns the JSON path.
 
     All diagnostics share ``n`` episodes sampled with :data:`GEOMETRY_SEED`; the untrained null is
-    :func:`untrained_model`.  ``frame_precision`` runs over the checkpoints on ``dynamics_n``
-    (default ``min(n, 256)``) episodes.  A diagnostic that raises is recorded as ``{"error": ...}``
-    (and printed) so the others still run.
+    :func:`untrained_model`.  A diagnostic over checkpoints (``frame_precision``) runs on
+    ``dynamics_n`` (default ``min(n, 256)``) episodes, and is skipped with ``dynamics=False``.
+    ``only``: recompute just these diagnostics and keep the others of the existing ``geometry.json``.
+    A diagnostic that raises is recorded as ``{"error": ...}`` (and printed) so the others still run.
     """
     from ..report import write_report
     from ..training import load
 
     run = Path(run_dir)
+    out = run / "geometry.json"
+    old: dict[str, Any] = {}
+    if only is not None and out.is_file():
+        old = json.loads(out.read_text())
+    names = [k for k in DIAGNOSTICS if only is None or k in only]
     task, model = load(run)
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(dev).eval()
@@ -117,42 +103,49 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
     fig_dir = run / "figures"
-    results: dict[str, Any] = {}
-    timings: dict[str, float] = {}
-    for name, diag in DIAGNOSTICS.items():
+    results: dict[str, Any] = {k: old[k] for k in DIAGNOSTICS if k in old and k not in names}
+    timings: dict[str, float] = dict((old.get("meta") or {}).get("timings_s") or {})
+    for name in names:
+        diag = DIAGNOSTICS[name]
+        if diag.checkpoints and not dynamics:
+            continue
         t0 = time.perf_counter()
-        kw: dict[str, Any] = {"episodes": episodes}
-        if diag.untrained:
-            kw["untrained"] = untrained
-        if diag.resamples:
-            kw["n_boot"] = n_boot
         try:
-            results[name] = diag.compute(model, task, **kw)
-            if results[name].get("applicable", True):
+            if diag.checkpoints:
+                results[name] = diag.compute(run, n=dynamics_n or min(n, 256), device=dev)
+            else:
+                kw: dict[str, Any] = {"episodes": episodes}
+                if diag.untrained:
+                    kw["untrained"] = untrained
+                if diag.resamples:
+                    kw["n_boot"] = n_boot
+                results[name] = diag.compute(model, task, **kw)
+            if results[name].get("applicable", True) and diag.figure is not None:
                 diag.figure(results[name], fig_dir / f"geometry_{name}.png")
         except Exception as e:  # noqa: BLE001 - one failing diagnostic must not lose the others
             traceback.print_exc()
             print(f"windtunnel analyze: {name} failed ({type(e).__name__}: {e})", file=sys.stderr)
             results[name] = {"error": f"{type(e).__name__}: {e}"}
         timings[name] = time.perf_counter() - t0
-    if dynamics:
-        t0 = time.perf_counter()
-        try:
-            results["frame_precision"] = frame_precision(run, n=dynamics_n or min(n, 256), device=dev)
-            if results["frame_precision"].get("applicable", True):
-                frame_precision_figure(results["frame_precision"], fig_dir / "geometry_frame_precision.png")
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            results["frame_precision"] = {"error": f"{type(e).__name__}: {e}"}
-        timings["frame_precision"] = time.perf_counter() - t0
+    results = {k: results[k] for k in DIAGNOSTICS if k in results}  # report order
+    readings = interpret(results)
     doc = {
         "summary": _headline(results),
+        "interpretation": [r.to_dict() for r in readings],
         "meta": {"run": run.resolve().name, "task": getattr(task, "name", "?"), "arch": arch_of(model),
                  "n_episodes": n, "episode_seed": GEOMETRY_SEED, "untrained_null": how,
-                 "timings_s": timings},
+                 "versions": {k: DIAGNOSTICS[k].version for k in results}, "timings_s": timings},
         **results,
     }
-    out = run / "geometry.json"
     ckpt.write_text_atomic(out, json.dumps(clean(doc), indent=1, allow_nan=False))
-    write_report(run)
+    if report:
+        write_report(run)
     return out
+
+
+def readings(doc: dict[str, Any]) -> list[Reading]:
+    """The readings stored in a ``geometry.json`` (recomputed from its results if it predates them)."""
+    stored = doc.get("interpretation")
+    if isinstance(stored, list):
+        return [Reading(**{**r, "flags": tuple(r.get("flags", ()))}) for r in stored]
+    return interpret(doc)

@@ -267,8 +267,9 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
             parts.append(_metrics_table(lrows))
             md += ["## Length generalisation", "", _md_table([(r[0], r[1]) for r in lrows]), ""]
 
-    geo_order = ("key_orthogonality", "attention_focusing", "value_manifold", "head_ablation", "layer_ablation",
-                 "probes", "routing_law", "frame_precision")
+    from ..geometry.run import DIAGNOSTICS
+
+    geo_order = tuple(DIAGNOSTICS)
     geo_figs = [p for p in figs if p.stem.startswith("geometry_")] if geometry is not None else []
     geo_figs.sort(key=lambda p: (geo_order.index(p.stem[9:]) if p.stem[9:] in geo_order else len(geo_order), p.name))
     figs = [p for p in figs if p not in geo_figs]
@@ -290,6 +291,19 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
         parts.append("<h2>Geometry</h2>")
         md += ["## Geometry", ""]
         summary = geometry.get("summary") if isinstance(geometry, Mapping) else None
+        reads = _readings(geometry)
+        if reads:
+            # what each diagnostic says about the papers' claims, before the numbers behind it
+            head = ("claim", "statistic", "value", "null", "direction", "verdict", "what it means")
+            read_rows = [(r.claim, r.statistic, _fmt(r.value), f"{r.null} {_fmt(r.null_value)}" if r.null_value is not None
+                     else r.null, r.direction,
+                     {True: "consistent", False: "not consistent", None: "undecided"}[r.consistent],
+                     r.meaning + ("" if not r.flags else " — " + "; ".join(r.flags))) for r in reads]
+            parts.append("<h3>What the geometry says</h3><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+                         + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                                   for row in read_rows) + "</table>")
+            md += ["### What the geometry says", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            md += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in read_rows] + [""]
         if isinstance(summary, Mapping):
             # windtunnel.geometry.analyze_run output: headline numbers (each beside its null) first,
             # then the figures, then every number behind a fold (geometry.json has them all)
@@ -344,3 +358,15 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
     tmp.replace(out)
     rd.summary_path.write_text("\n".join(md), encoding="utf-8")
     return out
+
+
+def _readings(geometry: Any) -> list[Any]:
+    """The diagnostics' readings of a ``geometry.json`` (empty for anything else)."""
+    if not isinstance(geometry, Mapping) or not isinstance(geometry.get("summary"), Mapping):
+        return []
+    from ..geometry.run import readings
+
+    try:
+        return readings(dict(geometry))
+    except (TypeError, KeyError, ValueError):  # a geometry.json of another shape: shown as numbers only
+        return []
