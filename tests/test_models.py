@@ -164,6 +164,8 @@ def expected_shapes(model: models.WindTunnelModel, B: int, T: int) -> dict[str, 
             out[p + "hook_mlp_out"] = (B, T, d)
         elif c.arch == "mamba":
             out[p + "hook_state"] = (B, T, c.inner, c.d_state)
+            out[p + "hook_delta"] = (B, T, c.inner)
+            out[p + "hook_B"] = out[p + "hook_C"] = (B, T, c.d_state)
         elif c.arch == "lstm":
             out[p + "hook_state"] = (B, T, d)
         elif c.arch in ("mlp", "mlp_pointwise"):

@@ -161,19 +161,18 @@ def test_the_grid_reproduces_every_recorded_recipe() -> None:
         assert TrainConfig.from_dict(grid.preset(preset, task, arch)) == TrainConfig.from_dict(old), key
 
 
-def test_committed_table_cells_were_trained_with_todays_grid() -> None:
-    """The run folders in results/quick were written by the training loop from the grid's cells."""
+def test_committed_cells_were_trained_with_todays_grid() -> None:
+    """Every committed cell (results/quick/cells/*/config.json, written by the training loop and
+    exported by ``windtunnel reproduce``) was trained with the config its grid cell gives today."""
     from windtunnel import grid
     from windtunnel.training import TrainConfig
 
-    runs = sorted((Path(__file__).parents[1] / "results" / "quick" / "runs").glob("*/config.json"))
-    if not runs:
-        pytest.skip("no committed table runs")
-    for path in runs:
+    configs = sorted((Path(__file__).parents[1] / "results" / "quick" / "cells").glob("*/config.json"))
+    assert configs, "no committed cells: results/quick/cells is part of the repository"
+    for path in configs:
         recorded = json.loads(path.read_text())["train"]
-        column, _, rest = path.parent.name.rpartition("-s")
-        archs = dict.fromkeys([*grid.TABLE_ARCHS, recorded["arch"]])  # rows added by --archs (hf:llama) too
-        cell = next(c for c in (grid.Cell("quick", col, arch, int(rest)) for col in grid.TABLE_COLUMNS
+        archs = dict.fromkeys([*grid.TABLE_ARCHS, recorded["arch"]])
+        cell = next(c for c in (grid.Cell("quick", col, arch, recorded["seed"]) for col in grid.EXPERIMENTS
                                 for arch in archs) if c.folder == path.parent.name)
         want = TrainConfig.from_dict(cell.config())
         got = TrainConfig.from_dict({**recorded, "device": want.device, "progress": False})

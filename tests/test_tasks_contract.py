@@ -26,6 +26,8 @@ SMALL = {
     "coin": {"n": 8},
     "sticky": {"length": 6, "dim": 4},
 }
+# a task module may carry its own tiny instance (``tiny``): it joins the contract without an edit here
+SMALL.update({n: dict(tasks.get(n).tiny) for n in tasks.names() if n not in SMALL and "tiny" in vars(tasks.get(n))})
 BASE_TASKS = sorted(SMALL)
 
 

@@ -15,7 +15,7 @@ bijection and recall; 9 layers for HMM; every architecture capacity-matched to t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import InvalidValue
@@ -57,6 +57,8 @@ class Experiment:
     metric: str = "kl"
     unit: str = "bits"
     lengths: tuple[int, ...] | None = None
+    #: extra model settings per architecture (e.g. attention switched off in chosen transformer layers)
+    model: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # --- recipes ------------------------------------------------------------------------------------
@@ -93,11 +95,16 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("bijection", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_SHORT,
          primitive="accumulation", metric="entropy_mae_curve"),
     _exp("main", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve"),
+    # Paper I's own bijection layout (one vocabulary, a query token before each key), main-job recipe
+    _exp("main_query", "bijection_query", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve"),
     _exp("bijection_replacement", "bijection", {"V": 10, "L": 12, "replacement": True},
          {"V": 20, "L": 19, "replacement": True}, _QUICK_SAWTOOTH,
          primitive="accumulation + binding", metric="entropy_mae_curve"),
     _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM,
          primitive="transport", metric="kl", lengths=(20, 30, 50)),
+    # Paper I's HMM control: attention switched off in the top two layers, trained as the HMM column
+    _exp("hmm_attn_off", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
+         model={"transformer": {"attn_off": "top2"}}),
     _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
          _QUICK_RECALL, primitive="binding", metric="accuracy", unit="%"),
     _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {}),
@@ -137,7 +144,9 @@ def experiment(name: str) -> Experiment:
     """The experiment named ``name``; any other registered task runs with its defaults and the generic recipe."""
     if name in EXPERIMENTS:
         return EXPERIMENTS[name]
-    base = "bijection" if name.startswith("bijection") else name
+    from . import tasks  # a registered task runs as itself; other bijection_* names are bijection variants
+
+    base = name if name in tasks.names() else "bijection" if name.startswith("bijection") else name
     return _exp(name, base, {}, {})
 
 
@@ -166,6 +175,14 @@ def _model_overrides(task: str, arch: str, recipe: Recipe) -> dict[str, Any]:
     return {"n_layers": recipe.layers, "n_heads": recipe.heads, **({"pos": "learned"} if task == "hmm" else {})}
 
 
+def _extra_model(e: Experiment, arch: str, recipe: Recipe) -> dict[str, Any]:
+    """The experiment's own model settings for ``arch``; ``"top2"`` names the recipe's top two layers."""
+    extra = dict(e.model.get(arch, {}))
+    if extra.get("attn_off") == "top2":
+        extra["attn_off"] = [recipe.layers - 2, recipe.layers - 1]
+    return extra
+
+
 def _own_archs() -> tuple[str, ...]:
     from . import models  # the grid sits above models; imported here to keep module import light
 
@@ -185,7 +202,7 @@ def preset(name: str, task: str, arch: str) -> dict[str, Any]:
         "task_params": dict(e.task_params[name]),
         "arch": arch,
         "params": r.params,
-        "model": _model_overrides(e.task, arch, r),
+        "model": {**_model_overrides(e.task, arch, r), **_extra_model(e, arch, r)},
         "steps": r.steps,
         "batch_size": r.batch_size,
         "curriculum": [dict(stage) for stage in r.curriculum],

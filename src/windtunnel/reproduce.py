@@ -65,13 +65,17 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
         raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
-    cells = {"paper1": GEOMETRY_CELLS, "paper2": GEOMETRY_CELLS[:1], "paper3": GEOMETRY_CELLS[:2], "all": GEOMETRY_CELLS}
-    return [Job(grid.Cell(preset, column, arch, seed), analyze=True) for column, arch in cells[target] for seed in SEEDS]
+    cells = {"paper1": GEOMETRY_CELLS + CONTROL_CELLS, "paper2": GEOMETRY_CELLS[:1], "paper3": GEOMETRY_CELLS[:2],
+             "all": GEOMETRY_CELLS + CONTROL_CELLS}
+    return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in GEOMETRY_CELLS)
+            for column, arch in cells[target] for seed in SEEDS]
 
 
 GEOMETRY_CELLS = (("main", "transformer"), ("bijection_replacement", "transformer"), ("hmm", "transformer"),
-                  ("hmm", "lstm"), ("hmm", "mamba"))
+                  ("hmm", "lstm"), ("hmm", "mamba"), ("main_query", "transformer"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
+CONTROL_CELLS = (("hmm_attn_off", "transformer"),)
+"""Cells that are trained and evaluated only (Paper I's HMM model with attention off in its top two layers)."""
 
 EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper1": (("{preset}/table.json", "windtunnel table --preset {preset} --seeds 3"),
@@ -109,9 +113,16 @@ def run_dir(results: Path, cell: grid.Cell) -> Path:
 
 
 def missing(job: Job, results: Path) -> list[str]:
-    """The artifacts of ``job`` not yet committed under ``results``."""
+    """The artifacts of ``job`` not yet committed under ``results`` (a ``geometry.json`` that lacks a
+    registered diagnostic, or holds an older version of one, counts as missing)."""
     d = cell_dir(results, job.cell)
-    return [a for a in job.artifacts() if not (d / a).is_file()]
+    out = [a for a in job.artifacts() if not (d / a).is_file()]
+    if job.analyze and GEOMETRY not in out:
+        from .geometry.run import stale_diagnostics
+
+        if stale_diagnostics(json.loads((d / GEOMETRY).read_text())):
+            out.append(GEOMETRY)
+    return out
 
 
 def _work(job: dict[str, Any]) -> dict[str, Any]:
@@ -126,10 +137,18 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     table.run_cell(job)
     rd = RunDir(job["run_dir"])
-    if job["analyze"] and not rd.geometry_path.is_file():
+    if job["analyze"]:
+        from .geometry.run import analyze_run as analyze_some, stale_diagnostics
+
+        doc = json.loads(rd.geometry_path.read_text()) if rd.geometry_path.is_file() else None
+        stale = stale_diagnostics(doc)
         t1 = time.perf_counter()
-        analyze_run(rd)
-        rd.add_timing(analyze_s=time.perf_counter() - t1)
+        if doc is None:
+            analyze_run(rd)
+        elif stale:  # only what changed since the cell was analysed
+            analyze_some(rd.path, only=stale)
+        if stale:
+            rd.add_timing(analyze_s=time.perf_counter() - t1)
     return {"run_dir": job["run_dir"], "wall_s": time.perf_counter() - t0}
 
 

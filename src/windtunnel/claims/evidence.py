@@ -130,7 +130,10 @@ class Evidence:
             doc = self.json(f"{rel}/{file}")
             if doc is None:
                 return None
-            v = get(doc)
+            try:
+                v = get(doc)
+            except (KeyError, TypeError, IndexError, ZeroDivisionError):  # the statistic is not in this file
+                v = None
             if v is None or not math.isfinite(float(v)):
                 return None
             vals.append(float(v))
@@ -138,8 +141,9 @@ class Evidence:
         return pooled(vals, files)
 
     def geometry(self, column: str, arch: str, seeds: Sequence[int], key: str) -> Measure | None:
-        """A ``geometry.json`` summary entry (``"diagnostic.statistic"``) pooled over seeds."""
-        return self.cell_stat(column, arch, seeds, "geometry.json", lambda g: _num(g.get("summary", {}).get(key)))
+        """A diagnostic's summary statistic (``"diagnostic.statistic"``) from ``geometry.json``, pooled over seeds."""
+        return self.cell_stat(column, arch, seeds, "geometry.json", lambda g: _num(geometry_stat(g, key)))
+
 
     def eval_metric(self, column: str, arch: str, seeds: Sequence[int], metric: str,
                     length: int | None = None) -> Measure | None:
@@ -152,3 +156,12 @@ class Evidence:
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def geometry_stat(doc: dict[str, Any], key: str) -> Any:
+    """``doc[diagnostic]["summary"][statistic]`` for ``key = "diagnostic.statistic"`` (``None`` if absent)."""
+    diag, _, stat = key.partition(".")
+    block = doc.get(diag)
+    if not isinstance(block, dict):
+        return None
+    return (block.get("summary") or {}).get(stat)

@@ -14,7 +14,7 @@ from typing import Any
 from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, fixed, missing)
-from .evidence import Evidence, Measure, pooled
+from .evidence import Evidence, Measure, geometry_stat, pooled
 
 TABLE = "windtunnel table --preset quick --seeds 3"
 REPRO = "windtunnel reproduce paper1 --preset quick"
@@ -426,7 +426,7 @@ def _all_seeds(ev: Evidence, column: str, arch: str, key: str) -> list[Any] | No
         g = ev.json(f"{rel}/geometry.json")
         if g is None:
             return None
-        out.append(g.get("summary", {}).get(key))
+        out.append(geometry_stat(g, key))
     return out
 
 
@@ -479,6 +479,19 @@ def _b3(ev: Evidence) -> Verdict:
                    "on the production bijection variant (separate vocabularies, no query token)")
 
 
+@claim("B3b", "I", "v1", "geometry and ablation", "The single layer-0 frame head on Paper I's own layout (one vocabulary, "
+       "a query token before each key)", "> 10×, one head", "code",
+       "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", "as B3", REPRO)
+def _b3b(ev: Evidence) -> Verdict:
+    heads = _all_seeds(ev, "main_query", "transformer", "head_ablation.hypothesis_frame_head")
+    fold = ev.geometry("main_query", "transformer", SEEDS, "head_ablation.frame_head_fold")
+    ratio = ev.geometry("main_query", "transformer", SEEDS, "head_ablation.ratio_to_runner_up")
+    if heads is None or fold is None or ratio is None:
+        return missing("query-layout geometry")
+    ok = all(isinstance(h, str) and h.startswith("L0") for h in heads) and min(fold.values) >= 10 and min(ratio.values) >= 2
+    return Verdict(AGREE if ok else DISAGREE, fold, f"heads {', '.join(map(str, heads))}; ratio to runner-up {ratio.text()}")
+
+
 @claim("B4", "I", "—", "authors' code", "The frame head is the most-orthogonal layer-0 head", "implied", "not-a-claim",
        "head_ablation.hypothesis_frame_head vs key_orthogonality.layer0_most_orthogonal_head",
        "agree if they coincide on every seed", REPRO)
@@ -503,19 +516,22 @@ def _b5(ev: Evidence) -> Verdict:
     return Verdict(AGREE if min(m.values) >= 10 else DISAGREE, m, f"most damaging layer's fold {mx.text()}")
 
 
-@claim("B6", "I", "v1", "abstract", "Progressive query–key alignment: attention focuses with depth", "qualitative", "paper",
-       "attention_focusing.entropy_by_layer (bits) on bijection: last layer vs first, and vs the untrained model",
-       "agree if on every seed the last layer's attention entropy is below the first's and below the untrained model's",
-       REPRO)
+@claim("B6", "I", "v1", "abstract", "Progressive query–key alignment: queries single out the relevant keys more with "
+       "depth", "qualitative", "paper", "qk_alignment on the main job: cos(q_t, k) on the shown values minus on the whole "
+       "context, best head per layer; attention focusing beside it",
+       "agree if on every seed the last layer's alignment exceeds the first layer's, 0 and the untrained model's", REPRO)
 def _b6(ev: Evidence) -> Verdict:
+    a = _all_seeds(ev, "main", "transformer", "qk_alignment.alignment_by_layer")
+    u = _all_seeds(ev, "main", "transformer", "qk_alignment.untrained_alignment_by_layer")
     ent = _all_seeds(ev, "main", "transformer", "attention_focusing.entropy_by_layer")
-    un = _all_seeds(ev, "main", "transformer", "attention_focusing.untrained_entropy_by_layer")
-    if ent is None or un is None or any(e is None for e in ent):
-        return missing("main-job geometry")
-    ok = [e[-1] < e[0] and e[-1] < u[-1] for e, u in zip(ent, un)]
-    drop = pooled([1 - e[-1] / e[0] for e in ent], _files(ev, "main", "transformer"))
-    return Verdict(AGREE if all(ok) else DISAGREE, drop, "reduction of attention entropy from the first to the last layer; "
-                   f"focuses on {sum(ok)} of {len(ok)} seeds")
+    if a is None or u is None or any(x is None for x in a):
+        return missing("main-job query–key alignment")
+    ok = [x[-1] > x[0] and x[-1] > 0 and x[-1] > y[-1] for x, y in zip(a, u)]
+    last = pooled([x[-1] for x in a], _files(ev, "main", "transformer"))
+    foc = "" if ent is None or any(e is None for e in ent) else (
+        "; attention entropy first → last layer " + ", ".join(f"{e[0]:.2f} → {e[-1]:.2f}" for e in ent))
+    return Verdict(AGREE if all(ok) else DISAGREE, last, f"last layer's alignment; layer 0: "
+                   f"{', '.join(f'{x[0]:.3f}' for x in a)}; progressive on {sum(ok)} of {len(ok)} seeds" + foc)
 
 
 @claim("B7", "I", "v1", "abstract; P3 §4.4", "A low-dimensional value manifold parameterised by posterior entropy",
@@ -527,9 +543,9 @@ def _b7(ev: Evidence) -> Verdict:
     col = "bijection_replacement"
     pc1 = ev.geometry(col, "transformer", SEEDS, "value_manifold.final_attn_out_pc1_var")
     rho = ev.cell_stat(col, "transformer", SEEDS, "geometry.json",
-                       lambda g: abs(g["summary"]["value_manifold.final_attn_out_spearman_pc1_entropy"]))
+                       lambda g: abs(geometry_stat(g, "value_manifold.final_attn_out_spearman_pc1_entropy")))
     un = ev.cell_stat(col, "transformer", SEEDS, "geometry.json",
-                      lambda g: abs(g["summary"]["value_manifold.final_resid_untrained_spearman"]))
+                      lambda g: abs(geometry_stat(g, "value_manifold.final_resid_untrained_spearman")))
     if pc1 is None or rho is None or un is None:
         return missing("sawtooth geometry")
     ok = pc1.value >= 0.5 and rho.value >= 0.5 and all(r > u for r, u in zip(rho.values, un.values))
@@ -588,12 +604,34 @@ def _b10(ev: Evidence) -> Verdict:
     return Verdict(AGREE if ok else DISAGREE, best, f"position-only {pos.text()}, untrained {un.text()} bits")
 
 
-B11 = claim("B11", "I", "v1", "abstract", "The feed-forward networks perform the posterior update; attention routes",
-            "qualitative", "paper", "sublayer ablation (attention vs MLP outputs)", "—", "—")(
-    fixed(NOT_MEASURED, "no attention-vs-MLP sublayer ablation diagnostic yet"))
-B12 = claim("B12", "I", "v1", "HMM", "An HMM transformer with attention off in its top two layers fits K=20 but "
-            "collapses at K=50", "1.57×10⁻³ / 1.79 bits", "secondary", "kl at K=20 and K=50", "—", "—")(
-    fixed(NOT_MEASURED, "no option yet to train with attention switched off in chosen layers"))
+@claim("B11", "I", "v1", "abstract", "The feed-forward networks perform the posterior update; attention routes",
+       "qualitative", "paper", "sublayer_ablation on the main job: geometric mean over layers ≥ 1 of the MLP ablation's "
+       "fold over the attention ablation's", "agree if it exceeds 1 on every seed", REPRO)
+def _b11(ev: Evidence) -> Verdict:
+    m = ev.geometry("main", "transformer", SEEDS, "sublayer_ablation.mlp_over_attn")
+    allm = ev.geometry("main", "transformer", SEEDS, "sublayer_ablation.all_mlp_fold")
+    if m is None:
+        return missing("main-job sublayer ablation")
+    return Verdict(AGREE if min(m.values) > 1 else DISAGREE, m, "removing a later block's MLP vs its attention"
+                   + (f"; every MLP at once ×{allm.text()}" if allm else ""))
+
+
+@claim("B12", "I", "v1", "HMM", "An HMM transformer with attention off in its top two layers fits K=20 but collapses at "
+       "K=50", "1.57×10⁻³ / 1.79 bits", "secondary", "kl (bits) at K=20 and K=50 of hmm_attn_off against the full "
+       "HMM transformer, 3 seeds each",
+       "agree if at K=20 its KL is within 2× of the full model's and at K=50 it exceeds the context-blind floor (worse "
+       "than not reading the context) while the full model's does not", REPRO)
+def _b12(ev: Evidence) -> Verdict:
+    off20 = ev.eval_metric("hmm_attn_off", "transformer", SEEDS, "kl", 20)
+    off50 = ev.eval_metric("hmm_attn_off", "transformer", SEEDS, "kl", 50)
+    full20 = ev.eval_metric("hmm", "transformer", SEEDS, "kl", 20)
+    full50 = ev.eval_metric("hmm", "transformer", SEEDS, "kl", 50)
+    floor = _floor(ev, "hmm", "kl")
+    if None in (off20, off50, full20, full50) or floor is None:
+        return missing("attention-off HMM cells")
+    ok = off20.value <= 2 * full20.value and off50.value > floor >= full50.value
+    return Verdict(AGREE if ok else DISAGREE, off50, f"K=50 shown; K=20 {off20.text()}; the full model {full20.value:.3f} "
+                   f"/ {full50.value:.3f}; context-blind floor {floor:.3f}")
 
 
 @claim("B13", "I", "—", "authors' figure", "On HMM, single-head ablations change the error by only +5% to +37%",
@@ -643,6 +681,14 @@ def _b16(ev: Evidence) -> Verdict:
     return Verdict(_lower(ma, ls), ma, f"LSTM {ls.text()}")
 
 
-B17 = claim("B17", "I", "v3 (secondary)", "Mamba geometry", "Mamba realises the geometry through input-dependent Δ, B, C "
-            "selection", "qualitative", "secondary", "Δ / B / C statistics against the posterior", "—", "—")(
-    fixed(NOT_MEASURED, "no Δ / B / C selection diagnostic yet"))
+@claim("B17", "I", "v3 (secondary)", "Mamba geometry", "Mamba realises the geometry through input-dependent Δ, B, C "
+       "selection", "qualitative", "secondary", "selection on HMM: the largest |Spearman ρ| over layers between Mamba's "
+       "mean step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1)",
+       "agree if it is ≥ 0.3 on every seed and above the untrained model's", REPRO)
+def _b17(ev: Evidence) -> Verdict:
+    m = ev.geometry("hmm", "mamba", SEEDS, "selection.best_abs_delta_info_rho")
+    un = ev.geometry("hmm", "mamba", SEEDS, "selection.untrained_best_abs_delta_info_rho")
+    if m is None or un is None:
+        return missing("HMM Mamba selection")
+    ok = all(v >= 0.3 and v > u for v, u in zip(m.values, un.values))
+    return Verdict(AGREE if ok else DISAGREE, m, f"untrained {un.text()}")

@@ -11,7 +11,7 @@ import statistics
 
 from ..reproduce import SEEDS
 from .base import AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, fixed, missing
-from .evidence import Evidence, Measure
+from .evidence import Evidence, Measure, geometry_stat
 
 REPRO = "windtunnel reproduce paper1 --preset quick"
 EM = "routing/em.json"
@@ -48,7 +48,7 @@ def _c2(ev: Evidence) -> Verdict:
        "agree if the median over heads is below 0.1 on every seed", REPRO)
 def _c3(ev: Evidence) -> Verdict:
     m = ev.cell_stat("main", "transformer", SEEDS, "geometry.json",
-                     lambda g: statistics.median(g["routing_law"]["summary"]["routing_to_value_grad_norm"]))
+                     lambda g: statistics.median(geometry_stat(g, "routing_law.routing_to_value_grad_norm")))
     if m is None:
         return missing("main-job geometry")
     return Verdict(AGREE if max(m.values) < 0.1 else DISAGREE, m, "median over heads of |∂L/∂scores| / |∂L/∂values|")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, NOT_MEASURABLE, NOT_MEASURED, Verdict, claim, fixed,
                    missing)
-from .evidence import Evidence, Measure
+from .evidence import Evidence, Measure, geometry_stat
 
 LLM = "llm/smollm2-135m-instruct-q4"
 SIG = "windtunnel llm signatures SmolLM2-135M-Instruct.Q4_1.gguf --prompts {}"
@@ -132,8 +132,8 @@ def _d12(ev: Evidence) -> Verdict:
     pc1 = ev.geometry("bijection_replacement", "transformer", SEEDS, "value_manifold.final_attn_out_pc1_var")
     keys = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
     foc = ev.cell_stat("main", "transformer", SEEDS, "geometry.json",
-                       lambda g: 1 - g["summary"]["attention_focusing.entropy_by_layer"][-1]
-                       / g["summary"]["attention_focusing.entropy_by_layer"][0])
+                       lambda g: 1 - geometry_stat(g, "attention_focusing.entropy_by_layer")[-1]
+                       / geometry_stat(g, "attention_focusing.entropy_by_layer")[0])
     if pc1 is None or keys is None or foc is None:
         return missing("wind-tunnel geometry")
     ok = pc1.value >= 0.84 and keys.value <= 0.12 and foc.value >= 0.85

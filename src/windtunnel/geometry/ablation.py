@@ -17,7 +17,7 @@ from .registry import Diagnostic, Reading, register
 from ._common import GEOMETRY_SEED, arch_of, ci, clean, episodes_for, n_layers, not_applicable, resample_weights
 from ..errors import InvalidValue
 
-__all__ = ["head_ablation", "layer_ablation", "ablation_figure", "head_ablation_figure", "layer_ablation_figure"]
+__all__ = ["ablation_effects", "head_ablation", "layer_ablation", "ablation_figure", "head_ablation_figure", "layer_ablation_figure"]
 
 METRICS = ("entropy_mae", "kl")
 
@@ -33,8 +33,13 @@ def _per_sequence(logits: torch.Tensor, ep: Episodes) -> dict[str, tuple[torch.T
     return out
 
 
-def _run(model: torch.nn.Module, task: Task, ep: Episodes, variants: list[tuple[dict[str, Any], Callable[[], AbstractContextManager]]],
-         n_boot: int, seed: int, metric: str) -> dict[str, Any]:
+def ablation_effects(model: torch.nn.Module, task: Task, ep: Episodes,
+                     variants: list[tuple[dict[str, Any], Callable[[], AbstractContextManager]]],
+                     n_boot: int, seed: int, metric: str) -> dict[str, Any]:
+    """Each variant (a label and a context manager that ablates something) scored against the intact
+    model on the same episodes: per variant and metric the ablated value, ``delta``, its paired
+    bootstrap interval over sequences and ``fold = ablated / intact``; the top variant by ``metric``
+    and its ratio to the runner-up.  Shared by every ablation diagnostic."""
     base_logits = predict(model, ep)
     base = _per_sequence(base_logits, ep)
     W = resample_weights(len(ep), n_boot, seed)  # [R, B]
@@ -124,7 +129,7 @@ def head_ablation(
     L, H = n_layers(model), model.config.n_heads
     ls = list(range(L)) if layers is None else layers
     variants = [({"layer": l, "head": h}, (lambda l=l, h=h: model.ablate_head(l, h))) for l in ls for h in range(H)]
-    out = _run(model, task, ep, variants, n_boot, seed, metric)
+    out = ablation_effects(model, task, ep, variants, n_boot, seed, metric)
     rows = out.pop("rows")
     out = {"applicable": True,
            "definition": "z of one head set to 0 before W_O; delta of pooled entropy_mae / KL(Bayes||model) in bits, "
@@ -167,7 +172,7 @@ def layer_ablation(
         raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)
     variants = [({"layer": l}, (lambda l=l: model.bypass_layer(l))) for l in range(n_layers(model))]
-    out = _run(model, task, ep, variants, n_boot, seed, metric)
+    out = ablation_effects(model, task, ep, variants, n_boot, seed, metric)
     rows = out.pop("rows")
     top = rows[out.pop("top")]
     out.pop("runner_up", None)

@@ -25,7 +25,10 @@ time under autograd — the reference the tests hold the fast scan to) and :func
 ``h_t C_t`` for all ``t`` at once, walks only the linear recurrence ``h_t = a_t h_{t-1} + b_t``
 in time, and has a hand-written backward pass (:class:`SelectiveScan`).  All decays are
 ``exp`` of non-positive numbers, so nothing can overflow however large ``ΔA`` grows.  The hidden
-states are only exposed as ``[B,T,d_inner,d_state]`` when ``hook_state`` is hooked.
+states are only exposed as ``[B,T,d_inner,d_state]`` when ``hook_state`` is hooked.  The
+selection is hooked as ``blocks.{l}.hook_delta`` (the step sizes :math:`\Delta_t` after softplus,
+``[B,T,d_inner]``), ``blocks.{l}.hook_B`` and ``blocks.{l}.hook_C`` (``[B,T,d_state]``); a hook may
+replace them.
 
 On CPU the default path is a fused C++ kernel (``selective_scan_cpu.cpp``, compiled on first use):
 :func:`gated_selective_scan` takes the mixer from the raw ``W_{dt}`` output to the gated output —
@@ -400,6 +403,8 @@ class MambaBlock(Block):
         self.D = nn.Parameter(torch.ones(Di))
         self.out_proj = nn.Linear(Di, d, bias=False)
         self.hook_state = HookPoint()
+        # the selection: step sizes delta [B,T,Di] (after softplus) and the input-dependent B, C [B,T,N]
+        self.hook_delta, self.hook_B, self.hook_C = HookPoint(), HookPoint(), HookPoint()
         # dt_proj: weight U(-r^-1/2, r^-1/2); bias = softplus^-1(dt), dt log-uniform in [dt_min, dt_max]
         with torch.no_grad():
             std = R**-0.5
@@ -423,11 +428,14 @@ class MambaBlock(Block):
         else:  # the reference path stays plain PyTorch end to end
             x = F.silu(causal_depthwise_conv(x, self.conv1d.weight, self.conv1d.bias))
         dt, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        if self.hook_B.hooked or self.hook_C.hooked:
+            Bm, Cm = self.hook_B(Bm), self.hook_C(Cm)
         # [Di,N], float32 at least (also under bf16 autocast), float64 in a float64 model
         A = -torch.exp(self.A_log.to(torch.float64 if x.dtype == torch.float64 else torch.float32))
-        if self.scan == "fast" and not self.hook_state.hooked:  # softplus, scan and gate in one pass
+        fused = self.scan == "fast" and not self.hook_state.hooked and not self.hook_delta.hooked
+        if fused:  # softplus, scan and gate in one pass
             return self.out_proj(gated_selective_scan(x, self.dt_proj(dt), A, Bm, Cm, self.D, z, self.scan_method))
-        delta = F.softplus(self.dt_proj(dt))  # [B,T,Di]
+        delta = self.hook_delta(F.softplus(self.dt_proj(dt)))  # [B,T,Di]
         scan = selective_scan if self.scan == "fast" else selective_scan_ref
         kw = {"method": self.scan_method} if self.scan == "fast" else {}
         if self.hook_state.hooked:

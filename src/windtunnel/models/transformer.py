@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -69,6 +69,9 @@ class TransformerConfig(ModelConfig):
     dropout: float = 0.0
     norm_eps: float = 1e-5
     mlp: str = "gelu"
+    #: layers whose attention sublayer is switched off (the block is ``x + mlp(norm(x))``): Paper I's
+    #: HMM control trains with attention off in the top two layers
+    attn_off: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         super().validate()
@@ -84,6 +87,10 @@ class TransformerConfig(ModelConfig):
             _check(self.head_dim % 2 == 0, "d_model", "such that d_model / n_heads is even (rotary)")
         _check(_pos_int(self.max_len), "max_len", "a positive integer")
         _check(0.0 <= self.dropout < 1.0, "dropout", "in [0, 1)")
+        _check(isinstance(self.attn_off, (list, tuple)) and all(
+            isinstance(l, int) and not isinstance(l, bool) and 0 <= l < self.n_layers for l in self.attn_off)
+            and len(set(self.attn_off)) == len(self.attn_off), "attn_off",
+            f"a list of distinct layer indices in [0, {self.n_layers - 1}]")
 
     @property
     def head_dim(self) -> int:
@@ -200,9 +207,10 @@ class TransformerBlock(Block):
         self.hook_attn_out = HookPoint()
         self.hook_mlp_out = HookPoint()
         self.dropout = cfg.dropout
+        self.attn_on = True  # False: the attention sublayer contributes nothing (TransformerConfig.attn_off)
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.hook_attn_out(self.attn(self.ln1(x)))
+        a = self.hook_attn_out(self.attn(self.ln1(x)) if self.attn_on else torch.zeros_like(x))
         if self.dropout > 0:
             a = F.dropout(a, self.dropout, self.training)
         x = x + a
@@ -224,6 +232,8 @@ class Transformer(WindTunnelModel):
         self.pos_embed = nn.Embedding(c.max_len, c.d_model) if c.pos == "learned" else None
         self.hook_embed = HookPoint()
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
+        for l in c.attn_off:
+            self.blocks[l].attn_on = False
         self.norm = RMSNorm(c.d_model, c.norm_eps)
         self.hook_final = HookPoint()
         self.head = nn.Linear(c.d_model, c.n_classes, bias=False)

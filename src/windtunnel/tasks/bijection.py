@@ -74,7 +74,9 @@ class Bijection(Task):
     def length_param(self) -> str:
         return "L"
 
-    def sample(self, n: int, seed: int) -> Episodes:
+    def draw(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The latent draws of ``n`` episodes: ``perm [n, V]`` (``perm[b, key]`` = value) and the
+        keys asked ``[n, L]`` (deterministic in ``seed``; layouts of the same pairs share them)."""
         check(isinstance(n, int) and n >= 1, "n", "a positive integer")
         g = generator(seed)
         V, L = self.V, self.L
@@ -86,6 +88,11 @@ class Bijection(Task):
             keys = torch.randint(0, V, (n, L), generator=g)
         else:
             keys = torch.argsort(torch.rand(n, V, generator=g), dim=1)[:, :L]
+        return perm, keys
+
+    def sample(self, n: int, seed: int) -> Episodes:
+        perm, keys = self.draw(n, seed)
+        V, L = self.V, self.L
         values = perm.gather(1, keys)
         tokens = torch.empty(n, 2 * L, dtype=torch.long)
         tokens[:, 0::2] = keys

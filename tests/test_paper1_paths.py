@@ -1,0 +1,164 @@
+"""Paper I's code paths added for the claims: each diagnostic on a case whose answer is known by hand.
+
+The sublayer ablation (B11), query–key alignment (B6), Mamba's selection (B17), the Paper-I bijection
+layout with a query token (B3), and training with attention switched off in chosen layers (B12).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from windtunnel import geometry as G
+from windtunnel import models, tasks
+from windtunnel.geometry.qk_alignment import qk_alignment
+from windtunnel.geometry.selection import _eta2, information_gain, selection
+from windtunnel.geometry.sublayers import sublayer_ablation
+
+
+def tiny(arch: str, task: tasks.Task, seed: int = 0, **kw) -> models.base.WindTunnelModel:
+    torch.manual_seed(seed)
+    over = {"d_model": 16, "n_layers": 2, **({"n_heads": 2} if arch == "transformer" else {}), **kw}
+    return models.make(arch, task, **over).eval()
+
+
+# --- the Paper-I bijection layout ---------------------------------------------------------------------
+def test_bijection_query_posterior_equals_enumeration_over_permutations() -> None:
+    V = 4
+    for replacement in (False, True):
+        task = tasks.make("bijection_query", V=V, L=5 if replacement else 4, replacement=replacement)
+        ep = task.sample(6, 11)
+        assert ep.tokens[:, 0::3].eq(V).all() and task.vocab_size == V + 1
+        for b in range(6):
+            toks = ep.tokens[b].tolist()
+            for i in range(1, len(toks), 3):
+                shown = [(toks[j], toks[j + 1]) for j in range(1, i, 3)]
+                count = [0] * V
+                for perm in itertools.permutations(range(V)):
+                    if all(perm[k] == v for k, v in shown):
+                        count[perm[toks[i]]] += 1
+                want = torch.tensor([c / sum(count) for c in count], dtype=torch.float64)
+                assert torch.allclose(ep.posterior[b, i], want, atol=1e-15), (replacement, b, i)
+            assert ep.mask[b].nonzero().squeeze(1).tolist() == list(range(1, len(toks), 3))
+
+
+def test_bijection_query_shares_the_production_layouts_pairs() -> None:
+    a, b = tasks.make("bijection_query", V=7, L=6).sample(5, 3), tasks.make("bijection", V=7, L=6).sample(5, 3)
+    assert torch.equal(a.posterior[:, 1::3], b.posterior[:, 0::2])
+    assert torch.equal(a.targets[:, 1::3], b.targets[:, 0::2])
+
+
+# --- attention switched off in chosen layers ----------------------------------------------------------
+def test_attention_off_layers_ignore_their_attention_weights_and_train() -> None:
+    task = tasks.make("hmm", S=3, O=3, K=5)
+    model = tiny("transformer", task, n_layers=3, attn_off=[1, 2])
+    ep = task.sample(4, 0)
+    with torch.no_grad():
+        before = model(**ep.inputs)
+        for l in (1, 2):
+            for p in model.blocks[l].attn.parameters():
+                p.add_(torch.randn_like(p))
+        after = model(**ep.inputs)
+        assert torch.equal(before, after)  # layers 1 and 2 read nothing through attention
+        for p in model.blocks[0].attn.parameters():
+            p.add_(torch.randn_like(p))
+        assert not torch.equal(after, model(**ep.inputs))
+    _, cache = model.run_with_cache(ep.inputs["tokens"], names=["blocks.1.hook_attn_out"])
+    assert cache["blocks.1.hook_attn_out"].abs().max() == 0
+    with pytest.raises(ValueError, match="attn_off"):
+        tiny("transformer", task, n_layers=2, attn_off=[2])
+
+
+# --- sublayer ablation (B11) --------------------------------------------------------------------------
+def test_sublayer_ablation_of_a_dead_mlp_changes_nothing_and_matches_a_manual_zeroing() -> None:
+    task = tasks.make("bijection", V=5, L=5)
+    model = tiny("transformer", task, n_layers=2)
+    with torch.no_grad():
+        model.blocks[1].mlp.proj.weight.zero_()  # layer 1's MLP contributes exactly nothing
+    ep = task.sample(32, 1)
+    r = sublayer_ablation(model, task, episodes=ep, n_boot=20, metric="kl")
+    s = r["summary"]
+    assert s["mlp_fold_by_layer"][1] == pytest.approx(1.0, abs=1e-12)
+    row = next(x for x in r["rows"] if x["layer"] == 0 and x["sublayer"] == "attn")
+    from windtunnel import metrics as M
+
+    with model.hooks([("blocks.0.hook_attn_out", lambda t, n: torch.zeros_like(t))]), torch.no_grad():
+        per = M.compute(model(**ep.inputs), ep)["per_position"]["kl"]
+    manual = per[~torch.isnan(per)].mean()  # pooled over every scored position
+    assert row["kl"]["ablated"] == pytest.approx(float(manual), rel=1e-6)
+    assert s["mlp_over_attn"] == pytest.approx(s["mlp_fold_by_layer"][1] / s["attn_fold_by_layer"][1])
+    assert not sublayer_ablation(tiny("lstm", task), task, episodes=ep)["applicable"]
+
+
+# --- query–key alignment (B6) -------------------------------------------------------------------------
+def _alignment_by_hand(model, task, ep, region: str) -> torch.Tensor:
+    L = len(model.blocks)
+    names = [f"blocks.{l}.attn.hook_{x}" for l in range(L) for x in "qk"]
+    _, cache = model.run_with_cache(ep.inputs["tokens"], names=names)
+    regions = G.attention_regions(task, ep.tokens)
+    H = model.config.n_heads
+    tot, cnt = torch.zeros(L, H, dtype=torch.float64), 0
+    for b, t in ep.mask.nonzero().tolist():
+        R = [j for j in range(ep.tokens.shape[1]) if regions[region][b, t, j]]
+        E = list(range(t))
+        if not R or not E:
+            continue
+        cnt += 1
+        for l in range(L):
+            for h in range(H):
+                q = cache[f"blocks.{l}.attn.hook_q"][b, t, h].double()
+                k = cache[f"blocks.{l}.attn.hook_k"][b, :, h].double()
+                cos = [float(torch.dot(q, k[j]) / (q.norm() * k[j].norm())) for j in range(len(k))]
+                tot[l, h] += sum(cos[j] for j in R) / len(R) - sum(cos[j] for j in E) / len(E)
+    return tot / cnt
+
+
+def test_qk_alignment_equals_a_loop_by_hand_and_is_zero_for_identical_keys() -> None:
+    task = tasks.make("bijection", V=6, L=6)
+    model = tiny("transformer", task)
+    ep = task.sample(6, 2)
+    r = qk_alignment(model, task, episodes=ep, untrained=tiny("transformer", task, seed=5))
+    assert r["region"] == "value_positions"
+    want = _alignment_by_hand(model, task, ep, "value_positions")
+    assert torch.allclose(torch.tensor(r["by_layer_head"], dtype=torch.float64), want, atol=1e-6)
+    assert r["summary"]["alignment_by_layer"] == pytest.approx(want.max(1).values.tolist(), abs=1e-6)
+    assert len(r["summary"]["untrained_alignment_by_layer"]) == 2
+    const = lambda t, n: torch.ones_like(t)  # noqa: E731 - every key the same vector: no contrast
+    with model.hooks([("blocks.0.attn.hook_k", const)]):
+        r0 = qk_alignment(model, task, episodes=ep)
+    assert r0["by_layer_head"][0] == pytest.approx([0.0, 0.0], abs=1e-12)
+
+
+# --- Mamba's selection (B17) --------------------------------------------------------------------------
+def test_information_gain_and_eta2_by_hand() -> None:
+    post = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.5, 0.5], [0.25, 0.75]], dtype=torch.float64)
+    seq = torch.tensor([0, 0, 1, 1])
+    g = information_gain(post, seq)
+    assert math.isnan(g[0]) and math.isnan(g[2])
+    assert float(g[1]) == pytest.approx(1.0)  # KL([1,0] || [.5,.5]) = 1 bit
+    want = 0.25 * math.log2(0.25 / 0.5) + 0.75 * math.log2(0.75 / 0.5)
+    assert float(g[3]) == pytest.approx(want)
+    x = torch.tensor([1.0, 1.0, 3.0, 3.0])
+    assert _eta2(x, torch.tensor([0, 0, 1, 1])) == pytest.approx(1.0)
+    assert _eta2(x, torch.tensor([0, 1, 0, 1])) == pytest.approx(0.0)
+
+
+def test_selection_reads_the_step_sizes_a_hook_sets() -> None:
+    task = tasks.make("hmm", S=3, O=3, K=8)
+    model = tiny("mamba", task)
+    ep = task.sample(24, 4)
+    gain = information_gain(ep.posterior[ep.mask], ep.mask.nonzero(as_tuple=True)[0])
+    # make layer 0's step size a monotone function of the information gain: rho must be exactly 1
+    g = torch.nan_to_num(gain, nan=-1.0).float()
+    full = torch.zeros(ep.tokens.shape)
+    full[ep.mask] = g
+    patch = lambda t, n: (full[..., None] + 2.0).expand_as(t).to(t.dtype)  # noqa: E731
+    with model.hooks([("blocks.0.hook_delta", patch)]):
+        r = selection(model, task, episodes=ep, untrained=tiny("mamba", task, seed=3))
+    assert r["layers"]["delta_info_rho"][0] == pytest.approx(1.0)
+    assert r["summary"]["best_abs_delta_info_rho"] == pytest.approx(1.0)
+    assert "untrained_best_abs_delta_info_rho" in r["summary"]
+    assert not selection(tiny("transformer", task), task, episodes=ep)["applicable"]
