@@ -102,3 +102,28 @@ def test_training_time_accumulates_across_a_resume(tmp_path: Path) -> None:
     stages.train_run(cfg, run, resume=True)
     assert run.timings()["train_s"] > first
     assert run.timings()["train_s"] == run.training_seconds()
+
+
+def test_the_main_job_report_opens_with_the_bayes_gap_then_the_geometry(tmp_path: Path) -> None:
+    """``windtunnel run`` analyses its model: the report shows the metrics first, then what each
+    diagnostic says about its claim (keys against their null, focusing, the frame head, the manifold)."""
+    import json
+
+    from windtunnel.cli import main
+
+    out = tmp_path / "main"
+    assert main(["run", "--steps", "6", "--n", "32", "--out", str(out), "--no-progress"]) == 0
+    doc = json.loads((out / "geometry.json").read_text())
+    claims = {r["claim"] for r in doc["interpretation"]}
+    assert {"B1", "B3", "B6", "B7"} <= claims
+    html = (out / "report.html").read_text()
+    i, j = html.index("Metrics vs the exact posterior"), html.index("What the geometry says")
+    assert i < j < html.index("<h2>Geometry</h2>")
+    for needle in ("key_orthogonality.layer0_mean_abs_cos", "head_ablation.frame_head_fold",
+                   "attention_focusing.entropy_by_layer[-1]", "min(untrained, Gaussian E|cos|)"):
+        assert needle in html[j:], needle
+    summary = (out / "summary.md").read_text()
+    assert "## What the geometry says" in summary
+    assert main(["run", "--steps", "6", "--n", "32", "--out", str(tmp_path / "bare"), "--no-progress",
+                 "--no-analyze"]) == 0
+    assert not (tmp_path / "bare" / "geometry.json").exists()

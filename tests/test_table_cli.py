@@ -26,7 +26,7 @@ def test_tasks_list_and_show(capsys: pytest.CaptureFixture) -> None:
 
 def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
-    args = ["run", "bijection", "--V", "4", "--L", "4", "--steps", "30", "--n", "64", "--out", str(out), "--no-progress"]
+    args = ["run", "bijection", "--V", "4", "--L", "4", "--steps", "30", "--n", "64", "--out", str(out), "--no-progress", "--no-analyze"]
     assert main(args) == 0
     for name in ("config.json", "metrics.jsonl", "eval.json", "report.html", "summary.md", "figures/entropy.png"):
         assert (out / name).exists(), name
@@ -35,7 +35,7 @@ def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureF
     assert main(args) == 0  # same command: resumes (already complete), re-evaluates, nothing lost
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000030"
     # a different configuration in the same folder is refused, and the folder is intact
-    assert main(["run", "bijection", "--V", "5", "--L", "4", "--steps", "30", "--out", str(out), "--no-progress"]) == 2
+    assert main(["run", "bijection", "--V", "5", "--L", "4", "--steps", "30", "--out", str(out), "--no-progress", "--no-analyze"]) == 2
     assert "different configuration" in capsys.readouterr().err
     assert json.loads((out / "config.json").read_text())["task"]["params"]["V"] == 4
 
@@ -48,7 +48,7 @@ def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
 
     from windtunnel import grid
 
-    args = ["run", "--n", "32", "--steps", "4", "--out", str(tmp_path / "main"), "--no-progress"]
+    args = ["run", "--n", "32", "--steps", "4", "--out", str(tmp_path / "main"), "--no-progress", "--no-analyze"]
     assert main(args) == 0
     train = json.loads((tmp_path / "main" / "config.json").read_text())["train"]
     assert (train["task"], train["steps"], train["batch_size"]) == (grid.DEFAULT_TASK, 4, grid.MAIN_JOB_BATCH)
@@ -58,7 +58,7 @@ def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
     monkeypatch.setitem(grid.EXPERIMENTS, grid.MAIN_JOB,
                         replace(e, recipes={**e.recipes, "quick": replace(e.recipes["quick"], readout_lr_mult=1.0)}))
     old = tmp_path / "old"
-    args = ["run", "--n", "32", "--steps", "4", "--out", str(old), "--no-progress"]
+    args = ["run", "--n", "32", "--steps", "4", "--out", str(old), "--no-progress", "--no-analyze"]
     assert main(args) == 0
     record = json.loads((old / "config.json").read_text())
     del record["train"]["readout_lr_mult"]

@@ -284,12 +284,30 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         k = cfg.task_params.get("K", 20)
         lengths = sorted({k, 30, 50})
     result = evaluate_run(run, n=args.n, lengths=lengths, seed=12345)
+    geometry = None
+    if not args.no_analyze:  # the mechanism beside the number: every diagnostic is seconds at this size
+        from .stages import analyze_run
+
+        geometry = analyze_run(run, report=False)
     report = write_report(run)
     t_train = run.training_seconds() or 0.0
     print(f"\n{cfg.arch} on {cfg.task} {cfg.task_params}: {cfg.steps} steps in {t_train:.0f} s")
     _print_metrics(result)
+    if geometry is not None:
+        _print_readings(geometry)
     print(f"report: {report}")
     return 0
+
+
+def _print_readings(path: Path) -> list[str]:
+    """Print what each diagnostic in ``geometry.json`` says about its claim; returns the failed diagnostics."""
+    from .geometry.run import readings
+
+    doc = json.loads(Path(path).read_text())
+    print("what the geometry says about the papers' claims:")
+    for r in readings(doc):
+        print("  " + r.line())
+    return [k for k, v in doc.items() if isinstance(v, dict) and "error" in v]
 
 
 def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
@@ -300,13 +318,7 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r}")
     _positive(args.n, "n")
     path = analyze_run(RunDir(args.run), n=args.n)
-    from .geometry.run import readings
-
-    doc = json.loads(Path(path).read_text())
-    print("what the diagnostics say about the papers' claims:")
-    for r in readings(doc):
-        print("  " + r.line())
-    failed = [k for k, v in doc.items() if isinstance(v, dict) and "error" in v]
+    failed = _print_readings(path)
     print(f"wrote {path}")
     if failed:  # a crash is not a result: the command fails (the other diagnostics are kept)
         print(f"windtunnel analyze: diagnostics failed: {', '.join(failed)} (tracebacks above)", file=sys.stderr)
@@ -547,7 +559,9 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
     r.add_argument("task", nargs="?")
     r.add_argument("--preset", default="quick", choices=list(grid.PRESETS))
-    r.add_argument("--n", type=int, default=2000, help="evaluation sequences")
+    r.add_argument("--n", type=int, default=2000, help="evaluation sequences (default 2000)")
+    r.add_argument("--no-analyze", dest="no_analyze", action="store_true",
+                   help="skip the geometric diagnostics (by default they run after the evaluation)")
     train_args(r)
     r.set_defaults(func=cmd_run)
 

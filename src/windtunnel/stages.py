@@ -64,13 +64,17 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
     return result
 
 
-def analyze_run(run: str | Path | RunDir, n: int = 512) -> Path:
-    """The geometric diagnostics of the run (``geometry.json``, figures, refreshed report)."""
+def analyze_run(run: str | Path | RunDir, n: int = 512, report: bool = True) -> Path:
+    """The geometric diagnostics of the run (``geometry.json``, figures, and the report unless
+    ``report=False``); records ``analyze_s``."""
     from .geometry import analyze_run as _analyze
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a damaged folder before any work
-    return _analyze(rd.path, n=n)
+    t0 = time.perf_counter()
+    path = _analyze(rd.path, n=n, report=report)
+    rd.add_timing(analyze_s=time.perf_counter() - t0)
+    return path
 
 
 def write_report(run: str | Path | RunDir) -> Path:

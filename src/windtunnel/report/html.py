@@ -267,6 +267,21 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
             parts.append(_metrics_table(lrows))
             md += ["## Length generalisation", "", _md_table([(r[0], r[1]) for r in lrows]), ""]
 
+    reads = _readings(geometry)
+    if reads:
+        # what each diagnostic says about the papers' claims, before the numbers behind it
+        head = ("claim", "statistic", "value", "null", "direction", "verdict", "what it means")
+        read_rows = [(r.claim, r.statistic, _fmt(r.value),
+                      f"{r.null} {_fmt(r.null_value)}" if r.null_value is not None else r.null, r.direction,
+                      {True: "consistent", False: "not consistent", None: "undecided"}[r.consistent],
+                      r.meaning + ("" if not r.flags else " — " + "; ".join(r.flags))) for r in reads]
+        parts.append("<h2>What the geometry says</h2><p class='note'>Each diagnostic's statistic beside its null, and "
+                     "whether it is consistent with the paper's claim it tests (ids as in results/CLAIMS.md).</p>"
+                     "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+                     + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                               for row in read_rows) + "</table>")
+        md += ["## What the geometry says", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        md += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in read_rows] + [""]
     from ..geometry.run import DIAGNOSTICS
 
     geo_order = tuple(DIAGNOSTICS)
@@ -291,19 +306,6 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
         parts.append("<h2>Geometry</h2>")
         md += ["## Geometry", ""]
         summary = geometry.get("summary") if isinstance(geometry, Mapping) else None
-        reads = _readings(geometry)
-        if reads:
-            # what each diagnostic says about the papers' claims, before the numbers behind it
-            head = ("claim", "statistic", "value", "null", "direction", "verdict", "what it means")
-            read_rows = [(r.claim, r.statistic, _fmt(r.value), f"{r.null} {_fmt(r.null_value)}" if r.null_value is not None
-                     else r.null, r.direction,
-                     {True: "consistent", False: "not consistent", None: "undecided"}[r.consistent],
-                     r.meaning + ("" if not r.flags else " — " + "; ".join(r.flags))) for r in reads]
-            parts.append("<h3>What the geometry says</h3><table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
-                         + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                                   for row in read_rows) + "</table>")
-            md += ["### What the geometry says", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            md += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in read_rows] + [""]
         if isinstance(summary, Mapping):
             # windtunnel.geometry.analyze_run output: headline numbers (each beside its null) first,
             # then the figures, then every number behind a fold (geometry.json has them all)
