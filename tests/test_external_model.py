@@ -147,11 +147,11 @@ def test_a_target_the_factory_cannot_take_is_refused(third_party: Path) -> None:
 def test_train_resume_and_table_through_the_cli(third_party: Path, capsys: pytest.CaptureFixture) -> None:
     out = third_party / "run"
     args = ["train", "--task", "bijection", "--V", "4", "--L", "4", "--arch", "thirdparty:make", "--params", "3000",
-            "--steps", "20", "--out", str(out), "--no-progress", "--no-analyze"]
+            "--steps", "20", "--out", str(out), "--no-progress"]
     assert main(args) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["train"]["arch"] == cfg["model"]["arch"] == "thirdparty:make"
-    assert main(["train", "--resume", str(out), "--steps", "30", "--no-progress", "--no-analyze"]) == 0
+    assert main(["train", "--resume", str(out), "--steps", "30", "--no-progress"]) == 0
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000030"
     assert main(["eval", str(out), "--n", "64"]) == 0
     result = json.loads((out / "eval.json").read_text())
@@ -161,7 +161,7 @@ def test_train_resume_and_table_through_the_cli(third_party: Path, capsys: pytes
     assert all(str(v).startswith("not applicable") for v in geometry["summary"].values()), geometry["summary"]
     capsys.readouterr()
     assert main(["train", "--task", "bijection", "--arch", "thirdparty:peeking", "--steps", "5",
-                 "--out", str(third_party / "bad"), "--no-progress", "--no-analyze"]) == 2
+                 "--out", str(third_party / "bad"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not causal" in err
     assert not (third_party / "bad" / "config.json").exists()
@@ -181,7 +181,7 @@ def test_the_console_script_finds_a_module_in_the_current_folder(third_party: Pa
     if not exe.exists():
         pytest.skip("console script not installed")
     env = dict(os.environ, PYTHONPATH="")
-    cmd = [str(exe), "train", "--task", "coin", "--arch", "thirdparty:make", "--steps", "3", "--out", "r", "--no-progress", "--no-analyze"]
+    cmd = [str(exe), "train", "--task", "coin", "--arch", "thirdparty:make", "--steps", "3", "--out", "r", "--no-progress"]
     proc = subprocess.run(cmd, cwd=third_party, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((third_party / "r" / "config.json").read_text())["model"]["arch"] == "thirdparty:make"
