@@ -39,6 +39,8 @@ ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl")
 GEOMETRY = "geometry.json"
 SEEDS = (0, 1, 2)
 """Every claim is measured on at least three training seeds."""
+ANALYZE_N = 512
+"""Episodes every diagnostic of a cell is computed on (``windtunnel analyze``'s default)."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +147,9 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
         stale = stale_diagnostics(doc)
         t1 = time.perf_counter()
         if doc is None:
-            analyze_run(rd)
+            analyze_run(rd, n=job.get("analyze_n", ANALYZE_N))
         elif stale:  # only what changed since the cell was analysed
-            analyze_some(rd.path, only=stale)
+            analyze_some(rd.path, n=job.get("analyze_n", ANALYZE_N), only=stale)
             rd.add_timing(analyze_s=time.perf_counter() - t1)
     return {"run_dir": job["run_dir"], "wall_s": time.perf_counter() - t0}
 
@@ -168,7 +170,7 @@ def export(job: Job, results: Path) -> Path:
 
 
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
-              dry_run: bool = False) -> dict[str, Any]:
+              dry_run: bool = False, analyze_n: int = ANALYZE_N) -> dict[str, Any]:
     """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took."""
     import torch
 
@@ -192,6 +194,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
             "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
+            "analyze_n": analyze_n,
         })
     t0 = time.perf_counter()
     by_dir = {p["run_dir"]: j for p, j in zip(payload, todo)}

@@ -113,11 +113,16 @@ def render(verdicts: dict[str, Verdict], results: str | Path = "results") -> str
 
 
 def write(results: str | Path = "results", out: str | Path | None = None, preset: str = "quick") -> tuple[Path, dict[str, Any]]:
-    """Assess every claim and write ``CLAIMS.md`` (default ``results/CLAIMS.md``); returns the path and the counts."""
+    """Assess every claim and write ``CLAIMS.md`` (default ``results/CLAIMS.md``, and then the fact spans of
+    README.md and the results READMEs beside it: :mod:`windtunnel.claims.docs`); returns the path and the counts."""
     from ..checkpoint import write_text_atomic
+
+    from . import docs
 
     results = Path(results)
     verdicts = assess_all(results, preset)
     path = Path(out) if out is not None else results / "CLAIMS.md"
     write_text_atomic(path, render(verdicts, results))
+    if out is None:  # the numbers quoted in README.md and the results READMEs, from the same files
+        docs.write_all(results.resolve().parent, Evidence(results, preset), verdicts)
     return path, dict(Counter(v.kind for v in verdicts.values()))

@@ -1,0 +1,112 @@
+"""Numbers in the Markdown documents, read from the committed artifacts (the drift guard).
+
+A number that README.md or a results README quotes from an artifact is written inside a *fact*
+span, invisible when the Markdown is rendered::
+
+    <!-- fact cells:main:transformer:eval.json:metrics.entropy_mae_curve.value -->0.0023 [0.0021, 0.0025]<!-- /fact -->
+
+:func:`refresh` rewrites every span from its artifact (``windtunnel claims`` does so for
+``README.md`` and every Markdown file under ``results/``), and the test suite fails when a span's
+text differs from what its artifact gives today.  Fact keys:
+
+* ``cells:EXPERIMENT:ARCH:FILE:dotted.path`` — a value of every seed's committed cell file,
+  pooled over the seeds (mean and Student-t 95% interval);
+* ``json:RELATIVE/PATH.json:dotted.path`` — one value of a committed JSON file;
+* ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
+* ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``explained``,
+  ``unexplained``, ``not-measured``, ``not-measurable``, ``total``).
+
+A dotted path indexes lists with integers (``layers.0.kl``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict)
+from .evidence import Evidence, Measure, _g
+
+FACT = re.compile(r"<!-- fact (\S+) -->(.*?)<!-- /fact -->", re.S)
+COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "explained": DISAGREE_EXPLAINED,
+               "unexplained": DISAGREE, "not-measured": NOT_MEASURED, "not-measurable": NOT_MEASURABLE}
+
+
+def _dig(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
+    """The text of fact ``key`` (see the module docstring); :class:`UserError` for a key that reads nothing."""
+    from ..reproduce import SEEDS
+
+    kind, _, rest = key.partition(":")
+    try:
+        if kind == "cells":
+            column, arch, file, path = rest.split(":", 3)
+            m = ev.cell_stat(column, arch, SEEDS, file, lambda d: float(_dig(d, path)))
+            if m is None:
+                raise KeyError(key)
+            return m.text()
+        if kind == "json":
+            rel, path = rest.rsplit(":", 1)
+            doc = ev.json(rel)
+            if doc is None:
+                raise KeyError(rel)
+            v = _dig(doc, path)
+            return _g(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+        if kind in ("ours", "verdict"):
+            v = verdicts[rest]
+            if kind == "verdict":
+                return v.kind
+            return v.ours.text() if isinstance(v.ours, Measure) else str(v.ours or "—")
+        if kind == "count":
+            if rest == "total":
+                return str(len(verdicts))
+            return str(sum(v.kind == COUNT_NAMES[rest] for v in verdicts.values()))
+    except (KeyError, IndexError, ValueError, TypeError) as exc:
+        raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
+    raise UserError(f"unknown fact kind in {key!r}: cells, json, ours, verdict or count")
+
+
+def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
+    """``text`` with every fact span rewritten from the artifacts."""
+    return FACT.sub(lambda m: f"<!-- fact {m.group(1)} -->{fact(m.group(1), ev, verdicts)}<!-- /fact -->", text)
+
+
+def documents(repo: Path) -> list[Path]:
+    """The Markdown files whose facts are kept: README.md and everything under results/."""
+    docs = [repo / "README.md"] if (repo / "README.md").is_file() else []
+    return docs + sorted((repo / "results").rglob("*.md"))
+
+
+def stale(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[tuple[str, str, str, str]]:
+    """Every fact span whose text differs from its artifact: ``(file, key, written, computed)``."""
+    out = []
+    for path in documents(repo):
+        for m in FACT.finditer(path.read_text()):
+            want = fact(m.group(1), ev, verdicts)
+            if m.group(2) != want:
+                out.append((str(path.relative_to(repo)), m.group(1), m.group(2), want))
+    return out
+
+
+def write_all(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[Path]:
+    """Refresh the facts of every document; returns the files that changed."""
+    from ..checkpoint import write_text_atomic
+
+    changed = []
+    for path in documents(repo):
+        text = path.read_text()
+        new = refresh(text, ev, verdicts)
+        if new != text:
+            write_text_atomic(path, new)
+            changed.append(path)
+    return changed
+
+
+__all__ = ["FACT", "fact", "refresh", "documents", "stale", "write_all"]

@@ -1,0 +1,143 @@
+"""The claims registry, CLAIMS.md, the drift guard of the Markdown numbers, and ``windtunnel reproduce``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from windtunnel import claims, grid, reproduce
+from windtunnel.claims import docs
+from windtunnel.claims.evidence import Evidence, Measure, pooled
+
+REPO = Path(__file__).parents[1]
+RESULTS = REPO / "results"
+LEDGER_IDS = ([f"A{i}" for i in range(1, 30)] + [f"B{i}" for i in range(1, 18)] + [f"C{i}" for i in range(1, 13)]
+              + [f"D{i}" for i in range(1, 25)])
+
+
+def test_every_ledger_claim_is_registered_with_its_rule_and_source() -> None:
+    assert set(LEDGER_IDS) <= set(claims.CLAIMS)
+    assert len(LEDGER_IDS) == 82
+    for c in claims.CLAIMS.values():
+        assert c.statement and c.number and c.metric and c.provenance in claims.base.PROVENANCE
+        v = c.assess(Evidence(RESULTS))
+        assert v.kind in claims.VERDICTS
+        if v.kind == claims.DISAGREE_EXPLAINED:  # the control is itself a committed file
+            assert (RESULTS / v.control.split(" ")[0]).is_file(), (c.id, v.control)
+        if v.kind in (claims.NOT_MEASURED, claims.NOT_MEASURABLE):
+            assert v.why, c.id
+        if v.kind not in (claims.NOT_MEASURED, claims.NOT_MEASURABLE) and c.rule != "—":
+            files = v.ours.files if isinstance(v.ours, Measure) else v.files
+            assert files and all((RESULTS / f).is_file() for f in files), c.id
+
+
+def test_committed_claims_md_is_what_the_artifacts_give_today() -> None:
+    verdicts = claims.assess_all(RESULTS)
+    assert (RESULTS / "CLAIMS.md").read_text() == claims.render(verdicts, RESULTS), \
+        "results/CLAIMS.md is stale: run `windtunnel claims`"
+    counts = re.search(r"\*\*(\d+) claims\.\*\*", (RESULTS / "CLAIMS.md").read_text())
+    assert int(counts.group(1)) == len(claims.CLAIMS)
+
+
+def test_no_number_in_the_markdown_drifts_from_its_artifact() -> None:
+    """The drift guard: every fact span of README.md and results/**/*.md equals what its file gives."""
+    verdicts = claims.assess_all(RESULTS)
+    spans = sum(len(docs.FACT.findall(p.read_text())) for p in docs.documents(REPO))
+    assert spans >= 5
+    assert docs.stale(REPO, Evidence(RESULTS), verdicts) == []
+
+
+def test_a_drifted_fact_is_caught_and_refreshed(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS / "quick" / "cells" / "main-transformer-s0", results / "quick" / "cells" / "main-transformer-s0")
+    for s in (1, 2):
+        shutil.copytree(RESULTS / "quick" / "cells" / f"main-transformer-s{s}", results / "quick" / "cells" / f"main-transformer-s{s}")
+    key = "cells:main:transformer:eval.json:metrics.kl.value"
+    (tmp_path / "README.md").write_text(f"KL <!-- fact {key} -->0.5<!-- /fact --> bits\n")
+    ev = Evidence(results)
+    vals = [json.loads((results / f"quick/cells/main-transformer-s{s}/eval.json").read_text())["metrics"]["kl"]["value"]
+            for s in range(3)]
+    want = pooled(vals).text()
+    assert docs.stale(tmp_path, ev, {}) == [("README.md", key, "0.5", want)]
+    docs.write_all(tmp_path, ev, {})
+    assert (tmp_path / "README.md").read_text() == f"KL <!-- fact {key} -->{want}<!-- /fact --> bits\n"
+    from windtunnel.errors import UserError
+
+    with pytest.raises(UserError, match="reads nothing"):
+        docs.fact("cells:main:lstm:eval.json:metrics.kl.value", ev, {})
+
+
+def test_pooled_interval_and_the_comparison_rule_by_hand() -> None:
+    m = pooled([1.0, 2.0, 3.0])
+    half = 4.303 / math.sqrt(3)  # t_{0.975, 2} (tabulated to 3 decimals) · s / sqrt(3), s = 1
+    assert m.value == 2.0 and m.ci == pytest.approx((2 - half, 2 + half), rel=1e-6) and m.seeds == 3
+    from windtunnel.claims.paper1 import _lower
+
+    a, b = Measure(1.0, (0.9, 1.1)), Measure(2.0, (1.9, 2.1))
+    assert _lower(a, b) == claims.AGREE
+    assert _lower(Measure(1.0, (0.5, 2.5)), b) == claims.INCONCLUSIVE
+    assert _lower(b, a) == claims.DISAGREE
+
+
+def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
+    """B1 and B5 recomputed from the committed geometry files by hand."""
+    ev = Evidence(RESULTS)
+    cells = ev.cells("main", "transformer", reproduce.SEEDS)
+    if cells is None:
+        pytest.skip("main-job cells not committed")
+    g = [json.loads((RESULTS / rel / "geometry.json").read_text()) for rel, _ in cells]
+    k = [x["key_orthogonality"]["summary"] for x in g]
+    below = all(s["layer0_mean_abs_cos"] < min(s["layer0_untrained"], s["gaussian_expected"]) for s in k)
+    above = all(s["layer0_mean_abs_cos"] > max(s["layer0_untrained"], s["gaussian_expected"]) for s in k)
+    want = claims.AGREE if below else claims.DISAGREE if above else claims.INCONCLUSIVE
+    assert claims.CLAIMS["B1"].assess(ev).kind == want
+    lo = min(x["layer_ablation"]["summary"]["min_fold"] for x in g)
+    assert claims.CLAIMS["B5"].assess(ev).kind == (claims.AGREE if lo >= 10 else claims.DISAGREE)
+
+
+# --- windtunnel reproduce ------------------------------------------------------------------------
+def _tiny_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
+        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=True)
+                for s in (0, 1)]
+
+    monkeypatch.setattr(reproduce, "plan", plan)
+    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _tiny_plan(monkeypatch)
+    results = tmp_path / "results"
+    first = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24)
+    assert sorted(first["done"]) == ["main-transformer-s0", "main-transformer-s1"]
+    cells = results / "quick" / "cells"
+    before = _snapshot(cells)
+    assert {"main-transformer-s0/eval.json", "main-transformer-s0/geometry.json", "main-transformer-s0/config.json",
+            "main-transformer-s0/cell.json", "main-transformer-s0/metrics.jsonl"} <= set(before)
+    again = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24)
+    assert again["missing"] == 0 and again["done"] == [] and _snapshot(cells) == before  # nothing changed
+    # a cell whose artifacts and run folder are both gone is retrained from nothing: the same numbers
+    shutil.rmtree(cells / "main-transformer-s1")
+    shutil.rmtree(results / "quick" / "runs" / "main-transformer-s1")
+    third = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24)
+    assert third["done"] == ["main-transformer-s1"]
+    old = json.loads(before["main-transformer-s1/eval.json"])["metrics"]
+    new = json.loads((cells / "main-transformer-s1" / "eval.json").read_text())["metrics"]
+    for name in ("entropy_mae_curve", "kl"):
+        lo, hi = old[name]["ci"]
+        assert lo <= new[name]["value"] <= hi, name
+    # a geometry.json from an older diagnostic version counts as missing and is redone alone
+    g = json.loads((cells / "main-transformer-s0" / "geometry.json").read_text())
+    g["meta"]["versions"]["value_manifold"] = 0
+    (cells / "main-transformer-s0" / "geometry.json").write_text(json.dumps(g))
+    assert reproduce.missing(reproduce.plan("paper1")[0], results) == ["geometry.json"]
