@@ -46,7 +46,7 @@ def all_hooks_removed(model: torch.nn.Module) -> bool:
 
 
 def test_names():
-    assert models.names() == ["transformer", "mamba", "lstm", "mlp", "mlp_pointwise"]
+    assert models.names()[:5] == ["transformer", "mamba", "lstm", "mlp", "mlp_pointwise"]  # in declared order
 
 
 # --- shapes and causality -------------------------------------------------------------------------

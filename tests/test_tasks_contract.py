@@ -15,7 +15,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from windtunnel import tasks
-from windtunnel.tasks import IGNORE
+from windtunnel.tasks import IGNORE  # noqa: F401
+
+from contracts import check_task_contract
 
 GOLDEN = Path(__file__).parent / "golden"
 SMALL = {
@@ -39,32 +41,7 @@ def test_every_task_is_registered() -> None:
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**40), n=st.integers(1, 9))
 def test_contract(name: str, seed: int, n: int) -> None:
-    task = tasks.make(name, **SMALL[name])
-    ep = task.sample(n, seed)
-    T, C = task.seq_len, task.n_classes
-    assert ep.tokens.shape == (n, T) and ep.tokens.dtype == torch.long
-    assert 0 <= int(ep.tokens.min()) and int(ep.tokens.max()) < task.vocab_size
-    assert ep.targets.shape == (n, T) and ep.targets.dtype == torch.long
-    assert ep.posterior.shape == (n, T, C) and ep.posterior.dtype == torch.float64
-    assert ep.mask.shape == (n, T) and ep.mask.dtype == torch.bool and bool(ep.mask.any())
-    if task.n_features:
-        assert ep.features is not None and ep.features.shape == (n, T, task.n_features)
-    else:
-        assert ep.features is None
-    assert torch.allclose(ep.posterior.sum(-1), torch.ones(n, T, dtype=torch.float64), atol=1e-12)
-    assert (ep.posterior >= 0).all()
-    # targets valid exactly at scored positions, and never impossible under the posterior
-    assert (ep.targets[~ep.mask] == IGNORE).all()
-    scored = ep.targets[ep.mask]
-    assert ((scored >= 0) & (scored < C)).all()
-    p_target = ep.posterior[ep.mask].gather(1, scored[:, None])
-    assert (p_target > 0).all()
-    # deterministic in seed; the mask and posterior are functions of the inputs alone
-    again = task.sample(n, seed)
-    assert torch.equal(again.tokens, ep.tokens) and torch.equal(again.posterior, ep.posterior)
-    assert torch.equal(task.scored_mask(ep.tokens, ep.features), ep.mask)
-    logits = tasks.oracle(task)(**ep.inputs)
-    assert torch.allclose(torch.softmax(logits.double(), -1), ep.posterior, atol=1e-10)
+    check_task_contract(tasks.make(name, **SMALL[name]), seed, n)
 
 
 @pytest.mark.parametrize("name", BASE_TASKS)

@@ -67,10 +67,11 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
 def stale_diagnostics(doc: dict[str, Any] | None) -> list[str]:
     """The registered diagnostics a ``geometry.json`` lacks, or holds from an older version of the code
     (all of them for ``None``)."""
+    diags = discover()
     if doc is None:
-        return list(DIAGNOSTICS)
+        return list(diags)
     versions = (doc.get("meta") or {}).get("versions") or {}
-    return [name for name, d in DIAGNOSTICS.items()
+    return [name for name, d in diags.items()
             if name not in doc or "error" in (doc.get(name) or {}) or int(versions.get(name, 1)) != d.version]
 
 
@@ -95,7 +96,8 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     old: dict[str, Any] = {}
     if only is not None and out.is_file():
         old = json.loads(out.read_text())
-    names = [k for k in DIAGNOSTICS if only is None or k in only]
+    diags = discover()  # also what a module imported since registered
+    names = [k for k in diags if only is None or k in only]
     task, model = load(run)
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(dev).eval()
@@ -103,10 +105,10 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
     fig_dir = run / "figures"
-    results: dict[str, Any] = {k: old[k] for k in DIAGNOSTICS if k in old and k not in names}
+    results: dict[str, Any] = {k: old[k] for k in diags if k in old and k not in names}
     timings: dict[str, float] = dict((old.get("meta") or {}).get("timings_s") or {})
     for name in names:
-        diag = DIAGNOSTICS[name]
+        diag = diags[name]
         if diag.checkpoints and not dynamics:
             continue
         t0 = time.perf_counter()
@@ -127,14 +129,14 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
             print(f"windtunnel analyze: {name} failed ({type(e).__name__}: {e})", file=sys.stderr)
             results[name] = {"error": f"{type(e).__name__}: {e}"}
         timings[name] = time.perf_counter() - t0
-    results = {k: results[k] for k in DIAGNOSTICS if k in results}  # report order
+    results = {k: results[k] for k in diags if k in results}  # report order
     readings = interpret(results)
     doc = {
         "summary": _headline(results),
         "interpretation": [r.to_dict() for r in readings],
         "meta": {"run": run.resolve().name, "task": getattr(task, "name", "?"), "arch": arch_of(model),
                  "n_episodes": n, "episode_seed": GEOMETRY_SEED, "untrained_null": how,
-                 "versions": {k: DIAGNOSTICS[k].version for k in results}, "timings_s": timings},
+                 "versions": {k: diags[k].version for k in results}, "timings_s": timings},
         **results,
     }
     ckpt.write_text_atomic(out, json.dumps(clean(doc), indent=1, allow_nan=False))

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
+from .catalog import Arch, register_arch
 
 
 @dataclass
@@ -75,3 +76,5 @@ class LSTM(WindTunnelModel):
         nn.init.normal_(self.head.weight, std=0.02)
         self._finish_init()
 
+
+register_arch("lstm", Arch(LSTM, LSTMConfig, {}, None, order=30, tiny={"d_model": 16, "n_layers": 2}))

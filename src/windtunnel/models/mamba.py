@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
+from .catalog import Arch, register_arch
 from ..errors import InvalidValue
 
 SCANS = ("fast", "ref")
@@ -475,3 +476,5 @@ class Mamba(WindTunnelModel):
             for block in self.blocks:
                 block.out_proj.weight /= math.sqrt(self.config.n_layers)
 
+
+register_arch("mamba", Arch(Mamba, MambaConfig, {}, "d_inner", order=20, tiny={"d_model": 16, "n_layers": 2}))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, WindTunnelModel, _check, _pos_int
+from .catalog import Arch, register_arch
 from ..errors import InvalidValue
 
 
@@ -142,3 +143,9 @@ class PointwiseMLP(MLP):
         if T > self.config.max_len:
             raise InvalidValue(f"invalid input: length {T} exceeds max_len={self.config.max_len}")
         return e + self.pos.weight[:T]
+
+
+register_arch("mlp", Arch(MLP, MLPConfig, {"window": lambda task: task.seq_len}, "d_ff", order=40,
+                          tiny={"d_model": 16, "n_layers": 2}))
+register_arch("mlp_pointwise", Arch(PointwiseMLP, PointwiseMLPConfig, {"max_len": lambda task: 4 * task.seq_len},
+                                    "d_ff", order=50, tiny={"d_model": 16, "n_layers": 2}))

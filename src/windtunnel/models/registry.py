@@ -4,70 +4,37 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, Callable, Sequence
 
 import torch
 
+import importlib
+import pkgutil
+
 from .base import ModelConfig, WindTunnelModel
+from .catalog import Arch, get as _arch, names, register_arch
 from .external import build_external, is_external, make_external
 from .hf import build_hf, is_hf, make_hf
-from .lstm import LSTM, LSTMConfig
-from .mamba import Mamba, MambaConfig
-from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
-from .transformer import Transformer, TransformerConfig
 from ..errors import InvalidValue
 
 TOLERANCE = 0.03
 """Relative tolerance of capacity matching: ``|n_params - N| <= 0.03 N``."""
 
-
-@dataclass(frozen=True)
-class Arch:
-    """How to build and size one architecture."""
-
-    model: type[WindTunnelModel]
-    config: type[ModelConfig]
-    #: config fields filled from the task: name -> function of the task
-    from_task: dict[str, Callable[[Any], Any]]
-    #: the secondary knob used when the width grid is too coarse (``None``: width only)
-    refine: str | None
-
-    def width_step(self, cfg: dict[str, Any]) -> int:
-        """Spacing of admissible ``d_model`` values (transformer: a multiple of n_heads, even head dim for rotary)."""
-        if self.model is Transformer:
-            n_heads = cfg.get("n_heads", TransformerConfig.n_heads)
-            return n_heads * (2 if cfg.get("pos", TransformerConfig.pos) == "rotary" else 1)
-        return 1
-
-    def refine_default(self, cfg: ModelConfig) -> int | None:
-        if self.refine == "d_ff":
-            return cfg.ff_dim  # type: ignore[attr-defined]
-        if self.refine == "d_inner":
-            return cfg.inner  # type: ignore[attr-defined]
-        return None
+_NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "attention_layer"}
 
 
-_ARCHS: dict[str, Arch] = {
-    "transformer": Arch(Transformer, TransformerConfig, {"max_len": lambda task: 4 * task.seq_len}, "d_ff"),
-    "mamba": Arch(Mamba, MambaConfig, {}, "d_inner"),
-    "lstm": Arch(LSTM, LSTMConfig, {}, None),
-    "mlp": Arch(MLP, MLPConfig, {"window": lambda task: task.seq_len}, "d_ff"),
-    "mlp_pointwise": Arch(PointwiseMLP, PointwiseMLPConfig, {"max_len": lambda task: 4 * task.seq_len}, "d_ff"),
-}
+def discover() -> list[str]:
+    """Import every model module of this package (each registers its architecture); the names."""
+    from .. import models
+
+    for info in pkgutil.iter_modules(models.__path__):
+        if info.name not in _NOT_MODELS and not info.name.startswith("_"):
+            importlib.import_module(f"{models.__name__}.{info.name}")
+    return names()
+
 
 MAX_WIDTH = 16384
-
-
-def names() -> list[str]:
-    """Registered architectures."""
-    return list(_ARCHS)
-
-
-def _arch(arch: str) -> Arch:
-    if arch not in _ARCHS:
-        raise InvalidValue(f"unknown architecture {arch!r}: choose from {', '.join(names())}")
-    return _ARCHS[arch]
 
 
 def _check_keys(arch: str, keys: Sequence[str]) -> None:
@@ -212,3 +179,6 @@ def build(config: dict[str, Any]) -> WindTunnelModel:
     rest = {k: v for k, v in config.items() if k != "arch"}
     _check_keys(arch, list(rest))
     return spec.model(spec.config(arch=arch, **rest))
+
+
+discover()  # every model module of the package registers its architecture on import

@@ -48,6 +48,7 @@ from torch import nn
 
 from .base import (Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int,
                    causal_attention)
+from .catalog import Arch, register_arch
 from ..errors import InvalidValue
 
 POSITIONS = ("rotary", "learned", "none")
@@ -302,3 +303,12 @@ class Transformer(WindTunnelModel):
         finally:
             for a, o in zip(attns, old):
                 a.explicit = o
+
+
+def _width_step(cfg: dict) -> int:
+    """Admissible widths: a multiple of ``n_heads``, with an even head size under rotary positions."""
+    return cfg.get("n_heads", TransformerConfig.n_heads) * (2 if cfg.get("pos", TransformerConfig.pos) == "rotary" else 1)
+
+
+register_arch("transformer", Arch(Transformer, TransformerConfig, {"max_len": lambda task: 4 * task.seq_len}, "d_ff",
+                                  width_step=_width_step, order=10, tiny={"d_model": 16, "n_layers": 2, "n_heads": 2}))

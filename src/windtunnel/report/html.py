@@ -282,9 +282,9 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
                                for row in read_rows) + "</table>")
         md += ["## What the geometry says", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         md += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in read_rows] + [""]
-    from ..geometry.run import DIAGNOSTICS
+    from ..geometry.registry import discover
 
-    geo_order = tuple(DIAGNOSTICS)
+    geo_order = tuple(discover())
     geo_figs = [p for p in figs if p.stem.startswith("geometry_")] if geometry is not None else []
     geo_figs.sort(key=lambda p: (geo_order.index(p.stem[9:]) if p.stem[9:] in geo_order else len(geo_order), p.name))
     figs = [p for p in figs if p not in geo_figs]

@@ -1,0 +1,63 @@
+"""The contracts every registered task, architecture and diagnostic must keep (shared by the test files)."""
+
+from __future__ import annotations
+
+import torch
+
+from windtunnel import models, tasks
+from windtunnel.tasks import IGNORE
+
+
+def check_task_contract(task: tasks.Task, seed: int, n: int) -> None:
+    """The task contract (windtunnel.tasks.base) on ``n`` episodes of ``seed``."""
+    ep = task.sample(n, seed)
+    T, C = task.seq_len, task.n_classes
+    assert ep.tokens.shape == (n, T) and ep.tokens.dtype == torch.long
+    assert 0 <= int(ep.tokens.min()) and int(ep.tokens.max()) < task.vocab_size
+    assert ep.targets.shape == (n, T) and ep.targets.dtype == torch.long
+    assert ep.posterior.shape == (n, T, C) and ep.posterior.dtype == torch.float64
+    assert ep.mask.shape == (n, T) and ep.mask.dtype == torch.bool and bool(ep.mask.any())
+    if task.n_features:
+        assert ep.features is not None and ep.features.shape == (n, T, task.n_features)
+    else:
+        assert ep.features is None
+    assert torch.allclose(ep.posterior.sum(-1), torch.ones(n, T, dtype=torch.float64), atol=1e-12)
+    assert (ep.posterior >= 0).all()
+    # targets valid exactly at scored positions, and never impossible under the posterior
+    assert (ep.targets[~ep.mask] == IGNORE).all()
+    scored = ep.targets[ep.mask]
+    assert ((scored >= 0) & (scored < C)).all()
+    p_target = ep.posterior[ep.mask].gather(1, scored[:, None])
+    assert (p_target > 0).all()
+    # deterministic in seed; the mask and posterior are functions of the inputs alone
+    again = task.sample(n, seed)
+    assert torch.equal(again.tokens, ep.tokens) and torch.equal(again.posterior, ep.posterior)
+    assert torch.equal(task.scored_mask(ep.tokens, ep.features), ep.mask)
+    logits = tasks.oracle(task)(**ep.inputs)
+    assert torch.allclose(torch.softmax(logits.double(), -1), ep.posterior, atol=1e-10)
+
+
+def check_arch_contract(arch: str, task: tasks.Task) -> None:
+    """An architecture's tiny instance maps [B,T] tokens to finite [B,T,C] logits, is causal, rebuilds
+    from its config, exposes the skeleton's hooks, and sizes itself to a parameter target (±3%)."""
+    from windtunnel.models.catalog import get
+
+    torch.manual_seed(0)
+    model = models.make(arch, task, **get(arch).tiny).eval()
+    ep = task.sample(3, 0)
+    with torch.no_grad():
+        out = model(**ep.inputs)
+        assert out.shape == (3, task.seq_len, task.n_classes) and torch.isfinite(out).all()
+        t = task.seq_len // 2
+        moved = dict(ep.inputs)
+        tok = moved["tokens"].clone()
+        tok[:, t:] = (tok[:, t:] + 1) % task.vocab_size
+        moved["tokens"] = tok
+        assert torch.allclose(model(**moved)[:, :t], out[:, :t], atol=1e-5)  # nothing before t sees t
+        again = models.build(model.config_dict())
+        again.load_state_dict(model.state_dict())
+        assert torch.equal(again.eval()(**ep.inputs), out)
+    names = model.hook_names()
+    assert "hook_embed" in names and "hook_final" in names and "blocks.0.hook_resid_post" in names
+    target = 20 * model.n_params()
+    assert abs(models.make(arch, task, params=target).n_params() - target) <= 0.03 * target
