@@ -127,3 +127,25 @@ def test_the_main_job_report_opens_with_the_bayes_gap_then_the_geometry(tmp_path
     assert main(["run", "--steps", "6", "--n", "32", "--out", str(tmp_path / "bare"), "--no-progress",
                  "--no-analyze"]) == 0
     assert not (tmp_path / "bare" / "geometry.json").exists()
+
+
+def test_results_record_their_checkpoint_and_the_report_flags_stale_ones(tmp_path: Path) -> None:
+    """eval.json and geometry.json carry the checkpoint step and a config hash; after more training the
+    report says which result is from an older checkpoint."""
+    import json
+
+    from windtunnel.cli import main
+
+    out = tmp_path / "r"
+    base = ["run", "bijection", "--V", "4", "--L", "4", "--n", "16", "--out", str(out), "--no-progress"]
+    assert main(base + ["--steps", "4"]) == 0
+    ev = json.loads((out / "eval.json").read_text())
+    geo = json.loads((out / "geometry.json").read_text())
+    assert ev["provenance"]["step"] == geo["meta"]["step"] == 4 and ev["provenance"]["n"] == 16
+    assert ev["provenance"]["config_sha256"] == geo["meta"]["config_sha256"]
+    assert "Stale" not in (out / "report.html").read_text()
+    assert main(["train", "--resume", str(out), "--steps", "8", "--no-progress"]) == 0
+    assert main(["report", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "eval.json is from checkpoint step 4, the newest is 8" in html
+    assert "geometry.json is from checkpoint step 4" in html

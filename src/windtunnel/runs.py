@@ -150,6 +150,19 @@ class RunDir:
         finally:
             os.close(fd)  # closing releases the lock
 
+    def provenance(self) -> dict[str, Any]:
+        """Where a result computed now comes from: the checkpoint step it reads (the newest complete
+        one) and a SHA-256 of ``config.json`` — recorded in ``eval.json`` and ``geometry.json`` so a
+        result of another checkpoint or configuration is recognised as stale."""
+        import hashlib
+
+        from .checkpoint import find_latest
+
+        latest = find_latest(self.checkpoints) if self.checkpoints.is_dir() else None
+        step = int(latest.name.split("_")[-1]) if latest is not None else None
+        sha = hashlib.sha256(self.config_path.read_bytes()).hexdigest()[:16] if self.config_path.is_file() else None
+        return {"step": step, "config_sha256": sha}
+
     # --- JSON records -----------------------------------------------------------------------
     def _read(self, name: str, what: str) -> Any:
         path = self.path / name

@@ -50,7 +50,7 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
     if device:
         model.to(device)
     result = evaluate(model, task, n=n, seed=seed, lengths=lengths)
-    rd.write_eval(result.to_dict())
+    rd.write_eval({**result.to_dict(), "provenance": {**rd.provenance(), "n": n, "seed": seed}})
     figs = rd.figures
     figures.entropy_curve(result, figs / "entropy.png")
     figures.kl_curve(result, figs / "kl.png")

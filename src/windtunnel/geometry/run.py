@@ -135,6 +135,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
         "summary": _headline(results),
         "interpretation": [r.to_dict() for r in readings],
         "meta": {"run": run.resolve().name, "task": getattr(task, "name", "?"), "arch": arch_of(model),
+                 **_provenance(run),
                  "n_episodes": n, "episode_seed": GEOMETRY_SEED, "untrained_null": how,
                  "versions": {k: diags[k].version for k in results}, "timings_s": timings},
         **results,
@@ -143,6 +144,12 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     if report:
         write_report(run)
     return out
+
+
+def _provenance(run: Path) -> dict[str, Any]:
+    from ..runs import RunDir
+
+    return RunDir(run).provenance()
 
 
 def readings(doc: dict[str, Any]) -> list[Reading]:

@@ -239,6 +239,10 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
                    f"{int(100 * ev.get('level', 0.95))}% bootstrap over sequences, {ev.get('n_boot')} resamples")
     parts = [f"<h1>{html.escape(title)}</h1><div class='sub'>{' · '.join(sub)}<br>generated {now}</div>"]
     md = [f"# {title}", ""]
+    stale = _staleness(rd.provenance(), ev, geometry)
+    if stale:  # a result of another checkpoint or configuration than the run's newest: say so first
+        parts.append("<p class='note'><b>Stale:</b> " + html.escape("; ".join(stale)) + "</p>")
+        md += ["**Stale:** " + "; ".join(stale), ""]
 
     if ev and ev.get("metrics"):
         parts.append("<h2>Metrics vs the exact posterior</h2>")
@@ -372,3 +376,18 @@ def _readings(geometry: Any) -> list[Any]:
         return readings(dict(geometry))
     except (TypeError, KeyError, ValueError):  # a geometry.json of another shape: shown as numbers only
         return []
+
+
+def _staleness(now: dict[str, Any], ev: Any, geometry: Any) -> list[str]:
+    """What in ``eval.json`` / ``geometry.json`` was computed from another checkpoint step or config than
+    the run's newest (files written before provenance was recorded are not judged)."""
+    out = []
+    for name, prov in (("eval.json", (ev or {}).get("provenance") if isinstance(ev, Mapping) else None),
+                       ("geometry.json", (geometry or {}).get("meta") if isinstance(geometry, Mapping) else None)):
+        if not isinstance(prov, Mapping) or "step" not in prov:
+            continue
+        if prov.get("step") != now.get("step"):
+            out.append(f"{name} is from checkpoint step {prov.get('step')}, the newest is {now.get('step')}")
+        elif prov.get("config_sha256") != now.get("config_sha256"):
+            out.append(f"{name} was computed under another config.json")
+    return out
