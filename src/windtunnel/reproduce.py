@@ -35,7 +35,7 @@ from . import grid
 from .errors import InvalidValue
 
 TARGETS = ("paper1", "paper2", "paper3", "all")
-ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl")
+ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
 GEOMETRY = "geometry.json"
 SEEDS = (0, 1, 2)
 """Every claim is measured on at least three training seeds."""
@@ -77,8 +77,10 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
 GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bijection_replacement", "transformer"),
                   ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
-CONTROL_CELLS = (("hmm_attn_off", "transformer"),)
-"""Cells that are trained and evaluated only (Paper I's HMM model with attention off in its top two layers)."""
+CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "transformer"),
+                 ("recall", "mamba"))
+"""Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
+the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
 
 EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper1": (("{preset}/table.json", "windtunnel table --preset {preset} --seeds 3"),
@@ -140,6 +142,12 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     table.run_cell(job)
     rd = RunDir(job["run_dir"])
+    refs = rd.path / "references.json"
+    if not refs.is_file():  # the Bayes oracle and the context-blind floor on the cell's own evaluation episodes
+        from .checkpoint import write_text_atomic
+
+        ref = table.references(job.get("preset", "quick"), job["column"], job["eval_n"], job.get("lengths"))
+        write_text_atomic(refs, json.dumps(ref, indent=1))
     if job["analyze"]:
         from .geometry.run import analyze_run as analyze_some, stale_diagnostics
 
@@ -190,7 +198,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     payload = []
     for i, j in enumerate(todo):
         payload.append({
-            "column": j.cell.column, "arch": j.cell.arch, "seed": j.cell.seed,
+            "column": j.cell.column, "arch": j.cell.arch, "seed": j.cell.seed, "preset": preset,
             "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
