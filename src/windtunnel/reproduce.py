@@ -235,10 +235,13 @@ def _cost(job: Job, results: Path) -> float:
     from . import tasks
 
     cfg = job.cell.config()
-    if run_dir(results, job.cell).joinpath("cell.json").is_file():
+    rd = run_dir(results, job.cell)
+    if rd.joinpath("cell.json").is_file():
         return 0.0
+    latest = rd / "checkpoints" / "latest"
+    done = int(latest.read_text().strip().split("_")[-1]) if latest.is_file() else 0
     T = tasks.make(cfg["task"], **cfg["task_params"]).seq_len
-    return _COST.get(job.cell.arch, 1.0) * cfg["steps"] * cfg["batch_size"] * T
+    return _COST.get(job.cell.arch, 1.0) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
 
 
 def _eval_n(preset: str) -> int:
