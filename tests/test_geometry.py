@@ -248,6 +248,9 @@ def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
                       ckpt_every=6, eval_n=16, progress=False, device="cpu", warmup=2)
     run = train(cfg, tmp_path / "run")
     out = G.analyze_run(run, n=24, n_boot=30, device="cpu")
+    from windtunnel.stages import write_report
+
+    write_report(run)  # the stage that follows analysis (geometry itself writes only its results)
     doc = json.loads(out.read_text())
     assert set(G.DIAGNOSTICS) | {"summary", "meta", "interpretation"} <= set(doc)
     assert doc["meta"]["untrained_null"] == "step-0 checkpoint"

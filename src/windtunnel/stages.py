@@ -72,8 +72,10 @@ def analyze_run(run: str | Path | RunDir, n: int = 512, report: bool = True) -> 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a damaged folder before any work
     t0 = time.perf_counter()
-    path = _analyze(rd.path, n=n, report=report)
+    path = _analyze(rd.path, n=n)
     rd.add_timing(analyze_s=time.perf_counter() - t0)
+    if report:
+        write_report(rd)
     return path
 
 

@@ -118,3 +118,31 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, (float, np.floating)):
         return finite(obj)
     return obj
+
+
+def rankdata(x: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..N with ties given their average rank (as ``scipy.stats.rankdata``)."""
+    a = np.asarray(x.detach().cpu().double().numpy())
+    order = np.argsort(a, kind="mergesort")
+    s = a[order]
+    bounds = np.flatnonzero(np.r_[True, s[1:] != s[:-1], True])
+    counts = np.diff(bounds)
+    avg = bounds[:-1] + (counts - 1) / 2.0 + 1.0
+    ranks = np.empty(len(a))
+    ranks[order] = np.repeat(avg, counts)
+    return torch.from_numpy(ranks)
+
+
+def pearson(x: torch.Tensor, y: torch.Tensor) -> float | None:
+    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
+    den = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
+    if den <= 1e-12 * max(1.0, float(x.abs().max()) * float(y.abs().max()) * len(x)):
+        return None
+    return float((x * y).sum()) / den
+
+
+def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
+    """Spearman's ρ (Pearson correlation of average ranks); ``None`` if either side is constant."""
+    if len(x) < 3:
+        return None
+    return pearson(rankdata(x), rankdata(y))

@@ -76,11 +76,10 @@ def stale_diagnostics(doc: dict[str, Any] | None) -> list[str]:
 
 
 def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_boot: int = 1000,
-                dynamics: bool = True, dynamics_n: int | None = None, only: list[str] | None = None,
-                report: bool = True) -> Path:
+                dynamics: bool = True, dynamics_n: int | None = None, only: list[str] | None = None) -> Path:
     """Run every registered diagnostic that applies to ``run_dir``'s trained model; write
-    ``geometry.json`` (with each diagnostic's readings under ``interpretation``),
-    ``figures/geometry_*.png`` and regenerate ``report.html``.  Returns the JSON path.
+    ``geometry.json`` (with each diagnostic's readings under ``interpretation``) and
+    ``figures/geometry_*.png``.  Returns the JSON path.  (``stages.analyze_run`` also refreshes the report.)
 
     All diagnostics share ``n`` episodes sampled with :data:`GEOMETRY_SEED`; the untrained null is
     :func:`untrained_model`.  A diagnostic over checkpoints (``frame_precision``) runs on
@@ -88,7 +87,6 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     ``only``: recompute just these diagnostics and keep the others of the existing ``geometry.json``.
     A diagnostic that raises is recorded as ``{"error": ...}`` (and printed) so the others still run.
     """
-    from ..report import write_report
     from ..training import load
 
     run = Path(run_dir)
@@ -141,8 +139,6 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
         **results,
     }
     ckpt.write_text_atomic(out, json.dumps(clean(doc), indent=1, allow_nan=False))
-    if report:
-        write_report(run)
     return out
 
 

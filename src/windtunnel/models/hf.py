@@ -192,7 +192,7 @@ class HFModel(WindTunnelModel):
     def unrotated_keys(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Per layer, the key projection's output before rotary, ``[B, T, key heads, d_h]`` (grouped-query
         models have fewer key heads than query heads).  ``InvalidValue`` for attention-free families."""
-        from ..llm.signatures import attention_layout
+        from .hf_layout import attention_layout
 
         layout = attention_layout(self.net)
         keys: list[torch.Tensor | None] = [None] * len(layout.layers)

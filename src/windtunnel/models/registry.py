@@ -21,7 +21,7 @@ from ..errors import InvalidValue
 TOLERANCE = 0.03
 """Relative tolerance of capacity matching: ``|n_params - N| <= 0.03 N``."""
 
-_NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "attention_layer"}
+_NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "hf_layout", "attention_layer"}
 
 
 def discover() -> list[str]:

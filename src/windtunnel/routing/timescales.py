@@ -133,8 +133,7 @@ def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool 
     from ..checkpoint import write_text_atomic
     from ..geometry.dynamics import frame_precision
     from ..runs import RunDir
-    from ..stages import train_run
-    from ..training import TrainConfig
+    from ..training import TrainConfig, train
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -150,7 +149,7 @@ def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool 
             if cache.is_file():
                 rec = json.loads(cache.read_text())
             else:
-                train_run(cfg, run, resume=run.is_run())
+                train(cfg, run, resume=run.is_run())  # the loop logs its own wall time (training_seconds)
                 fp = frame_precision(run.path, n=setup.n)
                 rec = json_safe({"seed": seed, "steps": fp["steps"], "frame": [r.get("js_mean") for r in fp["series"]],
                                  "precision": [r.get("kl") for r in fp["series"]], "train_s": run.training_seconds()})
