@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -239,6 +240,9 @@ def cpu_kernel() -> object | None:
             src = os.path.join(os.path.dirname(__file__), "selective_scan_cpu.cpp")
             flags = ["-O3", "-ffast-math", "-march=native"]
             errors = []
+            if not _kernel_built("windtunnel_selective_scan_omp"):  # the first use waits for a compiler: say so
+                print("windtunnel: compiling the fused Mamba scan for this machine (once, about 30 s; "
+                      "cached by PyTorch's extension builder)", file=sys.stderr, flush=True)
             for omp in (["-fopenmp"], []):
                 try:
                     mod = load("windtunnel_selective_scan" + ("_omp" if omp else ""), [src], extra_cflags=flags + omp,
@@ -251,6 +255,17 @@ def cpu_kernel() -> object | None:
                               stacklevel=2)
         _KERNEL["mod"] = mod
     return _KERNEL["mod"]
+
+
+def _kernel_built(name: str) -> bool:
+    """Whether PyTorch's extension cache already holds the compiled module ``name``."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        folder = _get_build_directory(name, verbose=False)
+    except Exception:  # noqa: BLE001 - a private helper: when it moves, assume a build is needed
+        return False
+    return any(f.endswith(".so") for f in os.listdir(folder)) if os.path.isdir(folder) else False
 
 
 def kernel_threads() -> int:
