@@ -10,7 +10,7 @@ from pathlib import Path
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
 LAYERS = [("errors", "stats", "numerics"), ("tasks", "metrics"), ("models",), ("checkpoint", "runs"),
           ("training", "evaluation"), ("geometry", "routing", "llm"),
-          ("stages", "report", "grid", "table", "claims", "reproduce"), ("cli", "__main__", "__init__")]
+          ("stages", "report", "grid", "table", "claims", "reproduce", "compare"), ("cli", "__main__", "__init__")]
 LAYER = {name: i for i, group in enumerate(LAYERS) for name in group}
 # geometry/routing_law.py (a diagnostic) reads routing.law, and routing/timescales.py (an experiment)
 # reads geometry.dynamics: two analysis packages of one layer that still lean on each other

@@ -149,3 +149,29 @@ def test_results_record_their_checkpoint_and_the_report_flags_stale_ones(tmp_pat
     html = (out / "report.html").read_text()
     assert "eval.json is from checkpoint step 4, the newest is 8" in html
     assert "geometry.json is from checkpoint step 4" in html
+
+
+def test_compare_lines_up_the_scored_positions_of_runs_of_different_layouts(tmp_path: Path) -> None:
+    """``curves`` drops the unscored padding (the HMM header) and numbers the scored positions 1..n;
+    ``windtunnel compare`` prints the runs side by side and writes the overlay."""
+    import json
+
+    from windtunnel import tasks
+    from windtunnel.cli import main
+    from windtunnel.compare import curves
+
+    a, b = tmp_path / "hmm", tmp_path / "bij"
+    assert main(["run", "hmm", "--K", "6", "--steps", "3", "--n", "16", "--out", str(a), "--no-progress",
+                 "--no-analyze"]) == 0
+    assert main(["run", "bijection", "--V", "5", "--L", "5", "--steps", "3", "--n", "16", "--out", str(b),
+                 "--no-progress", "--no-analyze"]) == 0
+    x, y = curves(a, "kl")
+    task = tasks.make("hmm", K=6)
+    assert x == list(range(1, 7)) and len(y) == int(task.sample(1, 0).mask.sum())
+    raw = json.loads((a / "eval.json").read_text())["curves"]["kl"]
+    assert y == [v for v in raw if v is not None] and raw[0] is None  # the header was padding
+    assert curves(b, "entropy_model")[0] == list(range(1, 6))
+    out = tmp_path / "cmp.png"
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["compare", str(a), "--length", "99", "--out", str(out)]) == 2

@@ -519,6 +519,26 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
+    """Several runs' metrics side by side, and their per-position curves overlaid in one figure."""
+    from .compare import compare
+
+    out = _out_path(args.out) or Path("compare.png")
+    if out.exists() and out.is_dir():
+        raise UsageError(f"invalid out: {out} is a folder; give a .png file")
+    res = compare(args.runs, out, length=args.length)
+    width = max(len(r) for r in res["runs"])
+    print(f"{'metric':18s}" + "".join(f"  {r:>{max(width, 18)}s}" for r in res["runs"]))
+    for m, vals in res["metrics"].items():
+        cells = []
+        for v in vals:
+            cells.append("—" if v is None else f"{v['value']:.4g} [{v['ci'][0]:.3g}, {v['ci'][1]:.3g}]"
+                         if v.get("ci") else f"{v['value']:.4g}")
+        print(f"{m:18s}" + "".join(f"  {c:>{max(width, 18)}s}" for c in cells))
+    print(f"wrote {res['figure']}")
+    return 0
+
+
 def _arch_names() -> list[str]:
     from . import models
 
@@ -603,6 +623,12 @@ def make_parser() -> argparse.ArgumentParser:
     ro.add_argument("--arms", nargs="+", help="em: the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating)")
     ro.add_argument("--deep", action="store_true", help="em: the 4-layer × 4-head transformer with AdamW (2000 steps)")
     ro.set_defaults(func=cmd_routing)
+
+    cp = sub.add_parser("compare", help="several runs' metrics side by side and their curves overlaid")
+    cp.add_argument("runs", nargs="+", help="run folders with an eval.json")
+    cp.add_argument("--length", type=int, help="overlay the evaluation at this length (HMM: 30, 50)")
+    cp.add_argument("--out", help="the overlay figure (default compare.png)")
+    cp.set_defaults(func=cmd_compare)
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
     rep.add_argument("target", choices=["paper1", "paper2", "paper3", "all"],

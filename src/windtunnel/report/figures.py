@@ -64,6 +64,11 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
     return path
 
 
+def save_figure(fig: plt.Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (folders created) and close it."""
+    return _save(fig, path)
+
+
 def _task_label(d: Mapping[str, Any]) -> str:
     task = d.get("task", {})
     params = ", ".join(f"{k}={v}" for k, v in task.get("params", {}).items())
