@@ -162,3 +162,33 @@ def test_selection_reads_the_step_sizes_a_hook_sets() -> None:
     assert r["summary"]["best_abs_delta_info_rho"] == pytest.approx(1.0)
     assert "untrained_best_abs_delta_info_rho" in r["summary"]
     assert not selection(tiny("transformer", task), task, episodes=ep)["applicable"]
+
+
+# --- Paper II's EM reading (C9) ---------------------------------------------------------------------
+def test_em_reading_responsibility_is_the_attention_on_the_posteriors_support() -> None:
+    from windtunnel.geometry.em_reading import em_reading
+
+    task = tasks.make("bijection", V=5, L=12, replacement=True)
+    model = tiny("transformer", task)
+    ep = task.sample(16, 3)
+    region = G.attention_regions(task, ep.tokens)["repeat_answer"]  # [B,T,T]
+
+    def onto_support(t, n):  # every head puts all its attention on the earlier answer, where there is one
+        R = region.to(t.dtype)[:, None]
+        has = R.sum(-1, keepdim=True) > 0
+        return torch.where(has, R / R.sum(-1, keepdim=True).clamp_min(1), t)
+
+    def uniform(t, n):
+        T = t.shape[-1]
+        causal = torch.ones(T, T).tril()
+        return (causal / causal.sum(-1, keepdim=True)).expand_as(t).to(t.dtype)
+
+    with model.hooks([("blocks.1.attn.hook_pattern", onto_support)]):
+        r = em_reading(model, task, episodes=ep)
+    assert r["region"] == "repeat_answer" and r["summary"]["responsibility_by_layer"][1] == pytest.approx(1.0)
+    with model.hooks([("blocks.0.attn.hook_pattern", uniform)]):
+        r = em_reading(model, task, episodes=ep)
+    assert r["summary"]["responsibility_by_layer"][0] == pytest.approx(r["summary"]["uniform_responsibility"])
+    acc = torch.tensor(r["prototype_accuracy"])
+    assert ((acc >= 0) & (acc <= 1)).all() and r["summary"]["chance"] == pytest.approx(1 / 5)
+    assert not em_reading(model, tasks.make("bijection", V=5, L=5), episodes=tasks.make("bijection", V=5, L=5).sample(4, 0))["applicable"]

@@ -75,10 +75,9 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
 
 
 GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bijection_replacement", "transformer"),
-                  ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"))
+                  ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
-CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "transformer"),
-                 ("recall", "mamba"))
+CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "mamba"))
 """Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
 

@@ -138,9 +138,27 @@ def _c8(ev: Evidence) -> Verdict:
                    "the settling of the log error under a cosine schedule; against the linear KL the frame settles later")
 
 
-C9 = claim("C9", "II", "v1", "abstract", "Attention weights act as soft responsibilities (E-step), values as prototypes "
-           "(M-step)", "qualitative", "paper", "—", "—", "—")(
-    fixed(NOT_MEASURED, "no responsibility / prototype diagnostic yet"))
+@claim("C9", "II", "v1", "abstract", "Attention weights act as soft responsibilities (E-step), values as prototypes "
+       "(M-step)", "qualitative", "paper", "em_reading where the exact posterior is one-hot on a hypothesis in context "
+       "(recall's stored value, the sawtooth's repeated-key answer): the best head's attention mass on it, and the share "
+       "of hypothesis positions whose value write favours its own class",
+       "agree if on every seed of both tasks a layer's best head puts ≥ 0.5 of its attention on the posterior's support "
+       "and some head's value writes favour their own class on ≥ 50% of hypothesis positions", REPRO)
+def _c9(ev: Evidence) -> Verdict:
+    parts = {}
+    for column in ("recall", "bijection_replacement"):
+        resp = ev.cell_stat(column, "transformer", SEEDS, "geometry.json",
+                            lambda g: max(geometry_stat(g, "em_reading.responsibility_by_layer")))
+        proto = ev.cell_stat(column, "transformer", SEEDS, "geometry.json",
+                             lambda g: max(geometry_stat(g, "em_reading.prototype_accuracy_by_layer")))
+        if resp is None or proto is None:
+            return missing(f"{column} transformer EM reading")
+        parts[column] = (resp, proto)
+    ok = all(min(r.values) >= 0.5 and min(p.values) >= 0.5 for r, p in parts.values())
+    r, p = parts["recall"]
+    rs, ps = parts["bijection_replacement"]
+    return Verdict(AGREE if ok else DISAGREE, r, f"recall: responsibility {r.text()}, prototype accuracy {p.text()}; "
+                   f"sawtooth: responsibility {rs.text()}, prototype accuracy {ps.text()}")
 C10 = claim("C10", "II", "v3", "abstract", "The primitives map onto EM (accumulation ← value updates, transport ← routing)",
             "qualitative", "paper", "—", "—", "—")(fixed(NOT_MEASURED, "no diagnostic relates primitives to the EM reading"))
 
