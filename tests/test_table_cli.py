@@ -97,3 +97,17 @@ def test_table_resumes_without_redoing(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in tmp_path.glob("runs/**/*") if p.is_file()} == snapshot
     with pytest.raises(ValueError, match="unknown arch"):
         run_table(preset="quick", archs=["gru"], out=tmp_path)
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    import argparse
+
+    from windtunnel.cli import make_parser
+
+    missing = []
+    for action in make_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += [f"{name} {a.option_strings or a.dest}" for a in sub._actions
+                            if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert missing == []
