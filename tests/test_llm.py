@@ -168,7 +168,7 @@ def test_sula_scores_by_hand() -> None:
 
 
 def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    texts = prompt_set("mixed") + [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES)]
+    texts = prompt_set("mixed") + [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES), sula.MASK]
     tok = word_tokenizer(texts)
     torch.manual_seed(0)
     cfg = transformers.AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
@@ -196,6 +196,25 @@ def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixt
     u, mu, sd = ent[1]
     assert (((cut_vals[1] - mu) / sd) @ u).abs().max() < 1e-5  # the axis is gone from the values
     assert abs(float(rnd[1][0] @ u)) < 1e-12 and float(rnd[1][0].norm()) == pytest.approx(1.0)
+    # axis-only projection keeps exactly the component along an axis; a shift moves the values along it
+    d = vals[1].shape[1]
+    w = torch.randn(d, dtype=torch.float64)
+    axis = (w / w.norm(), torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64))
+    with sula.value_edit(model, {1: axis}, lambda z, u: (z @ u) * u):
+        _, only = sula.model_posterior(model, tk, items, ("dax", "lug"), [1])
+    assert torch.allclose(only[1], (vals[1] @ axis[0])[:, None] * axis[0][None], atol=1e-5)
+    with sula.value_edit(model, {1: axis}, {1: lambda z, u: z + 0.5 * u}):
+        _, moved = sula.model_posterior(model, tk, items, ("dax", "lug"), [1])
+    assert torch.allclose(moved[1] - vals[1], 0.5 * axis[0].expand_as(vals[1]), atol=1e-5)
+    # the SULA geometry: one shared basis, movement with k for every condition, the interventions
+    g = doc["geometry"]
+    assert g["layer"] == 1 and set(g["movement"]) == {"normal", "shuffled", "masked"}
+    assert set(g["movement"]["normal"]["pc1_by_k"]) == {"0", "1", "2", "4", "8"}
+    assert -1 <= g["pc1_vs_bayes_entropy"]["rho"] <= 1 and len(g["pc1_vs_bayes_entropy"]["ci"]) == 2
+    assert {"entropy_axis", "random_axis"} <= set(g["axis_only"]) and {"plus", "minus"} <= set(g["shift"])
+    masked = sula.prompts(sula.SulaSetup(ks=(4,), per_k=3), ("dax", "lug"), "masked")
+    assert all(not any(w in m["text"] for w in sula.CARRIERS) and m["text"].count(sula.MASK) == 5 for m in masked)
+    assert [m["p1"] for m in masked] == [i["p1"] for i in sula.prompts(sula.SulaSetup(ks=(4,), per_k=3), ("dax", "lug"))]
 
 
 def test_stratify_takes_equal_shares_of_each_entropy_quintile() -> None:

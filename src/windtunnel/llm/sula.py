@@ -39,6 +39,8 @@ CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "cal
             "gloomy", "awful", "angry", "cold", "cruel", "bitter", "sad", "dull", "harsh", "grim", "nasty", "weary")
 # the paper's eight nonsense labels first; then short non-words that are single tokens in other
 # tokenizers (SmolLM2 splits every one of the paper's eight; pim, dop, lem, lun are whole there)
+MASK = "[MASK]"
+"""What replaces the carrier words in the evidence-ablation control (Paper III §5.2)."""
 LABEL_CANDIDATES = ("dax", "lug", "mip", "zorb", "wug", "kep", "tuv", "gax", "pim", "dop", "lem", "lun", "fep", "blick",
                     "tov", "rax")
 
@@ -67,7 +69,8 @@ def prompts(setup: SulaSetup, labels: tuple[str, str], condition: str = "normal"
     """Prompts with their exact posterior ``p1 = p(y = labels[0] | examples)``.
 
     ``condition``: ``normal``; ``shuffled`` (example labels independent of ``y``: exact ``p1 = 1/2``);
-    ``no_evidence`` (the test word alone: ``p1 = 1/2``).
+    ``no_evidence`` (the test word alone: ``p1 = 1/2``); ``masked`` (every carrier word replaced by
+    :data:`MASK`, the labels kept: the exact posterior is unchanged, since the Bayes model ignores carriers).
     """
     from .. import tasks
 
@@ -83,6 +86,8 @@ def prompts(setup: SulaSetup, labels: tuple[str, str], condition: str = "normal"
                 seq = torch.randint(0, 2, (k,), generator=g)
                 p1 = 0.5
             words = [CARRIERS[int(j)] for j in torch.randint(0, len(CARRIERS), (k + 1,), generator=g)]
+            if condition == "masked":  # Paper III's evidence ablation: the carrier words masked, the labels kept
+                words = [MASK] * (k + 1)
             if condition == "no_evidence":
                 text, p1 = f"{words[-1]}:", 0.5
             else:
@@ -153,16 +158,28 @@ def score(exact: torch.Tensor, model_p1: torch.Tensor, ks: torch.Tensor, n_boot:
 def value_cut(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Iterator[None]:
     """At each layer ``l`` with ``(u, mean, std)``, replace the final token's values ``v`` by the
     values whose z-scores have their component along ``u`` removed: ``z ← z − (z·u)u``."""
+    with value_edit(model, axes, lambda z, u: z - (z @ u) * u):
+        yield
+
+
+@contextmanager
+def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+               edit: Any) -> Iterator[None]:
+    """At each layer with ``(u, mean, std)``, the final token's values ``v`` become ``mean + std · edit(z, u)``
+    with ``z = (v − mean) / std``: the cut (``z − (z·u)u``), the axis-only projection (``(z·u)u``) or a
+    shift along the axis (``z + c·u``)."""
     layout = attention_layout(model)
     if layout.family != "separate":
         raise InvalidValue(f"invalid model: the value cut needs separate v_proj modules, not the {layout.family} layout")
     handles = []
     for layer, (u, mu, sd) in axes.items():
-        def cut(m: Any, i: Any, o: torch.Tensor, u: torch.Tensor = u, mu: torch.Tensor = mu, sd: torch.Tensor = sd) -> torch.Tensor:
+        f = edit[layer] if isinstance(edit, dict) else edit  # one edit for every layer, or one per layer
+
+        def cut(m: Any, i: Any, o: torch.Tensor, u: torch.Tensor = u, mu: torch.Tensor = mu, sd: torch.Tensor = sd,
+                f: Any = f) -> torch.Tensor:
             o = o.clone()
             v = o[0, -1].double().cpu()
-            z = (v - mu) / sd
-            z = z - (z @ u) * u
+            z = f((v - mu) / sd, u)
             o[0, -1] = (mu + sd * z).to(o.dtype).to(o.device)
             return o
 
@@ -190,6 +207,84 @@ def entropy_axes(values: dict[int, torch.Tensor], model_entropy: torch.Tensor, s
         x = x - (x @ u) * u
         ent[layer], rnd[layer], rho[layer] = (u, mu, sd), (x / x.norm(), mu, sd), r
     return ent, rnd, rho
+
+
+def _rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
+    """Spearman ρ(x, y) with a percentile bootstrap interval over prompts."""
+    g = torch.Generator().manual_seed(seed)
+    rho = _spearman(x, y)
+    boots = []
+    for _ in range(n_boot):
+        i = torch.randint(0, len(x), (len(x),), generator=g)
+        r = _spearman(x[i], y[i])
+        if r is not None:
+            boots.append(r)
+    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
+    return {"rho": rho, "ci": ci}
+
+
+def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
+    return {str(k): float(score[ks == k].mean()) for k in sorted(set(ks.tolist()))}
+
+
+def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair: tuple[str, str],
+                  cut_layers: Sequence[int]) -> dict[str, Any]:
+    """Paper III's SULA geometry at the last layer's final-token values, in one PCA basis shared by every k
+    (z-scored over the normal prompts; PC1 oriented to grow with the Bayesian entropy):
+
+    * ``pc1_vs_bayes_entropy`` — |ρ(PC1, H_Bayes)| over all prompts (Paper III: 0.65–0.80);
+    * ``movement`` — ρ(k, PC1): the state moving along the manifold as evidence accumulates (0.86 /
+      0.60 / 0.32), and the same for the **shuffled** labels and the **masked** carriers projected on
+      the normal basis (Paper III: little or no movement), with per-k means;
+    * ``axis_only`` — at ``cut_layers``, the values reduced to their component along the entropy axis
+      (``z ← (z·u)u``) or along a random axis: ρ(model entropy, H_Bayes) after, against before
+      (Paper III: the entropy axis keeps it, a random one destroys it);
+    * ``shift`` — ``z ← z ± σ u`` (σ: the spread of the prompts along ``u``): the change in mean model
+      entropy and entropy MAE (Paper III: a small change in the direction of the shift).
+    """
+    layout = attention_layout(model)
+    last = len(layout.layers) - 1
+    out: dict[str, Any] = {"layer": last}
+    items = {c: prompts(setup, pair, c) for c in ("normal", "shuffled", "masked")}
+    p, V = {}, {}
+    for c, its in items.items():
+        p[c], vals = model_posterior(model, tokenizer, its, pair, sorted({last, *cut_layers}))
+        V[c] = vals
+    ks = {c: torch.tensor([x["k"] for x in its]) for c, its in items.items()}
+    H_bayes = _binary_entropy(torch.tensor([x["p1"] for x in items["normal"]], dtype=torch.float64))
+    Vn = V["normal"][last]
+    mu, sd = Vn.mean(0), Vn.std(0).clamp_min(1e-12)
+    Z = (Vn - mu) / sd
+    u = torch.linalg.svd(Z - Z.mean(0), full_matrices=False)[2][0]
+    if (_spearman(Z @ u, H_bayes) or 0.0) < 0:
+        u = -u
+    out["pc1_vs_bayes_entropy"] = _rho_ci(Z @ u, H_bayes, setup.n_boot, setup.seed)
+    out["movement"] = {}
+    for c in ("normal", "shuffled", "masked"):
+        score_c = ((V[c][last] - mu) / sd) @ u
+        out["movement"][c] = {**_rho_ci(ks[c].double(), score_c, setup.n_boot, setup.seed), "pc1_by_k": _by_k(score_c, ks[c])}
+    # interventions at the cut layers, on the normal prompts
+    H_model = _binary_entropy(p["normal"])
+    exact = torch.tensor([x["p1"] for x in items["normal"]], dtype=torch.float64)
+    ent, rnd, _ = entropy_axes({l: V["normal"][l] for l in cut_layers}, H_model, setup.seed)
+    before = _spearman(H_model, H_bayes)
+    out["axis_only"] = {"layers": list(cut_layers), "rho_model_bayes_entropy_before": before}
+    for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
+        with value_edit(model, axes, lambda z, u: (z @ u) * u):
+            q, _ = model_posterior(model, tokenizer, items["normal"], pair)
+        out["axis_only"][name] = {"rho_model_bayes_entropy": _spearman(_binary_entropy(q), H_bayes),
+                                  "entropy_mae": float((_binary_entropy(q) - H_bayes).abs().mean())}
+    out["shift"] = {"layers": list(cut_layers), "mean_model_entropy_before": float(H_model.mean()),
+                    "entropy_mae_before": float((H_model - H_bayes).abs().mean())}
+    for sign in (+1, -1):
+        sig = {l: float((((V["normal"][l] - ent[l][1]) / ent[l][2]) @ ent[l][0]).std()) for l in cut_layers}
+        shifts = {l: (lambda z, u, c=sign * sig[l]: z + c * u) for l in cut_layers}
+        with value_edit(model, {l: ent[l] for l in cut_layers}, shifts):
+            q, _ = model_posterior(model, tokenizer, items["normal"], pair)
+        Hq = _binary_entropy(q)
+        out["shift"]["plus" if sign > 0 else "minus"] = {"mean_model_entropy": float(Hq.mean()),
+                                                        "entropy_mae": float((Hq - H_bayes).abs().mean())}
+    return out
 
 
 def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetup(),
@@ -229,4 +324,5 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
                      "rho_axis_entropy_after": {str(l): _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0], Hq)
                                                 for l in layers}}
     out["cut"] = cut
+    out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers)
     return json_safe(out)
