@@ -122,12 +122,22 @@ def model_posterior(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict
     try:
         for item in items:
             x = tokenizer(item["text"], return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
-            logits = model(input_ids=x, use_cache=False).logits[0, -1, ids].double()
+            logits = _last_logits(model, x)[ids].double()
             p1.append(float(torch.softmax(logits, -1)[0]))
     finally:
         for h in handles:
             h.remove()
     return torch.tensor(p1, dtype=torch.float64), {l: torch.stack(v) for l, v in store.items()}
+
+
+def _last_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The final position's logits ``[vocab]``; only that position goes through the output head where the
+    family allows it (``logits_to_keep``: the head is most of a small model's cost over a large vocabulary)."""
+    try:
+        out = model(input_ids=x, use_cache=False, logits_to_keep=1)
+    except TypeError:  # an older transformers or a family without the option
+        out = model(input_ids=x, use_cache=False)
+    return out.logits[0, -1]
 
 
 def _binary_entropy(p: torch.Tensor) -> torch.Tensor:
