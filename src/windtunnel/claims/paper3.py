@@ -265,7 +265,9 @@ def _d15(ev: Evidence) -> Verdict:
     mv = g["movement"]["normal"]
     m = _rho(mv)
     ok = abs(m.value) >= 0.3 and _excludes_zero(mv)
-    return Verdict(AGREE if ok else DISAGREE, m, "mean PC1 by k: " + ", ".join(f"{k}: {v:+.2f}" for k, v in mv["pc1_by_k"].items()))
+    sh = g["movement"]["shuffled"]["rho"]
+    return Verdict(AGREE if ok else DISAGREE, m, "mean PC1 by k: " + ", ".join(f"{k}: {v:+.2f}" for k, v in mv["pc1_by_k"].items())
+                   + f"; with shuffled labels (no evidence) ρ is {sh:+.2f} (D17): the movement follows k, not the evidence")
 
 
 def _no_movement(ev: Evidence, condition: str, note: str) -> Verdict:
