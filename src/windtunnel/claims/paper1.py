@@ -726,8 +726,9 @@ def _b16(ev: Evidence) -> Verdict:
 
 
 @claim("B17", "I", "v3 (secondary)", "Mamba geometry", "Mamba realises the geometry through input-dependent Δ, B, C "
-       "selection", "qualitative", "secondary", "selection on HMM: the largest |Spearman ρ| over layers between Mamba's "
-       "mean step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1)",
+       "selection", "qualitative", "secondary", "selection on HMM: per layer, the mean over channels of |Spearman ρ| "
+       "between Mamba's step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1); its largest "
+       "value over layers",
        "agree if it is ≥ 0.3 on every seed and above the untrained model's", REPRO)
 def _b17(ev: Evidence) -> Verdict:
     m = ev.geometry("hmm", "mamba", SEEDS, "selection.best_abs_delta_info_rho")

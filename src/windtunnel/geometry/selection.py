@@ -9,7 +9,9 @@ is.  At every scored position, per layer:
 
 * ``delta_info_rho`` — Spearman ρ between the mean step size :math:`\\bar\\Delta_t` (over channels)
   and the information the observation brought, :math:`\\mathrm{KL}(p_t \\,\\|\\, p_{t-1})` in bits
-  between consecutive exact posteriors of the same sequence;
+  between consecutive exact posteriors of the same sequence; ``delta_channel_abs_info_rho`` — the
+  mean over channels of each channel's |ρ| (channels may open for opposite reasons; the headline,
+  ``best_abs_delta_info_rho``, is its largest value over layers);
 * ``delta_entropy_rho`` — ρ between :math:`\\bar\\Delta_t` and the posterior entropy :math:`H_t`;
 * ``delta_token_eta2`` — the share of the variance of :math:`\\bar\\Delta_t` explained by the
   current input token (η²): how input-dependent the selection is at all;
@@ -30,7 +32,7 @@ from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
 from ._common import (GEOMETRY_SEED, arch_of, clean, collect_scored, episodes_for, has_hooks, n_layers,
-                      not_applicable, spearman)
+                      not_applicable, pearson, rankdata, spearman)
 from .registry import Diagnostic, Reading, register
 
 __all__ = ["selection", "selection_figure", "information_gain"]
@@ -64,10 +66,17 @@ def _stats(model: torch.nn.Module, ep: Episodes) -> dict[str, list[float | None]
     gain = information_gain(sc.posterior, sc.seq)
     ok = ~torch.isnan(gain)
     token = ep.tokens[ep.mask]
-    out: dict[str, list[float | None]] = {k: [] for k in ("delta_info_rho", "delta_entropy_rho", "delta_token_eta2",
+    out: dict[str, list[float | None]] = {k: [] for k in ("delta_info_rho", "delta_channel_abs_info_rho",
+                                                            "delta_entropy_rho", "delta_token_eta2",
                                                             "B_info_rho", "C_entropy_rho")}
+    gain_ranks = rankdata(gain[ok])
     for l in range(L):
-        d = sc.acts[f"blocks.{l}.hook_delta"].mean(1)
+        D = sc.acts[f"blocks.{l}.hook_delta"]
+        # channels may open and close for opposite reasons, so their mean can hide selection: per channel too
+        rhos = [pearson(rankdata(D[ok, c]), gain_ranks) for c in range(D.shape[1])]
+        rhos = [abs(r) for r in rhos if r is not None]
+        out["delta_channel_abs_info_rho"].append(sum(rhos) / len(rhos) if rhos else None)
+        d = D.mean(1)
         b = sc.acts[f"blocks.{l}.hook_B"].norm(dim=1)
         c = sc.acts[f"blocks.{l}.hook_C"].norm(dim=1)
         out["delta_info_rho"].append(spearman(d[ok], gain[ok]))
@@ -92,15 +101,16 @@ def selection(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Module 
                       "step size by input token; per layer",
         "layers": trained,
     }
-    best = max((abs(x) for x in trained["delta_info_rho"] if x is not None), default=None)
+    best = max((abs(x) for x in trained["delta_channel_abs_info_rho"] if x is not None), default=None)
     out["summary"] = {"delta_info_rho_by_layer": trained["delta_info_rho"],
+                      "delta_channel_abs_info_rho_by_layer": trained["delta_channel_abs_info_rho"],
                       "delta_entropy_rho_by_layer": trained["delta_entropy_rho"],
                       "delta_token_eta2_by_layer": trained["delta_token_eta2"], "best_abs_delta_info_rho": best}
     if untrained is not None and has_hooks(untrained, "hook_delta"):
         un = _stats(untrained, ep)
         out["untrained"] = un
         out["summary"]["untrained_best_abs_delta_info_rho"] = max(
-            (abs(x) for x in un["delta_info_rho"] if x is not None), default=None)
+            (abs(x) for x in un["delta_channel_abs_info_rho"] if x is not None), default=None)
     return clean(out)
 
 
@@ -141,4 +151,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("selection", selection, selection_figure, _interpret, untrained=True, order=65, claims=("B17",),
-                    requires=("hook_delta",)))
+                    requires=("hook_delta",), version=2))
