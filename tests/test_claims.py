@@ -141,3 +141,18 @@ def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: 
     g["meta"]["versions"]["value_manifold"] = 0
     (cells / "main-transformer-s0" / "geometry.json").write_text(json.dumps(g))
     assert reproduce.missing(reproduce.plan("paper1")[0], results) == ["geometry.json"]
+
+
+def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from windtunnel.cli import main
+
+    cases = [["claims", "--results", str(tmp_path / "none")], ["claims", "--out", str(tmp_path / "no" / "C.md")],
+             ["compare", str(tmp_path / "none")], ["reproduce", "paper1", "--workers", "0"],
+             ["reproduce", "paper9"], ["compare", str(RESULTS / "quick" / "cells" / "main-transformer-s0"),
+                                       "--out", str(tmp_path / "no" / "c.png")]]
+    for args in cases:
+        capsys.readouterr()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("windtunnel: error:"), (args, err)
+    assert not (tmp_path / "no").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -506,6 +507,15 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _writable_file(path: Path) -> None:
+    """One line, before any work, when ``path`` cannot be written (its folder missing or read-only)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UsageError(f"invalid out: {path} is a folder")
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"invalid out: cannot write {path} (its folder is missing or not writable)")
+
+
 def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
     """Render results/CLAIMS.md from the committed artifacts (nothing is trained)."""
     from . import claims
@@ -514,6 +524,7 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
     if not results.is_dir():
         raise UsageError(f"invalid results: {results} is not a folder")
     out = _out_path(args.out)
+    _writable_file(out if out is not None else results / "CLAIMS.md")
     path, counts = claims.write(results, out, preset=args.preset)
     print(f"wrote {path}: {sum(counts.values())} claims — " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
     return 0
@@ -526,6 +537,7 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     out = _out_path(args.out) or Path("compare.png")
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .png file")
+    _writable_file(out)
     res = compare(args.runs, out, length=args.length)
     width = max(len(r) for r in res["runs"])
     print(f"{'metric':18s}" + "".join(f"  {r:>{max(width, 18)}s}" for r in res["runs"]))

@@ -706,23 +706,22 @@ def _b14(ev: Evidence) -> Verdict:
        "0.40 vs 0.004", "secondary", "probes.final_entropy_r2 (held out), mamba vs lstm, 3 seeds",
        "agree if Mamba's interval lies above the LSTM's; inconclusive if only its mean does", REPRO)
 def _b15(ev: Evidence) -> Verdict:
-    ma = ev.geometry("hmm", "mamba", SEEDS, "probes.final_entropy_r2")
-    ls = ev.geometry("hmm", "lstm", SEEDS, "probes.final_entropy_r2")
-    if ma is None or ls is None:
-        return missing("HMM Mamba and LSTM geometry")
-    neg = lambda m: type(m)(-m.value, (-m.ci[1], -m.ci[0]) if m.ci else None, m.seeds, m.values, m.files)  # noqa: E731
-    return Verdict(_lower(neg(ma), neg(ls)), ma, f"LSTM {ls.text()}")
+    return _mamba_vs_lstm(ev, "probes.final_entropy_r2", mamba_lower=False)
 
 
 @claim("B16", "I", "v3", "Mamba geometry", "PC1 variance share of the last layer: Mamba well below the LSTM",
        "21.9% vs 92.3%", "secondary", "value_manifold.final_resid_pc1_var, mamba vs lstm, 3 seeds",
        "agree if Mamba's interval lies below the LSTM's; inconclusive if only its mean does", REPRO)
 def _b16(ev: Evidence) -> Verdict:
-    ma = ev.geometry("hmm", "mamba", SEEDS, "value_manifold.final_resid_pc1_var")
-    ls = ev.geometry("hmm", "lstm", SEEDS, "value_manifold.final_resid_pc1_var")
+    return _mamba_vs_lstm(ev, "value_manifold.final_resid_pc1_var", mamba_lower=True)
+
+
+def _mamba_vs_lstm(ev: Evidence, key: str, mamba_lower: bool) -> Verdict:
+    """A Mamba-vs-LSTM comparison on HMM: :func:`_lower` one way round or the other."""
+    ma, ls = ev.geometry("hmm", "mamba", SEEDS, key), ev.geometry("hmm", "lstm", SEEDS, key)
     if ma is None or ls is None:
         return missing("HMM Mamba and LSTM geometry")
-    return Verdict(_lower(ma, ls), ma, f"LSTM {ls.text()}")
+    return Verdict(_lower(ma, ls) if mamba_lower else _lower(ls, ma), ma, f"LSTM {ls.text()}")
 
 
 @claim("B17", "I", "v3 (secondary)", "Mamba geometry", "Mamba realises the geometry through input-dependent Δ, B, C "
