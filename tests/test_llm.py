@@ -227,3 +227,69 @@ def test_stratify_takes_equal_shares_of_each_entropy_quintile() -> None:
     assert sorted(list(quintile_of.values()).count(q) for q in range(5)) == [3] * 5
     with pytest.raises(InvalidValue, match="per_quintile"):
         stratify(entropy, 11)
+
+
+# --- the cross-model basis (D24) and the BOS rule ----------------------------------------------------------
+from windtunnel.llm.cross_model import global_pca  # noqa: E402
+from windtunnel.llm.load import BOS_ATTR, encode  # noqa: E402
+
+
+def test_global_pca_by_hand() -> None:
+    g = torch.Generator().manual_seed(0)
+    H = torch.rand(200, generator=g, dtype=torch.float64)
+    a = H + 0.3 * torch.randn(200, generator=g, dtype=torch.float64)
+    b = -5.0 * H + 2.0 * torch.randn(200, generator=g, dtype=torch.float64)
+    out = global_pca({"a": a[:, None], "b": b[:, None]}, H, n_boot=50, n_null=50)
+    # two standardised columns with correlation r: PC1 carries (1 + |r|) / 2, loads 1/√2 on each
+    r = abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1]))
+    assert out["global_pc1_share"] == pytest.approx((1 + r) / 2, abs=1e-12)
+    assert out["block_share"]["a"] == pytest.approx(0.5, abs=1e-12) == out["block_share"]["b"]
+    assert out["agreement"]["a|b"] > 0.3 and out["rho_global_pc1_bayes_entropy"]["rho"] > 0.5
+    # misaligned, the two columns are uncorrelated: PC1 falls to about half the variance
+    assert out["misaligned_null"]["global_pc1_share_mean"] == pytest.approx(0.5, abs=0.05)
+    assert out["global_pc1_share"] > out["misaligned_null"]["global_pc1_share_q95"]
+    # per-model standardisation: a model's units and width do not decide the axes
+    wide = torch.cat([b[:, None] * 1e3, torch.randn(200, 3, generator=g, dtype=torch.float64)], 1)
+    scaled = global_pca({"a": a[:, None], "b": b[:, None] * 1e3}, H, n_boot=10, n_null=5)
+    assert scaled["global_pc1_share"] == pytest.approx(out["global_pc1_share"], abs=1e-12)
+    assert sum(global_pca({"a": a[:, None], "b": wide}, H, n_boot=10, n_null=5)["block_share"].values()) == \
+        pytest.approx(1.0)
+    with pytest.raises(InvalidValue, match="at least 2"):
+        global_pca({"a": a[:, None]}, H)
+    with pytest.raises(InvalidValue, match="one row per prompt"):
+        global_pca({"a": a[:, None], "b": b[:50, None]}, H)
+
+
+def test_encode_prepends_bos_only_where_the_loader_found_the_model_expects_it() -> None:
+    tok = word_tokenizer(["hello world"])
+    plain = encode(tok, "hello world")
+    assert plain.shape == (1, 2)
+    setattr(tok, BOS_ATTR, 0)
+    assert encode(tok, "hello world").tolist() == [[0] + plain[0].tolist()]
+
+
+def test_llm_global_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    texts = [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES)]
+    tok = word_tokenizer(texts)
+    folders = []
+    for i, (family, kv) in enumerate((("llama", 2), ("mistral", 1))):
+        torch.manual_seed(i)
+        cfg = transformers.AutoConfig.for_model(family, vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=kv)
+        folder = tmp_path / family
+        transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+        tok.save_pretrained(folder)
+        folders.append(str(folder))
+    out = tmp_path / "global.json"
+    assert main(["llm", "global", *folders, "--per-k", "6", "--n-boot", "20", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["models"] == ["llama", "mistral"] and doc["prompts"] == 30
+    assert doc["widths"] == {"llama": 2 * 8, "mistral": 1 * 8}  # key/value heads × head width, last layer
+    assert sum(doc["block_share"].values()) == pytest.approx(1.0)
+    assert 0 < doc["global_pc1_share"] <= 1 and set(doc["entropy_mae"]) == {"llama", "mistral"}
+    assert "global PCA" in capsys.readouterr().out
+    for argv in (["llm", "global", folders[0]], ["llm", "signatures", *folders],
+                 ["llm", "global", folders[0], folders[0]], ["llm", "global", *folders, "--out", str(tmp_path / "no" / "g.json")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("windtunnel: error:") and "\n" not in err, err

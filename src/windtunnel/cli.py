@@ -411,6 +411,11 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     ``llm sula MODEL``: the two-label in-context task, its controls and the entropy-axis cut."""
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
+    if args.action == "global":
+        return _cmd_global(args)
+    if len(args.model) != 1:
+        raise UsageError(f"invalid model: llm {args.action} takes one model, got {len(args.model)}")
+    args.model = args.model[0]
     if args.action == "sula":
         return _cmd_sula(args)
     from .checkpoint import write_text_atomic
@@ -448,6 +453,42 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     rc = f["reduction_ci"]
     print(f"attention focusing at the final token: entropy {f['entropy_by_layer'][0]:.2f} → {f['entropy_by_layer'][-1]:.2f} bits, "
           f"reduction {f['reduction_first_to_last']:.0%} [{rc[0]:.0%}, {rc[1]:.0%}]")
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_global(args: argparse.Namespace) -> int:
+    from .checkpoint import write_text_atomic
+    from .llm.cross_model import cross_model
+    from .llm.load import load_model
+    from .llm.sula import SulaSetup
+
+    _positive(args.n_boot, "n_boot")
+    _positive(args.per_k, "per_k")
+    if len(args.model) < 2:
+        raise UsageError(f"invalid model: llm global compares at least 2 models, got {len(args.model)}")
+    stems = [Path(m).stem or "model" for m in args.model]
+    if len(set(stems)) != len(stems):
+        raise UsageError(f"invalid model: the models need distinct file names, got {', '.join(stems)}")
+    out = _out_path(args.out) or Path("results/llm") / f"global-{'-'.join(stems)}.json"
+    _writable_file(out)
+    loaded = {stem: load_model(m)[:2] for stem, m in zip(stems, args.model)}
+    result = cross_model(loaded, SulaSetup(per_k=args.per_k, n_boot=args.n_boot))
+    result["source"] = {stem: m for stem, m in zip(stems, args.model)}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, json.dumps(result, indent=1))
+    except OSError as exc:
+        raise UsageError(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
+    r, null = result["rho_global_pc1_bayes_entropy"], result["misaligned_null"]
+    print(f"global PCA over {result['prompts']} SULA prompts (labels {' / '.join(result['labels'])}), "
+          f"models {', '.join(stems)}:")
+    print(f"  PC1 {result['global_pc1_share']:.1%} of the variance (misaligned null {null['global_pc1_share_mean']:.1%}); "
+          f"|ρ(PC1, H_Bayes)| {r['rho']:.2f} [{r['rho_ci'][0]:.2f}, {r['rho_ci'][1]:.2f}] (null {null['rho_mean']:.2f})")
+    for m in stems:
+        o = result["own_pc1"][m]
+        print(f"  {m}: PC1 block share {result['block_share'][m]:.2f}; own PC1 {o['share']:.1%}, |ρ| {o['rho']:.2f}; "
+              f"entropy MAE {result['entropy_mae'][m]:.3f} bits")
     print(f"wrote {out}")
     return 0
 
@@ -658,15 +699,19 @@ def make_parser() -> argparse.ArgumentParser:
     cl.set_defaults(func=cmd_claims)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
-    lm.add_argument("action", choices=["signatures", "sula"], help="signatures: keys, value manifold, focusing; sula: the two-label task and the cut")
-    lm.add_argument("model", help="a local folder, a .gguf file, or a hub name already in the local cache")
+    lm.add_argument("action", choices=["signatures", "sula", "global"],
+                    help="signatures: keys, value manifold, focusing; sula: the two-label task and the cut; "
+                         "global: one PCA basis across two or more models on the same SULA prompts")
+    lm.add_argument("model", nargs="+", help="a local folder, a .gguf file, or a hub name already in the local cache "
+                                              "(global: two or more)")
     lm.add_argument("--prompts", default="mixed", help="mixed, math, code, or a file (JSON list / one per line)")
     lm.add_argument("--n-boot", dest="n_boot", type=int, default=1000, help="bootstrap resamples of every interval (default 1000)")
     lm.add_argument("--per-quintile", dest="per_quintile", type=int,
                     help="signatures: that many prompts from each next-token-entropy quintile (default: all)")
-    lm.add_argument("--per-k", dest="per_k", type=int, default=50, help="sula: prompts per example count k")
+    lm.add_argument("--per-k", dest="per_k", type=int, default=50, help="sula, global: prompts per example count k")
     lm.add_argument("--layers", type=int, nargs="+", help="sula: layers of the entropy-axis cut (default middle, last)")
-    lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json or MODEL-sula.json)")
+    lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json, MODEL-sula.json or "
+                                  "global-MODEL-MODEL.json)")
     lm.set_defaults(func=cmd_llm)
     return p
 

@@ -91,22 +91,37 @@ def _exp(name: str, task: str, quick: dict[str, Any], paper: dict[str, Any], qui
     return Experiment(name, task, {"quick": quick, "paper": paper}, {"quick": quick_recipe, "paper": paper_recipe}, **kw)
 
 
+_MAIN = _exp("main", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve")
+_HMM = _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, primitive="transport", metric="kl",
+            lengths=(20, 30, 50))
+_RECALL = _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
+               _QUICK_RECALL, primitive="binding", metric="accuracy", unit="%")
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("bijection", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_SHORT,
          primitive="accumulation", metric="entropy_mae_curve"),
-    _exp("main", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve"),
+    _MAIN,
     # Paper I's own bijection layout (one vocabulary, a query token before each key), main-job recipe
     _exp("main_query", "bijection_query", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve"),
+    # the main job with grouped-query attention: the recipe's query heads share one key/value head
+    # (4:1 in the quick preset, Llama-3.2-1B's ratio), capacity-matched like every cell (Paper III's
+    # MHA-vs-GQA focusing contrast under control)
+    _exp("main_gqa", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve",
+         model={"transformer": {"n_kv_heads": 1}}),
     _exp("bijection_replacement", "bijection", {"V": 10, "L": 12, "replacement": True},
          {"V": 20, "L": 19, "replacement": True}, _QUICK_SAWTOOTH,
          primitive="accumulation + binding", metric="entropy_mae_curve"),
-    _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM,
-         primitive="transport", metric="kl", lengths=(20, 30, 50)),
+    _HMM,
     # Paper I's HMM control: attention switched off in the top two layers, trained as the HMM column
     _exp("hmm_attn_off", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
          model={"transformer": {"attn_off": "top2"}}),
-    _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
-         _QUICK_RECALL, primitive="binding", metric="accuracy", unit="%"),
+    _RECALL,
+    # Paper II's EM reading tested by training: one primitive per experiment, the transformer trained as
+    # that experiment's cell but with uniform attention in every layer (routing removed, values kept)
+    *(_exp(f"{e.name}_uniform", e.task, e.task_params["quick"], e.task_params["paper"], e.recipes["quick"],
+           e.recipes["paper"], metric=e.metric, unit=e.unit, lengths=e.lengths,
+           model={"transformer": {"uniform_attn": "all"}})
+      for e in (_MAIN, _HMM, _RECALL)),
     _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {}),
     _exp("coin", "coin", {}, {}),
     _exp("sticky", "sticky", {}, {}),
@@ -176,10 +191,13 @@ def _model_overrides(task: str, arch: str, recipe: Recipe) -> dict[str, Any]:
 
 
 def _extra_model(e: Experiment, arch: str, recipe: Recipe) -> dict[str, Any]:
-    """The experiment's own model settings for ``arch``; ``"top2"`` names the recipe's top two layers."""
+    """The experiment's own model settings for ``arch``; ``"top2"`` names the recipe's top two layers,
+    ``"all"`` every layer."""
     extra = dict(e.model.get(arch, {}))
     if extra.get("attn_off") == "top2":
         extra["attn_off"] = [recipe.layers - 2, recipe.layers - 1]
+    if extra.get("uniform_attn") == "all":
+        extra["uniform_attn"] = list(range(recipe.layers))
     return extra
 
 

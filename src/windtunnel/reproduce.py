@@ -61,25 +61,32 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     bijection (keys, the frame head, layer ablation, focusing, probes, frame vs precision over
     checkpoints); the sawtooth, where posterior entropy is not a function of position (the value
     manifold); HMM for the transformer (head ablation), Mamba and the LSTM (clusters, entropy R²,
-    PC1 share).
+    PC1 share).  Paper II adds the three primitives with uniform attention (which of them need
+    routing); Paper III adds the main job with grouped-query attention (focusing, MHA vs GQA).
     """
     if target not in TARGETS:
         raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
-    main, sawtooth = GEOMETRY_CELLS[:1], GEOMETRY_CELLS[2:3]
-    cells = {"paper1": GEOMETRY_CELLS + CONTROL_CELLS, "paper2": main, "paper3": main + sawtooth,
-             "all": GEOMETRY_CELLS + CONTROL_CELLS}
+    main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
+    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + CONTROL_CELLS
+    cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa,
+             "all": GEOMETRY_CELLS + CONTROL_CELLS + EM_CELLS}
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in GEOMETRY_CELLS)
             for column, arch in cells[target] for seed in SEEDS]
 
 
 GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bijection_replacement", "transformer"),
-                  ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"))
+                  ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"),
+                  ("main_gqa", "transformer"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
 CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "mamba"))
 """Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
+
+EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
+"""Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
+attention in every layer (routing removed, value aggregation kept), trained and evaluated only."""
 
 EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper1": (("{preset}/table.json", "windtunnel table --preset {preset} --seeds 3"),
@@ -88,7 +95,9 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
                ("routing/deep/em.json", "windtunnel routing em --deep --seeds 5 --arms sgd em_like sgd_matched alternating"),
                ("routing/timescales/timescales.json", "windtunnel routing timescales")),
     "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
-               ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …")),
+               ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …"),
+               ("llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json",
+                "windtunnel llm global SMOLLM2.gguf GEMMA3-270M.gguf --out …")),
 }
 """Artifacts the claims read that other commands make (hours of work, or a model file): ``reproduce`` checks
 them and names the command of each missing one, without running it."""

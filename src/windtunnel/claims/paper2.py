@@ -159,8 +159,38 @@ def _c9(ev: Evidence) -> Verdict:
     rs, ps = parts["bijection_replacement"]
     return Verdict(AGREE if ok else DISAGREE, r, f"recall: responsibility {r.text()}, prototype accuracy {p.text()}; "
                    f"sawtooth: responsibility {rs.text()}, prototype accuracy {ps.text()}")
-C10 = claim("C10", "II", "v3", "abstract", "The primitives map onto EM (accumulation ← value updates, transport ← routing)",
-            "qualitative", "paper", "—", "—", "—")(fixed(NOT_MEASURED, "no diagnostic relates primitives to the EM reading"))
+def _routing_damage(ev: Evidence, column: str) -> tuple[float, Measure, Measure, float] | None:
+    """How far uniform attention takes ``column``'s transformer from the trained model towards the
+    context-blind floor, in KL: ``(KL_uniform − KL_full) / (KL_blind − KL_full)`` (seed means)."""
+    full = ev.eval_metric(column, "transformer", SEEDS, "kl")
+    uni = ev.eval_metric(f"{column}_uniform", "transformer", SEEDS, "kl")
+    blind = ev.cell_stat(column, "transformer", SEEDS, "references.json",
+                         lambda r: r["context_blind"]["metrics"]["kl"])
+    if full is None or uni is None or blind is None or blind.value <= full.value:
+        return None
+    return (uni.value - full.value) / (blind.value - full.value), uni, full, blind.value
+
+
+@claim("C10", "II", "v3", "abstract", "The primitives map onto EM: accumulation ← value updates, transport ← routing, "
+       "binding ← query–key matching", "qualitative", "paper",
+       "each primitive's transformer retrained with uniform attention in every layer (routing removed, value "
+       "aggregation kept): the share of the way from the trained model's KL to the context-blind KL "
+       "(accumulation: the main job; transport: HMM; binding: recall), 3 seeds each",
+       "agree if removing routing takes binding and transport at least halfway to the context-blind floor and "
+       "accumulation less than halfway (the two routing primitives need routing, accumulation does not)",
+       "windtunnel reproduce paper2 --preset quick")
+def _c10(ev: Evidence) -> Verdict:
+    parts = {}
+    for primitive, column in (("accumulation", "main"), ("transport", "hmm"), ("binding", "recall")):
+        d = _routing_damage(ev, column)
+        if d is None:
+            return missing(f"{column} cells with uniform attention")
+        parts[primitive] = d
+    ok = parts["binding"][0] >= 0.5 and parts["transport"][0] >= 0.5 and parts["accumulation"][0] < 0.5
+    files = tuple(f for d in parts.values() for f in d[1].files + d[2].files)
+    return Verdict(AGREE if ok else DISAGREE, "; ".join(f"{p} {d[0]:.2f}" for p, d in parts.items()),
+                   "share of the way to the context-blind floor; KL uniform / trained / blind: " + "; ".join(
+                       f"{p} {d[1].text()} / {d[2].value:.3g} / {d[3]:.3g}" for p, d in parts.items()), files=files)
 
 
 @claim("C11", "II", "v3", "abstract", "Content-based value routing, selective SSMs included, develops Bayesian geometry",

@@ -3,6 +3,11 @@ inside it), a ``.gguf`` file, or a Hugging Face hub name already in the local ca
 
 Eager attention is requested so the attention weights exist for the focusing signature; weights are
 float32.  Nothing is downloaded: a model that is not on this machine is one clear error line.
+
+Prompts are encoded by :func:`encode`: the text's tokens, with the beginning-of-sequence token in
+front exactly when the model was trained that way — what a GGUF file records in
+``tokenizer.ggml.add_bos_token`` (Gemma: yes — without it its perplexity on plain English runs into
+the hundreds; SmolLM2: no), or the tokenizer's own ``add_bos_token`` for other folders.
 """
 
 from __future__ import annotations
@@ -11,6 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidValue
+
+BOS_ATTR = "windtunnel_bos_id"
+"""The tokenizer attribute :func:`load_model` sets: the BOS id to prepend, or ``None``."""
+
+
+def _gguf_adds_bos(path: Path) -> bool | None:
+    """The GGUF file's ``tokenizer.ggml.add_bos_token`` (``None`` when it does not say)."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields.get("tokenizer.ggml.add_bos_token")
+    return None if field is None or not field.data else bool(field.parts[field.data[0]][0])
+
+
+def encode(tokenizer: Any, text: str) -> Any:
+    """``input_ids [1, T]`` of ``text``: its tokens, after the BOS token where :func:`load_model` found
+    the model expects one (tokenizers built elsewhere: no special tokens)."""
+    import torch
+
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    bos = getattr(tokenizer, BOS_ATTR, None)
+    return torch.tensor([([bos] if bos is not None else []) + ids], dtype=torch.long)
 
 
 def load_model(name: str) -> tuple[Any, Any, str]:
@@ -47,4 +73,9 @@ def load_model(name: str) -> tuple[Any, Any, str]:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise InvalidValue(f"model {name!r} is not available on this machine ({what}): {first}") from None
     model.eval()
+    gguf_file = extra.get("gguf_file")
+    adds = _gguf_adds_bos(Path(folder) / gguf_file) if gguf_file else getattr(tokenizer, "add_bos_token", None)
+    setattr(tokenizer, BOS_ATTR, tokenizer.bos_token_id if adds and tokenizer.bos_token_id is not None else None)
+    if getattr(tokenizer, BOS_ATTR) is not None:
+        what += " (BOS prepended)"
     return model, tokenizer, what

@@ -35,6 +35,7 @@ import torch
 
 from ..errors import InvalidValue
 from ..stats import finite_ci, json_safe, resample_weights
+from .load import encode
 
 
 from ..models.hf_layout import AttentionLayout, attention_layout  # noqa: E402,F401  (owned by models)
@@ -81,7 +82,7 @@ def read_final_token(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[s
     try:
         model.eval()
         for text in prompts:
-            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
+            ids = encode(tokenizer, text).to(device)
             if ids.shape[1] == 0:
                 raise InvalidValue(f"invalid prompt: {text!r} has no tokens")
             out = model(input_ids=ids, output_attentions=True, use_cache=False)

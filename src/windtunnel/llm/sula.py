@@ -33,6 +33,7 @@ import torch
 
 from ..errors import InvalidValue
 from ..stats import finite_ci, json_safe, resample_weights
+from .load import encode
 from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_layout
 
 CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "calm", "joyful", "sunny", "sweet", "proud",
@@ -121,7 +122,7 @@ def model_posterior(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict
     p1 = []
     try:
         for item in items:
-            x = tokenizer(item["text"], return_tensors="pt", add_special_tokens=False)["input_ids"].to(device)
+            x = encode(tokenizer, item["text"]).to(device)
             logits = _last_logits(model, x)[ids].double()
             p1.append(float(torch.softmax(logits, -1)[0]))
     finally:

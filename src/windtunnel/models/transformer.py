@@ -17,6 +17,22 @@ with causal multi-head attention, per head ``h``
     A^h = \mathrm{softmax}\!\left(\frac{q^h k^{h\top}}{\sqrt{d_h}} + M_{\text{causal}}\right),\quad
     z^h = A^h v^h,\quad a = W_O\,[z^1;\dots;z^H].
 
+Grouped-query attention (``n_kv_heads < n_heads``, the Llama family's layout): the query heads
+fall into ``n_kv_heads`` groups of ``n_heads / n_kv_heads`` consecutive heads, each group sharing
+one key and one value head; ``n_kv_heads = 1`` is multi-query attention, ``None`` (the default)
+full multi-head attention.  The qkv projection then has ``(n_heads + 2·n_kv_heads)·d_h`` rows.
+
+Frozen projections (``frozen``: ``"qk"`` and / or ``"v"``): those rows of every block's qkv
+projection keep their initial values for the whole of training (the forward reads them from a
+buffer filled at initialisation, so no optimiser, weight decay included, moves them).  It
+separates what each inference primitive needs *learned*: routing (``W_Q, W_K``: where attention
+goes) or the values it moves (``W_V``) — Paper II's EM reading of attention, tested by training.
+
+Uniform attention (``uniform_attn``: chosen layers): the query is replaced by zeros, so every
+score is 0 and each position attends equally to itself and everything before it (``z_t`` is the
+mean of ``v_{≤t}``); ``W_Q`` and ``W_K`` are still there (the width stays the routed model's) but
+receive no gradient.  Content-based routing is gone; value aggregation is kept.
+
 Positions: ``rotary`` (RoPE on q and k, default; no length limit), ``learned`` (absolute
 embeddings added to the input, up to ``max_len``) or ``none``.  The output head is a separate
 ``Linear(d_model, n_classes)`` (outputs are classes, so tying is impossible).
@@ -53,6 +69,7 @@ from ..errors import InvalidValue
 
 POSITIONS = ("rotary", "learned", "none")
 MLPS = ("gelu", "swiglu")
+FROZEN = ("qk", "v")
 
 
 @dataclass
@@ -73,6 +90,12 @@ class TransformerConfig(ModelConfig):
     #: layers whose attention sublayer is switched off (the block is ``x + mlp(norm(x))``): Paper I's
     #: HMM control trains with attention off in the top two layers
     attn_off: list[int] = field(default_factory=list)
+    #: key/value heads (``None``: one per query head); fewer is grouped-query attention
+    n_kv_heads: int | None = None
+    #: projections kept at their initial values: ``"qk"`` (routing), ``"v"`` (values)
+    frozen: list[str] = field(default_factory=list)
+    #: layers whose attention is the causal mean (no content-based routing)
+    uniform_attn: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         super().validate()
@@ -92,6 +115,19 @@ class TransformerConfig(ModelConfig):
             isinstance(l, int) and not isinstance(l, bool) and 0 <= l < self.n_layers for l in self.attn_off)
             and len(set(self.attn_off)) == len(self.attn_off), "attn_off",
             f"a list of distinct layer indices in [0, {self.n_layers - 1}]")
+        _check(self.n_kv_heads is None or (_pos_int(self.n_kv_heads) and self.n_heads % self.n_kv_heads == 0),
+               "n_kv_heads", f"null or a positive divisor of n_heads={self.n_heads}")
+        _check(isinstance(self.uniform_attn, (list, tuple)) and all(
+            isinstance(l, int) and not isinstance(l, bool) and 0 <= l < self.n_layers for l in self.uniform_attn)
+            and len(set(self.uniform_attn)) == len(self.uniform_attn), "uniform_attn",
+            f"a list of distinct layer indices in [0, {self.n_layers - 1}]")
+        _check(isinstance(self.frozen, (list, tuple)) and all(f in FROZEN for f in self.frozen)
+               and len(set(self.frozen)) == len(self.frozen), "frozen", f"a list of distinct names from {', '.join(FROZEN)}")
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or ``n_heads`` (multi-head attention) when unset."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
     def head_dim(self) -> int:
@@ -113,15 +149,28 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class Attention(nn.Module):
-    """Causal multi-head self-attention with a fused bias-free qkv projection."""
+    """Causal multi-head (or grouped-query) self-attention with a fused bias-free qkv projection.
+
+    Under grouped-query attention ``hook_k`` / ``hook_v`` see each key/value head repeated for every
+    query head of its group (``[B,T,H,dh]``, as for multi-head attention), so every analysis reads
+    one key per query head; ``Transformer.unrotated_keys`` returns the distinct key heads."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.n_kv_heads = cfg.kv_heads
         self.rotary = cfg.pos == "rotary"
         self.rope_base = cfg.rope_base
         self.dropout = cfg.dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
+        # frozen rows are read from this copy of their initial values (``freeze_initial`` fills it)
+        if not cfg.frozen:
+            self.frozen_rows: torch.Tensor | None = None
+        else:
+            qk = (cfg.n_heads + cfg.kv_heads) * cfg.head_dim
+            rows = torch.cat((torch.full((qk,), "qk" in cfg.frozen), torch.full((self.qkv.weight.shape[0] - qk,), "v" in cfg.frozen)))
+            self.register_buffer("frozen_rows", rows)
+            self.register_buffer("frozen_weight", torch.zeros_like(self.qkv.weight))
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_scores = HookPoint()
@@ -131,7 +180,20 @@ class Attention(nn.Module):
         self.head_mask: torch.Tensor | None = None
         #: force the explicit softmax path (for tests and analysis)
         self.explicit = False
+        #: attend uniformly to the causal prefix (``TransformerConfig.uniform_attn``)
+        self.uniform = False
         self._rope: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def freeze_initial(self) -> None:
+        """Copy the current qkv weight into the frozen buffer (at initialisation)."""
+        if self.frozen_rows is not None:
+            self.frozen_weight.copy_(self.qkv.weight.detach())
+
+    def weight(self) -> torch.Tensor:
+        """The qkv projection in effect: the trained weight, its frozen rows at their initial values."""
+        if self.frozen_rows is None:
+            return self.qkv.weight
+        return torch.where(self.frozen_rows[:, None], self.frozen_weight, self.qkv.weight)
 
     def rope(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [T,1,dh]`` for positions ``0..T-1`` (cached per length/device/dtype)."""
@@ -146,11 +208,16 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
-        H, dh = self.n_heads, self.head_dim
-        q, k, v = self.qkv(x).view(B, T, 3, H, dh).unbind(2)  # each [B,T,H,dh]
+        H, Hkv, dh = self.n_heads, self.n_kv_heads, self.head_dim
+        q, k, v = F.linear(x, self.weight()).split((H * dh, Hkv * dh, Hkv * dh), dim=-1)
+        q, k, v = q.view(B, T, H, dh), k.view(B, T, Hkv, dh), v.view(B, T, Hkv, dh)
         if self.rotary:
             cos, sin = self.rope(T, x.device, x.dtype)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if self.uniform:  # zero scores: softmax over the causal prefix is its mean
+            q = torch.zeros_like(q)
+        if Hkv != H:  # each key/value head serves its group of H / Hkv consecutive query heads
+            k, v = k.repeat_interleave(H // Hkv, dim=2), v.repeat_interleave(H // Hkv, dim=2)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         explicit = (
             self.explicit
@@ -235,6 +302,8 @@ class Transformer(WindTunnelModel):
         self.blocks = nn.ModuleList(TransformerBlock(c) for _ in range(c.n_layers))
         for l in c.attn_off:
             self.blocks[l].attn_on = False
+        for l in c.uniform_attn:
+            self.blocks[l].attn.uniform = True
         self.norm = RMSNorm(c.d_model, c.norm_eps)
         self.hook_final = HookPoint()
         self.head = nn.Linear(c.d_model, c.n_classes, bias=False)
@@ -249,6 +318,9 @@ class Transformer(WindTunnelModel):
                 if name.endswith("attn.out_proj.weight") or name.endswith("mlp.proj.weight"):
                     std = 0.02 / math.sqrt(2 * self.config.n_layers)
                 nn.init.normal_(p, mean=0.0, std=std)
+        with torch.no_grad():
+            for block in self.blocks:
+                block.attn.freeze_initial()
 
     def embed_inputs(self, tokens: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor:
         """Token (+ feature) embedding, plus learned absolute positions when ``pos='learned'``."""
@@ -265,14 +337,15 @@ class Transformer(WindTunnelModel):
     @torch.no_grad()
     def unrotated_keys(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> list[torch.Tensor]:
         r"""Per layer, the keys before rotary, :math:`W_K\,\mathrm{RMSNorm}_1(r)` of the residual stream
-        entering the layer: ``[B, T, H, d_h]`` each (what key orthogonality compares)."""
+        entering the layer: ``[B, T, H_kv, d_h]`` each, one per distinct key head (what key
+        orthogonality compares)."""
         names = [f"blocks.{l}.hook_resid_pre" for l in range(len(self.blocks))]
         _, cache = self.run_with_cache(tokens, features, names=names)
-        d, H = self.config.d_model, self.config.n_heads
+        H, Hkv, dh = self.config.n_heads, self.config.kv_heads, self.config.head_dim
         out = []
         for name, block in zip(names, self.blocks):
             x = block.ln1(cache[name])
-            out.append((x @ block.attn.qkv.weight[d : 2 * d].T).view(*x.shape[:2], H, d // H))
+            out.append((x @ block.attn.weight()[H * dh : (H + Hkv) * dh].T).view(*x.shape[:2], Hkv, dh))
         return out
 
     @contextmanager

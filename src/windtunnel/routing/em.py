@@ -138,12 +138,12 @@ def value_masks(model: torch.nn.Module) -> list[tuple[torch.nn.Parameter, torch.
         params = [value, attn.W_Q.weight, attn.W_K.weight, model.W_O.weight]
         return [(p, torch.full_like(p, p is value, dtype=torch.bool)) for p in params]
     out = []
-    d = model.config.d_model
+    v_rows = model.config.kv_heads * model.config.head_dim
     values = {id(block.attn.qkv.weight) for block in model.blocks}
     for p in model.parameters():
         mask = torch.zeros_like(p, dtype=torch.bool)
         if id(p) in values:
-            mask[2 * d : 3 * d] = True  # rows of the fused projection that make v
+            mask[-v_rows:] = True  # the last rows of the fused projection make v
         out.append((p, mask))
     return out
 
