@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -467,7 +468,8 @@ def _cmd_global(args: argparse.Namespace) -> int:
     _positive(args.per_k, "per_k")
     if len(args.model) < 2:
         raise UsageError(f"invalid model: llm global compares at least 2 models, got {len(args.model)}")
-    stems = [Path(m).stem or "model" for m in args.model]
+    # each model is named by its file name, dots and spaces made dashes (the name is a key in the JSON)
+    stems = [re.sub(r"[^\w-]+", "-", Path(m).stem) or "model" for m in args.model]
     if len(set(stems)) != len(stems):
         raise UsageError(f"invalid model: the models need distinct file names, got {', '.join(stems)}")
     out = _out_path(args.out) or Path("results/llm") / f"global-{'-'.join(stems)}.json"

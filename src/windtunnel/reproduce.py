@@ -96,6 +96,7 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
                ("routing/timescales/timescales.json", "windtunnel routing timescales")),
     "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
                ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …"),
+               ("llm/gemma-3-270m-q4-mixed.json", "windtunnel llm signatures GEMMA3-270M.gguf --prompts mixed --out …"),
                ("llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json",
                 "windtunnel llm global SMOLLM2.gguf GEMMA3-270M.gguf --out …")),
 }

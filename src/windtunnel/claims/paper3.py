@@ -1,8 +1,11 @@
 """Paper III (arXiv 2512.23752): geometric signatures in production language models, SULA, the cut (D).
 
-The only real model obtainable offline is SmolLM2-135M-Instruct (4-bit GGUF, grouped-query
-attention): its signatures are in ``results/llm/smollm2-135m-instruct-q4-{mixed,math,code}.json``
-and its SULA probe and entropy-axis cut in ``…-sula.json``.  The wind-tunnel reference row (D12)
+The real models obtainable offline are SmolLM2-135M-Instruct (4-bit GGUF, grouped-query attention):
+its signatures are in ``results/llm/smollm2-135m-instruct-q4-{mixed,math,code}.json`` and its SULA
+probe and entropy-axis cut in ``…-sula.json``; and Gemma-3-270M (the base model, 4-bit, 4 query heads
+sharing one key/value head): ``results/llm/gemma-3-270m-q4-*.json``.  The two share one PCA basis
+in ``results/llm/global-…json`` (D24).  D10 is a wind-tunnel analogue read from the reproduction's
+cells, as is the reference row (D12).  The wind-tunnel reference row (D12)
 is read from the reproduction's cells.
 """
 
@@ -17,6 +20,10 @@ LLM = "llm/smollm2-135m-instruct-q4"
 SIG = "windtunnel llm signatures SmolLM2-135M-Instruct.Q4_1.gguf --prompts {}"
 SULA = "windtunnel llm sula SmolLM2-135M-Instruct.Q4_1.gguf"
 OFFLINE = "the paper's models (Pythia, Phi-2, Llama-3.2, Mistral, Mixtral) cannot be obtained offline here"
+
+
+GEMMA = "llm/gemma-3-270m-q4"
+BOTH = SIG.format("mixed") + "; the same for gemma-3-270m-q4_k_m.gguf"
 
 
 def _sig(ev: Evidence, prompts: str) -> dict | None:
@@ -34,17 +41,19 @@ for _id, _statement, _number in (
 
 
 @claim("D3", "III", "v1", "§4.4, §5.8", "The value manifold is concentrated: PC1 > 30% or PC1+PC2 > 30% (vs ≈5% random)",
-       "> 30%", "paper", "value_manifold.pc1_pc2_share, mixed prompts (SmolLM2)",
-       "agree if PC1+PC2 exceeds 30% of the variance", SIG.format("mixed"))
+       "> 30%", "paper", "value_manifold.pc1_pc2_share, mixed prompts (SmolLM2; Gemma-3-270M beside it)",
+       "agree if PC1+PC2 exceeds 30% of the variance on each model", BOTH)
 def _d3(ev: Evidence) -> Verdict:
-    d = _sig(ev, "mixed")
-    if d is None:
-        return missing("signatures")
-    vm = d["value_manifold"]
-    m = Measure(vm["pc1_pc2_share"], None, None, (), (f"{LLM}-mixed.json",))
-    return Verdict(AGREE if m.value > 0.30 else DISAGREE, m, f"permutation null {vm['pc1_pc2_share_null']:.3f}; "
-                   f"{vm['n_prompts']} unstratified prompts on a 135M 4-bit instruct model (size, tuning, quantisation "
-                   "and prompt count are not separated)")
+    d, g = _sig(ev, "mixed"), ev.json(f"{GEMMA}-mixed.json")
+    if d is None or g is None:
+        return missing("signatures of both models")
+    vm, vg = d["value_manifold"], g["value_manifold"]
+    m = Measure(vm["pc1_pc2_share"], None, None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
+    ok = m.value > 0.30 and vg["pc1_pc2_share"] > 0.30
+    return Verdict(AGREE if ok else DISAGREE, m, f"SmolLM2 shown (permutation null {vm['pc1_pc2_share_null']:.3f}); "
+                   f"Gemma-3-270M {vg['pc1_pc2_share']:.3f} (null {vg['pc1_pc2_share_null']:.3f}), a base model, so "
+                   f"instruct tuning is not the cause; {vm['n_prompts']} unstratified prompts on 4-bit models of "
+                   "135M–270M (size, quantisation and prompt count are not separated)")
 
 
 @claim("D4", "III", "v1", "§5.1", "Restricting prompts to one domain concentrates the manifold", "+22 points (Llama)",
@@ -107,15 +116,18 @@ def _d7(ev: Evidence) -> Verdict:
 
 
 @claim("D9", "III", "v1", "§4.4", "Attention focusing: entropy falls more than 30% from the first to the last layer",
-       "> 30%", "paper", "reduction of mean attention entropy, first to last layer, with bootstrap interval (mixed)",
-       "agree if the interval lies above 30%", SIG.format("mixed"))
+       "> 30%", "paper", "reduction of mean attention entropy, first to last layer, with bootstrap interval (mixed; "
+       "SmolLM2, Gemma-3-270M beside it)", "agree if the interval lies above 30% on each model", BOTH)
 def _d9(ev: Evidence) -> Verdict:
-    d = _sig(ev, "mixed")
-    if d is None:
-        return missing("signatures")
-    f = d["focusing"]
-    m = Measure(f["reduction_first_to_last"], tuple(f["reduction_ci"]), None, (), (f"{LLM}-mixed.json",))
-    return Verdict(AGREE if m.ci[0] > 0.30 else DISAGREE, m, "fraction of layer-0 entropy removed by the last layer")
+    d, g = _sig(ev, "mixed"), ev.json(f"{GEMMA}-mixed.json")
+    if d is None or g is None:
+        return missing("signatures of both models")
+    f, fg = d["focusing"], g["focusing"]
+    m = Measure(f["reduction_first_to_last"], tuple(f["reduction_ci"]), None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
+    ok = m.ci[0] > 0.30 and fg["reduction_ci"][0] > 0.30
+    return Verdict(AGREE if ok else DISAGREE, m, f"SmolLM2 shown; Gemma-3-270M {fg['reduction_first_to_last']:.3f} "
+                   f"[{fg['reduction_ci'][0]:.3f}, {fg['reduction_ci'][1]:.3f}]; fraction of layer-0 entropy removed by "
+                   "the last layer")
 
 
 def _reduction(g: dict) -> float:
