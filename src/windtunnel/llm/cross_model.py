@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import InvalidValue
-from ..stats import finite_ci, json_safe, spearman
+from ..stats import json_safe, spearman
 
 __all__ = ["global_pca", "cross_model"]
 
@@ -55,16 +55,14 @@ def _pca(blocks: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, to
 
 
 def _abs_rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int) -> dict[str, Any]:
-    """|Spearman ρ| of ``x`` with ``y`` and its bootstrap interval (the sign of the full-sample ρ fixed)."""
-    rho = spearman(x, y)
-    sign = 1.0 if rho is None or rho >= 0 else -1.0
-    g = torch.Generator().manual_seed(seed)
-    boots = []
-    for _ in range(n_boot):
-        i = torch.randint(0, len(x), (len(x),), generator=g)
-        r = spearman(x[i], y[i])
-        boots.append(float("nan") if r is None else sign * r)
-    return {"rho": None if rho is None else abs(rho), "rho_ci": finite_ci(torch.tensor(boots, dtype=torch.float64))}
+    """|Spearman ρ| of ``x`` with ``y`` and its bootstrap interval (the SULA interval, its sign fixed by the full sample)."""
+    from .sula import _rho_ci
+
+    r = _rho_ci(x, y, n_boot, seed)
+    lo, hi = r["ci"]
+    if r["rho"] is not None and r["rho"] < 0 and lo is not None:
+        return {"rho": -r["rho"], "rho_ci": [-hi, -lo]}
+    return {"rho": r["rho"], "rho_ci": [lo, hi]}
 
 
 def global_pca(values: dict[str, torch.Tensor], entropy: torch.Tensor, n_boot: int = 1000, n_null: int = 200,
@@ -83,14 +81,14 @@ def global_pca(values: dict[str, torch.Tensor], entropy: torch.Tensor, n_boot: i
     scores, loadings, shares = _pca(blocks)
     widths = [b.shape[1] for b in blocks]
     parts = torch.split(loadings**2, widths)
-    own = {m: _pca([b])[0] for m, b in zip(names, blocks)}
+    own_pca = {m: _pca([b]) for m, b in zip(names, blocks)}
+    own = {m: p[0] for m, p in own_pca.items()}
     out: dict[str, Any] = {
         "models": names, "prompts": N, "widths": dict(zip(names, widths)),
         "global_pc1_share": float(shares[0]), "global_pc2_share": float(shares[1]) if len(shares) > 1 else None,
         "rho_global_pc1_bayes_entropy": _abs_rho_ci(scores, entropy, n_boot, seed),
         "block_share": {m: float(p.sum()) for m, p in zip(names, parts)},
-        "own_pc1": {m: {"share": float(_pca([b])[2][0]), **_abs_rho_ci(own[m], entropy, n_boot, seed)}
-                    for m, b in zip(names, blocks)},
+        "own_pc1": {m: {"share": float(own_pca[m][2][0]), **_abs_rho_ci(own[m], entropy, n_boot, seed)} for m in names},
         "agreement": {f"{a}|{b}": abs(spearman(own[a], own[b]) or 0.0)
                       for i, a in enumerate(names) for b in names[i + 1:]},
     }
