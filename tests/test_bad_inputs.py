@@ -82,6 +82,8 @@ def test_bad_task_parameter(name: str, field: str, bad: str, capsys: pytest.Capt
     ["routing", "timescales", "--seeds", "0"], ["routing", "em", "--bogus"],
     ["routing", "em", "--deep", "--arms", "em_like"], ["routing", "em", "--arms", "sgd", "nope"],
     ["routing", "timescales", "--deep"], ["routing", "law", ".", "--arms", "sgd"],
+    ["routing", "em", "--authors-model"], ["routing", "timescales", "--authors-model"],
+    ["routing", "em", "--constant-lr"],
 ])
 def test_bad_command_lines(argv: list[str], capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import models, routing, tasks
+from windtunnel import metrics, models, routing, tasks
+from windtunnel.routing.law import scored_cross_entropy
 from windtunnel.errors import InvalidValue
 from windtunnel.stats import mean_std, paired, t975
 from windtunnel.training import TrainConfig, load, train
@@ -181,6 +182,39 @@ def test_deep_variant_masks_the_value_rows_and_rescales_adamw() -> None:
     assert all(l >= g for l, g in zip(runs["sgd"]["loss"], runs["sgd"]["gap"]))
 
 
+def test_authors_deep_variant_trains_with_dropout_but_measures_without_it() -> None:
+    """The authors' model (LayerNorm, dropout 0.1, clip 1): the gaps are the dropout-free network's —
+    the first equals the fresh model's eval-mode gap — and a seeded run repeats exactly."""
+    setup = em.EMSetup.authors_deep(length=40, steps=2, seeds=(3,), eval_every=1)
+    assert setup.arms == ("sgd",) and (setup.norm, setup.dropout, setup.clip) == ("layer", 0.1, 1.0)
+    task = setup.task()
+    torch.manual_seed(3)
+    fresh = em.build_model(task, setup).eval()
+    assert isinstance(fresh.blocks[0].ln1, torch.nn.LayerNorm) and fresh.config.dropout == 0.1
+    ep = task.sample(1, seed=3)
+    with torch.no_grad():
+        expected = metrics.bayes_gap(fresh(**ep.inputs), ep)
+    a, b = em.train_arm("sgd", 3, setup), em.train_arm("sgd", 3, setup)
+    assert a["gap"][0] == pytest.approx(expected, rel=1e-6)
+    assert a["gap"] == b["gap"] and a["loss"] == b["loss"]
+    # the training loss is the dropout forward's: at step 0 it differs from the dropout-free cross-entropy
+    with torch.no_grad():
+        clean = float(scored_cross_entropy(fresh(**ep.inputs), ep)) / math.log(2)
+    assert a["loss"][0] != pytest.approx(clean, rel=1e-9)
+
+
+def test_gradient_clipping_bounds_the_plain_gradient_step() -> None:
+    """With plain gradient steps the update is lr·g; clipped at c it has norm lr·c exactly (when ‖g‖ > c)."""
+    free = em.train_arm("sgd", 1, em.EMSetup(length=32, steps=1, seeds=(1,)))
+    clipped = em.train_arm("sgd", 1, em.EMSetup(length=32, steps=1, seeds=(1,), clip=1e-3))
+    assert free["update_norm_mean"] > 0.01 * 1e-3 * 10
+    assert clipped["update_norm_mean"] == pytest.approx(0.01 * 1e-3, rel=1e-3)
+    for bad, match in (({"clip": 0.0}, "clip"), ({"norm": "layer"}, "norm"), ({"dropout": 0.1}, "norm/dropout"),
+                       ({"model": "deep", "dropout": 1.5}, "dropout")):
+        with pytest.raises(InvalidValue, match=match):
+            em.EMSetup(**bad).validate()
+
+
 def test_loss_criterion_sets_the_threshold_from_the_loss_curve() -> None:
     setup = em.EMSetup(seeds=(1,), arms=("sgd", "em_like"), criterion="loss")
 
@@ -277,3 +311,19 @@ def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
     stamp = (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns
     TS.run_timescales({"bijection": setup}, tmp_path, progress=False)  # resumes: nothing redone
     assert (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns == stamp
+
+
+def test_constant_lr_timescales_hold_the_rate_after_warmup(tmp_path: Path) -> None:
+    """``min_lr = lr``: the run's logged learning rate is the peak at every step after warmup."""
+    setup = TS.TimescaleSetup(task_params={"V": 4, "L": 4}, model={"n_layers": 1, "n_heads": 2, "d_model": 16},
+                              steps=40, checkpoints=4, seeds=(0,), n=16, min_lr=2e-3)
+    md = TS.run_timescales({"bijection": setup}, tmp_path, progress=False)
+    assert "constant after warmup" in md.read_text()
+    from windtunnel.runs import RunDir, read_jsonl
+    run = RunDir(tmp_path / "runs" / "bijection-s0")
+    assert run.read_config()["train"]["min_lr"] == 2e-3
+    logged = [r["lr"] for r in read_jsonl(run.path / "metrics.jsonl") if "lr" in r and r["step"] >= 4]
+    assert logged and all(lr == pytest.approx(2e-3) for lr in logged)  # warmup is min(100, steps/10) = 4
+    assert "cosine" in TS.markdown({"b": {"setup": {"lr": 2e-3, "min_lr": None}, "seeds": [{"train_s": 1.0}],
+                                          **{k: {"geometric_mean": None} for k in ("t90_ratio", "log_t90_ratio",
+                                                                                   "tau_ratio", "log_tau_ratio")}}})

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from windtunnel import grid, models, reproduce, tasks
+from windtunnel.errors import InvalidValue
 
 
 def tiny(task: tasks.Task, seed: int = 0, **kw) -> models.base.WindTunnelModel:
@@ -117,3 +118,21 @@ def test_grid_experiments_for_the_controls_change_only_the_routing() -> None:
     assert {f"{c}_uniform-transformer-s{s}" for c in ("main", "hmm", "recall") for s in reproduce.SEEDS} <= folders("paper2")
     assert "main_gqa-transformer-s0" not in folders("paper1") and folders("paper1") | folders("paper2") | \
         folders("paper3") == folders("all")
+
+
+def test_layer_norm_option_centres_and_keeps_a_bias() -> None:
+    """``norm="layer"`` is LayerNorm at every norm site: the normalised stream has zero mean and unit
+    variance per position (RMSNorm's has unit mean square only), and an unknown norm is refused."""
+    task = tasks.make("bijection", V=4, L=4)
+    torch.manual_seed(0)
+    model = models.make("transformer", task, d_model=16, n_layers=2, n_heads=2, norm="layer")
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 1 and all(n.bias is not None for n in norms)
+    x = torch.randn(3, 5, 16) * 4 + 2
+    y = model.blocks[0].ln1(x)
+    assert torch.allclose(y.mean(-1), torch.zeros(3, 5), atol=1e-5)
+    assert torch.allclose(y.var(-1, unbiased=False), torch.ones(3, 5), atol=1e-3)
+    rms = models.make("transformer", task, d_model=16, n_layers=2, n_heads=2)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in rms.modules())
+    with pytest.raises(InvalidValue, match="norm"):
+        models.make("transformer", task, d_model=16, n_layers=2, n_heads=2, norm="batch")

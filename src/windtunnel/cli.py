@@ -345,8 +345,13 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
     """``routing law RUN``: the law checked on every head; ``routing em``: EM-like vs SGD with controls."""
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
-    if args.action != "em" and (args.deep or args.arms):
-        raise UsageError(f"{'--deep' if args.deep else '--arms'} belongs to routing em, not routing {args.action}")
+    for flag, given in (("--deep", args.deep), ("--arms", args.arms), ("--authors-model", args.authors_model)):
+        if args.action != "em" and given:
+            raise UsageError(f"{flag} belongs to routing em, not routing {args.action}")
+    if args.constant_lr and args.action != "timescales":
+        raise UsageError(f"--constant-lr belongs to routing timescales, not routing {args.action}")
+    if args.authors_model and not args.deep:
+        raise UsageError("--authors-model changes the deep variant: use it with --deep")
     if args.action == "law":
         from .routing import check_all_heads
         from .runs import RunDir
@@ -382,8 +387,11 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
             if args.steps is not None:
                 _positive(args.steps, "steps")
                 change["steps"] = args.steps
+            if args.constant_lr:
+                change["min_lr"] = setup.lr
             setups[name] = dataclasses.replace(setup, **change)
-        md = run_timescales(setups, _out_path(args.out) or Path("results/routing/timescales"))
+        default_out = "results/routing/timescales-constant" if args.constant_lr else "results/routing/timescales"
+        md = run_timescales(setups, _out_path(args.out) or Path(default_out))
         print(md.read_text())
         print(f"wrote {md}")
         return 0
@@ -400,8 +408,13 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
         fields["steps"] = args.steps
     if args.arms:
         fields["arms"] = tuple(args.arms)
-    setup = EMSetup.deep(**fields) if args.deep else EMSetup(**fields)
-    md = run_em(setup, _out_path(args.out) or Path("results/routing/deep" if args.deep else "results/routing"))
+    if args.authors_model:
+        setup, default_out = EMSetup.authors_deep(**fields), "results/routing/deep-authors"
+    elif args.deep:
+        setup, default_out = EMSetup.deep(**fields), "results/routing/deep"
+    else:
+        setup, default_out = EMSetup(**fields), "results/routing"
+    md = run_em(setup, _out_path(args.out) or Path(default_out))
     print(md.read_text())
     print(f"wrote {md}")
     return 0
@@ -677,6 +690,12 @@ def make_parser() -> argparse.ArgumentParser:
     ro.add_argument("--out", help="em: output folder (default results/routing, --deep: results/routing/deep)")
     ro.add_argument("--arms", nargs="+", help="em: the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating)")
     ro.add_argument("--deep", action="store_true", help="em: the 4-layer × 4-head transformer with AdamW (2000 steps)")
+    ro.add_argument("--constant-lr", action="store_true",
+                    help="timescales: hold the learning rate constant after warmup instead of the cosine decay "
+                         "(default out results/routing/timescales-constant)")
+    ro.add_argument("--authors-model", action="store_true",
+                    help="em --deep: as the papers' code builds it — LayerNorm, dropout 0.1, gradient clip 1.0, the "
+                         "AdamW arm only (default out results/routing/deep-authors)")
     ro.set_defaults(func=cmd_routing)
 
     cp = sub.add_parser("compare", help="several runs' metrics side by side and their curves overlaid")

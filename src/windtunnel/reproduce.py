@@ -93,6 +93,7 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
                ("{preset}/references.json", "windtunnel table --preset {preset} --seeds 3")),
     "paper2": (("routing/em.json", "windtunnel routing em --seeds 5"),
                ("routing/deep/em.json", "windtunnel routing em --deep --seeds 5 --arms sgd em_like sgd_matched alternating"),
+               ("routing/deep-authors/em.json", "windtunnel routing em --deep --authors-model --seeds 5"),
                ("routing/timescales/timescales.json", "windtunnel routing timescales")),
     "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
                ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …"),

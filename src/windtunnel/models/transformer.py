@@ -8,7 +8,8 @@ Per block (pre-norm, RMSNorm, bias-free linears):
     m &= W_2\,\mathrm{GELU}(W_1\,\mathrm{RMSNorm}(x)),\quad x \leftarrow x + m
 
 (``mlp="swiglu"``: :math:`m = W_2\,(\mathrm{SiLU}(W_g u) \odot W_1 u)`, :math:`u = \mathrm{RMSNorm}(x)`,
-the gated block of Llama-family models; the papers' models use GELU)
+the gated block of Llama-family models; the papers' models use GELU.  ``norm="layer"`` puts
+LayerNorm, with its bias, where RMSNorm stands, as the papers' own code does)
 
 with causal multi-head attention, per head ``h``
 
@@ -68,6 +69,12 @@ from .catalog import Arch, register_arch
 from ..errors import InvalidValue
 
 POSITIONS = ("rotary", "learned", "none")
+NORMS = ("rms", "layer")
+
+
+def make_norm(cfg: "TransformerConfig") -> nn.Module:
+    """The configured normalisation: RMSNorm (default) or LayerNorm (mean removed, bias kept)."""
+    return RMSNorm(cfg.d_model, cfg.norm_eps) if cfg.norm == "rms" else nn.LayerNorm(cfg.d_model, cfg.norm_eps)
 MLPS = ("gelu", "swiglu")
 FROZEN = ("qk", "v")
 
@@ -86,6 +93,8 @@ class TransformerConfig(ModelConfig):
     rope_base: float = 10000.0
     dropout: float = 0.0
     norm_eps: float = 1e-5
+    #: ``"rms"`` (RMSNorm, no bias) or ``"layer"`` (LayerNorm with bias, as in GPT-2 and the papers' own code)
+    norm: str = "rms"
     mlp: str = "gelu"
     #: layers whose attention sublayer is switched off (the block is ``x + mlp(norm(x))``): Paper I's
     #: HMM control trains with attention off in the top two layers
@@ -101,6 +110,7 @@ class TransformerConfig(ModelConfig):
         super().validate()
         _check(self.arch == "transformer", "arch", "'transformer'")
         _check(self.mlp in MLPS, "mlp", " | ".join(MLPS))
+        _check(self.norm in NORMS, "norm", " | ".join(NORMS))
         _check(_pos_int(self.n_layers), "n_layers", "a positive integer")
         _check(_pos_int(self.n_heads), "n_heads", "a positive integer")
         _check(_pos_int(self.d_model) and self.d_model % self.n_heads == 0, "d_model",
@@ -268,9 +278,9 @@ class TransformerBlock(Block):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ln1 = make_norm(cfg)
         self.attn = Attention(cfg)
-        self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ln2 = make_norm(cfg)
         self.mlp = MLPBlock(cfg.d_model, cfg.ff_dim, gated=cfg.mlp == "swiglu")
         self.hook_attn_out = HookPoint()
         self.hook_mlp_out = HookPoint()
@@ -304,7 +314,7 @@ class Transformer(WindTunnelModel):
             self.blocks[l].attn_on = False
         for l in c.uniform_attn:
             self.blocks[l].attn.uniform = True
-        self.norm = RMSNorm(c.d_model, c.norm_eps)
+        self.norm = make_norm(c)
         self.hook_final = HookPoint()
         self.head = nn.Linear(c.d_model, c.n_classes, bias=False)
         self._init_weights()

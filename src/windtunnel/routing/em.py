@@ -23,7 +23,11 @@ full-batch steps, weight decay 0.01).  The arms are the same with the Adam direc
 ``sgd`` is then plain AdamW, ``em_like`` multiplies the step of the value projections (the ``W_V``
 rows of every block) by ``value_lr/lr``, ``sgd_matched`` rescales the whole AdamW step to the
 em_like step's norm, ``sgd_fast`` multiplies every step.  Everything else the paper's deep model has
-(LayerNorm, dropout 0.1) is our transformer's own (RMSNorm, no dropout).
+(LayerNorm, dropout 0.1, gradient clipping at norm 1) is our transformer's own by default (RMSNorm,
+no dropout, no clipping); ``EMSetup.authors_deep()`` (``--deep --authors-model``) restores all three,
+the control for whether they decide between memorising the one sequence and generalising.  With
+dropout the loss and its gradient come from the dropout forward pass; every Bayes gap is measured
+without dropout.
 
 Every arm of a seed starts from the same weights on the same sequence (``torch.manual_seed(seed)``
 before building; the training sequence is ``task.sample(1, seed)``, the held-out one
@@ -88,12 +92,23 @@ class EMSetup:
     #: (the training cross-entropy, the paper's own criterion; the deep variant, which memorises the
     #: training sequence, needs it: its Bayes gap rises again after a few dozen steps)
     criterion: str = "bayes_gap"
+    #: deep variant only: the transformer's normalisation (``rms`` or ``layer``) and dropout rate
+    norm: str = "rms"
+    dropout: float = 0.0
+    #: clip the gradient to this global norm before the update (``None``: no clipping)
+    clip: float | None = None
 
     @classmethod
     def deep(cls, **changes: Any) -> "EMSetup":
         """The paper's deep variant: 4 layers × 4 heads, d = 64, AdamW 3e-4 (W_V 3e-3) with cosine, 2000 steps."""
         return cls(**{"model": "deep", "steps": 2000, "lr": 3e-4, "value_lr": 3e-3, "weight_decay": 0.01,
                       "eval_every": 50, "criterion": "loss", **changes})
+
+    @classmethod
+    def authors_deep(cls, **changes: Any) -> "EMSetup":
+        """The deep variant as the papers' own code builds it: LayerNorm, dropout 0.1, gradient clipping at
+        norm 1, and one arm (plain AdamW — the code has no EM-like arm)."""
+        return cls.deep(**{"norm": "layer", "dropout": 0.1, "clip": 1.0, "arms": ("sgd",), **changes})
 
     def validate(self) -> None:
         for name in ("steps", "eval_every", "length"):
@@ -112,6 +127,15 @@ class EMSetup:
             raise InvalidValue(f"invalid model: choose from {', '.join(MODELS)}, got {self.model!r}")
         if not isinstance(self.weight_decay, (int, float)) or not 0 <= self.weight_decay < 1:
             raise InvalidValue(f"invalid weight_decay: must be in [0, 1), got {self.weight_decay!r}")
+        if self.norm not in ("rms", "layer"):
+            raise InvalidValue(f"invalid norm: choose from rms, layer, got {self.norm!r}")
+        if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
+            raise InvalidValue(f"invalid dropout: must be in [0, 1), got {self.dropout!r}")
+        if self.model == "single" and (self.norm != "rms" or self.dropout):
+            raise InvalidValue("invalid norm/dropout: the single attention layer has neither; use the deep variant")
+        if self.clip is not None and (not isinstance(self.clip, (int, float)) or not math.isfinite(self.clip)
+                                      or self.clip <= 0):
+            raise InvalidValue(f"invalid clip: must be a positive number or null, got {self.clip!r}")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown or "sgd" not in self.arms:
             raise InvalidValue(f"invalid arms: choose from {', '.join(ARMS)} (sgd included, it sets the threshold)")
@@ -124,7 +148,8 @@ class EMSetup:
 def build_model(task: Any, setup: EMSetup) -> torch.nn.Module:
     """The setup's network, freshly initialised from the global torch seed."""
     if setup.model == "deep":
-        return models.make("transformer", task, d_model=64, n_layers=4, n_heads=4, max_len=task.seq_len)
+        return models.make("transformer", task, d_model=64, n_layers=4, n_heads=4, max_len=task.seq_len,
+                           norm=setup.norm, dropout=setup.dropout)
     return attention_layer(task, init_std=setup.init_std)
 
 
@@ -204,10 +229,16 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
     gap, loss_bits, held, norms, held_steps = [], [], [], [], []
     t0 = time.perf_counter()
     for step in range(setup.steps + 1):
+        model.train()
         logits = model(**train_ep.inputs)
-        gap.append(metrics.bayes_gap(logits.detach(), train_ep))
         loss = scored_cross_entropy(logits, train_ep)
         loss_bits.append(float(loss.detach()) / math.log(2))
+        model.eval()  # gaps are the network's, not one dropout mask's
+        if setup.dropout:
+            with torch.no_grad():
+                gap.append(metrics.bayes_gap(model(**train_ep.inputs), train_ep))
+        else:
+            gap.append(metrics.bayes_gap(logits.detach(), train_ep))
         if step % setup.eval_every == 0 or step == setup.steps:
             with torch.no_grad():
                 held.append(metrics.bayes_gap(model(**held_ep.inputs), held_ep))
@@ -215,6 +246,10 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
         if step == setup.steps:
             break
         grads = list(torch.autograd.grad(loss, params))
+        if setup.clip is not None:  # torch.nn.utils.clip_grad_norm_'s rule: scale by clip / (‖g‖ + 1e-6) when above
+            total = math.sqrt(sum(float((g * g).sum()) for g in grads))
+            if total > setup.clip:
+                grads = [g * (setup.clip / (total + 1e-6)) for g in grads]
         directions = grads if adam is None else adam.direction(grads)
         sq = {"value": sum(float((u * u)[mask].sum()) for u, (_, mask) in zip(directions, entries)),
               "routing": sum(float((u * u)[~mask].sum()) for u, (_, mask) in zip(directions, entries))}
@@ -316,8 +351,11 @@ def _fmt_ci(m: dict[str, Any], f: str = ".4f") -> str:
 def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
     """The table: one row per arm."""
     if setup.model == "deep":
-        model = (f"Deep variant: transformer 4 layers × 4 heads, d = 64; AdamW (β 0.9/0.999, weight decay "
-                 f"{setup.weight_decay}) with cosine to 0 — the `sgd` arm is plain AdamW, the others rescale its step")
+        norm = {"rms": "RMSNorm", "layer": "LayerNorm"}[setup.norm]
+        clip = f", gradient clipped at norm {setup.clip:g}" if setup.clip is not None else ""
+        model = (f"Deep variant: transformer 4 layers × 4 heads, d = 64, {norm}, dropout {setup.dropout:g}; AdamW "
+                 f"(β 0.9/0.999, weight decay {setup.weight_decay}{clip}) with cosine to 0 — the `sgd` arm is plain "
+                 "AdamW, the others rescale its step")
     else:
         model = f"Single attention layer (W_Q, W_K 20×10, W_V 20×15, W_O 15×8, init N(0, {setup.init_std}²))"
     by_loss = summary.get("criterion", "bayes_gap") == "loss"
@@ -359,6 +397,8 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
                   f"threshold {c['speedup']:.2f}×{ci} as fast (n={c['n']}); final training {'loss' if by_loss else 'gap'} EM-like − matched = "
                   f"{_fmt_ci(d, '+.4f')} bits."]
     deep = " --deep" if setup.model == "deep" else ""
+    if (setup.norm, setup.dropout, setup.clip) == ("layer", 0.1, 1.0):
+        deep += " --authors-model"
     arms = "" if tuple(setup.arms) == ARMS else " --arms " + " ".join(setup.arms)
     lines += ["", f"Wall time: {wall_s:.0f} s (summed over runs). Command: `windtunnel routing em{deep}` "
               f"(`--steps {setup.steps} --seeds {len(setup.seeds)}{arms}`)."]

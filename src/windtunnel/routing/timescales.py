@@ -15,6 +15,10 @@ values still have to learn).  Each curve gets a timescale two ways:
 
 The answer is the per-seed ratio ``frame / precision`` of each timescale (< 1: the frame settles
 first) with a Student-t 95% interval on its logarithm over seeds.
+
+The cosine schedule drives the learning rate to 1e-5 at the last step, which by itself makes every
+curve stop moving late; ``windtunnel routing timescales --constant-lr`` repeats the experiment with
+the rate held at ``lr`` after warmup, so that an early frame cannot be an artefact of the schedule.
 """
 
 from __future__ import annotations
@@ -87,6 +91,9 @@ class TimescaleSetup:
     lr: float = 2e-3
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n: int = 128
+    #: the cosine schedule's floor (``None``: the training default, 1e-5); ``min_lr = lr`` holds the rate
+    #: constant after warmup — the control for a schedule that makes every curve settle late
+    min_lr: float | None = None
 
     def train_config(self, seed: int) -> dict[str, Any]:
         every = max(1, self.steps // self.checkpoints)
@@ -94,7 +101,7 @@ class TimescaleSetup:
                 "model": dict(self.model), "steps": self.steps, "batch_size": self.batch_size, "lr": self.lr,
                 "warmup": min(100, self.steps // 10), "weight_decay": 0.0, "seed": seed, "ckpt_every": every,
                 "eval_every": self.steps, "keep_last": self.checkpoints + 2, "log_checkpoints": True,
-                "progress": False}
+                "progress": False, **({} if self.min_lr is None else {"min_lr": self.min_lr})}
 
 
 def seed_timescales(steps: list[int], frame: list[float | None], precision: list[float | None]) -> dict[str, Any]:
@@ -179,7 +186,10 @@ def markdown(results: dict[str, Any]) -> str:
         ci = f" [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r["ci95"] else ""
         return f"{r['geometric_mean']:.2f}{ci} (frame first in {r['frame_first_share']:.0%} of {r['n']})"
 
+    schedules = {"constant after warmup" if r["setup"].get("min_lr") == r["setup"]["lr"] else "cosine"
+                 for r in results.values()}
     lines = ["# Frame before precision (Paper II): timescales over seeds", "",
+             f"Learning-rate schedule: {', '.join(sorted(schedules))}.", "",
              "Frame = JS (bits) of attention rows to the final checkpoint's; precision = the Bayes gap KL (bits), "
              "and its logarithm. Ratio = frame timescale / precision timescale per seed (< 1: the frame settles "
              "first); geometric mean with a Student-t 95% interval on the log ratio. t90: first checkpoint from "
