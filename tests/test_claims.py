@@ -100,6 +100,23 @@ def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
     assert claims.CLAIMS["B5"].assess(ev).kind == (claims.AGREE if lo >= 10 else claims.DISAGREE)
 
 
+def test_paper2_controls_decide_c7_and_c8_by_their_rules() -> None:
+    """C7 and C8 recomputed by hand from the committed run files and their controls."""
+    ev = Evidence(RESULTS)
+    paths = [RESULTS / "routing" / f for f in ("deep/em.json", "deep-authors/em.json", "timescales/timescales.json",
+                                               "timescales-constant/timescales.json")]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("Paper II controls not committed")
+    deep, authors, cosine, const = (json.loads(p.read_text()) for p in paths)
+    ours = deep["summary"]["arms"]["sgd"]["final_held_out_gap"]["mean"]
+    theirs = authors["summary"]["arms"]["sgd"]["final_held_out_gap"]["ci95"][1]
+    want = (claims.AGREE if ours < 0.1 else claims.DISAGREE_EXPLAINED if theirs < 0.1 else claims.DISAGREE)
+    assert claims.CLAIMS["C7"].assess(ev).kind == want
+    below = [all(doc["results"][t]["log_t90_ratio"]["ci95"][1] < 1 for t in ("bijection", "sticky"))
+             for doc in (cosine, const)]
+    assert claims.CLAIMS["C8"].assess(ev).kind == (claims.AGREE if all(below) else claims.DISAGREE)
+
+
 # --- windtunnel reproduce ------------------------------------------------------------------------
 def _tiny_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:

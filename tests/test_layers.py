@@ -9,7 +9,7 @@ from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
 LAYERS = [("errors", "stats", "numerics"), ("tasks", "metrics"), ("models",), ("checkpoint", "runs"),
-          ("training", "evaluation"), ("geometry", "routing", "llm"),
+          ("training", "train_config", "streams", "optim", "evaluation"), ("geometry", "routing", "llm"),
           ("stages", "report", "grid", "table", "claims", "reproduce", "compare"), ("cli", "__main__", "__init__")]
 LAYER = {name: i for i, group in enumerate(LAYERS) for name in group}
 # geometry/routing_law.py (a diagnostic) reads routing.law, and routing/timescales.py (an experiment)

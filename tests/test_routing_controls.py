@@ -136,3 +136,35 @@ def test_layer_norm_option_centres_and_keeps_a_bias() -> None:
     assert not any(isinstance(m, torch.nn.LayerNorm) for m in rms.modules())
     with pytest.raises(InvalidValue, match="norm"):
         models.make("transformer", task, d_model=16, n_layers=2, n_heads=2, norm="batch")
+
+
+def test_alibi_adds_the_distance_penalty_and_both_attention_paths_agree() -> None:
+    """ALiBi by hand: head h's score for query i and key j ≤ i is q·k/√d − m_h (i − j), m_h = 2^(−8h/H);
+    the fast path (a float mask in scaled_dot_product_attention) equals the explicit softmax."""
+    task = tasks.make("bijection", V=4, L=4)
+    model = tiny(task, pos="alibi").double()
+    attn = model.blocks[0].attn
+    bias = attn.alibi_bias(5, torch.device("cpu"), torch.float64)
+    slopes = [2.0 ** (-8 * h / 4) for h in range(1, 5)]
+    for h, m in enumerate(slopes):
+        for i in range(5):
+            for j in range(5):
+                want = -m * (i - j) if j <= i else float("-inf")
+                assert bias[h, i, j].item() == want
+    ep = task.sample(3, seed=1)
+    fast = model(**ep.inputs)
+    attn_all = [b.attn for b in model.blocks]
+    for a in attn_all:
+        a.explicit = True
+    slow = model(**ep.inputs)
+    assert torch.allclose(fast, slow, atol=1e-10)
+    # the hooked scores carry the penalty: they differ from the same weights without positions by the bias alone
+    _, cache = model.run_with_cache(**ep.inputs)
+    rope_free = tiny(task, pos="none").double()
+    rope_free.load_state_dict(model.state_dict())
+    _, plain = rope_free.run_with_cache(**ep.inputs)
+    T = ep.inputs["tokens"].shape[1]
+    diff = cache["blocks.0.attn.hook_scores"] - plain["blocks.0.attn.hook_scores"]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    assert torch.allclose(diff[..., causal], attn.alibi_bias(T, torch.device("cpu"), torch.float64)[None][..., causal]
+                          .expand_as(diff[..., causal]))

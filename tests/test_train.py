@@ -226,3 +226,18 @@ def test_readout_lr_mult_resumes_exactly_and_is_checked(tmp_path: Path, capsys: 
 def weights_of(cfg: TrainConfig, run: Path) -> dict[str, torch.Tensor]:
     train(cfg, run)
     return weights(run)
+
+
+def test_train_command_records_its_training_time(tmp_path: Path) -> None:
+    """``windtunnel train`` goes through the stages: the run folder gets ``timings.json`` with the
+    loop's own wall time, and a resume adds to the same record."""
+    from windtunnel.runs import RunDir
+
+    out = tmp_path / "r"
+    assert cli_main(["train", "--task", "bijection", "--V", "4", "--L", "4", "--params", "5000", "--steps", "3",
+                     "--out", str(out), "--no-progress"]) == 0
+    run = RunDir(out)
+    first = run.timings()["train_s"]
+    assert first > 0 and first == pytest.approx(run.training_seconds())
+    assert cli_main(["train", "--resume", str(out), "--steps", "5", "--no-progress"]) == 0
+    assert run.latest_step() == 5 and run.timings()["train_s"] >= first

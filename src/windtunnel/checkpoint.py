@@ -116,8 +116,8 @@ def save(
     """Write checkpoint ``step`` atomically and point ``latest`` at it.  Returns its folder."""
     ckpt_root = Path(ckpt_root)
     ckpt_root.mkdir(parents=True, exist_ok=True)
-    name = f"step_{step:08d}"
-    final = ckpt_root / name
+    final = step_dir(ckpt_root, step)
+    name = final.name
     tmp = ckpt_root / f".tmp-{name}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -139,6 +139,16 @@ def save(
     _fsync_dir(ckpt_root)
     write_text_atomic(ckpt_root / LATEST, name + "\n")
     return final
+
+
+def step_dir(ckpt_root: Path, step: int) -> Path:
+    """The folder of checkpoint ``step`` (whether or not it exists): ``step_00001500``."""
+    return Path(ckpt_root) / f"step_{step:08d}"
+
+
+def step_of(path: Path) -> int:
+    """The step a checkpoint folder holds, read from its name."""
+    return int(Path(path).name.split("_")[1])
 
 
 def complete(path: Path) -> bool:

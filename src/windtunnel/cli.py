@@ -171,9 +171,9 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
-    from . import checkpoint as ckpt
     from .runs import RunDir
-    from .training import TrainConfig, build, process_group, train
+    from .stages import train_run
+    from .training import TrainConfig, build, process_group
 
     rank, _ = process_group()  # under torchrun only rank 0 touches the folder
     if args.resume is not None:
@@ -186,14 +186,13 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         fields = dict(record["train"])
         if args.steps is not None:
             _positive(args.steps, "steps")
-            found = ckpt.find_latest(run.checkpoints)
-            done = int(found.name.split("_")[1]) if found is not None else 0
+            done = run.latest_step()
             if args.steps < done:
                 raise UsageError(f"invalid steps: {run.path} is already at step {done}; --steps must be ≥ {done}")
             fields["steps"] = args.steps
         fields["progress"] = not args.no_progress and fields.get("progress", True)
         cfg = TrainConfig.from_dict(fields)
-        train(cfg, run, resume=True)
+        train_run(cfg, run, resume=True)
         if rank == 0:
             print(f"resumed and finished {run.path}")
         return 0
@@ -204,7 +203,7 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     build(cfg)  # validate task and model before anything on disk is touched
     if rank == 0:
         _check_out(run, False, args.force)
-    train(cfg, run)
+    train_run(cfg, run)
     if rank == 0:
         print(f"trained {cfg.arch} on {cfg.task}: {run.path}")
     return 0
@@ -244,10 +243,11 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
-    from . import grid, models
+    from . import grid
     from .training import TrainConfig, build
 
     from .runs import RunDir
+    from .evaluation import EVAL_SEED
     from .stages import evaluate_run, train_run, write_report
 
     _positive(args.n, "n")
@@ -285,7 +285,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     if cfg.task == "hmm":
         k = cfg.task_params.get("K", 20)
         lengths = sorted({k, 30, 50})
-    result = evaluate_run(run, n=args.n, lengths=lengths, seed=12345)
+    result = evaluate_run(run, n=args.n, lengths=lengths, seed=EVAL_SEED)
     geometry = None
     if not args.no_analyze:  # the mechanism beside the number: every diagnostic is seconds at this size
         from .stages import analyze_run
@@ -355,7 +355,7 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
     if args.action == "law":
         from .routing import check_all_heads
         from .runs import RunDir
-        from .stages import EVAL_SEED
+        from .evaluation import EVAL_SEED
         from .training import load
 
         if not args.run:
@@ -615,6 +615,7 @@ def _arch_names() -> list[str]:
 
 def make_parser() -> argparse.ArgumentParser:
     from . import __version__, grid
+    from .evaluation import EVAL_SEED
 
     p = _Parser(prog="windtunnel", description="Bayesian wind tunnels: is a sequence model exactly Bayesian? In bits.")
     p.add_argument("--version", action="version", version=f"windtunnel {__version__}")
@@ -657,7 +658,8 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("run", help="run folder")
     e.add_argument("--n", type=int, default=2000, help="evaluation sequences (default 2000)")
     e.add_argument("--lengths", type=int, nargs="+", help="also evaluate at these lengths (HMM: K; length generalisation)")
-    e.add_argument("--seed", type=int, default=12345, help="seed of the evaluation episodes (default 12345, shared by every run)")
+    e.add_argument("--seed", type=int, default=EVAL_SEED,
+                   help=f"seed of the evaluation episodes (default {EVAL_SEED}, shared by every run)")
     e.set_defaults(func=cmd_eval)
 
     rp = sub.add_parser("report", help="(re)write a run's report.html and summary.md")

@@ -116,6 +116,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("hmm_attn_off", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
          model={"transformer": {"attn_off": "top2"}}),
     _RECALL,
+    # length generalisation under control: the HMM cell with each other position encoding of the
+    # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
+    *(_exp(f"hmm_{pos}", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
+           model={"transformer": {"pos": pos}}) for pos in ("rotary", "alibi", "none")),
     # Paper II's EM reading tested by training: one primitive per experiment, the transformer trained as
     # that experiment's cell but with uniform attention in every layer (routing removed, values kept)
     *(_exp(f"{e.name}_uniform", e.task, e.task_params["quick"], e.task_params["paper"], e.recipes["quick"],

@@ -69,9 +69,9 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + CONTROL_CELLS
+    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + CONTROL_CELLS + POSITION_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa,
-             "all": GEOMETRY_CELLS + CONTROL_CELLS + EM_CELLS}
+             "all": GEOMETRY_CELLS + CONTROL_CELLS + POSITION_CELLS + EM_CELLS}
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in GEOMETRY_CELLS)
             for column, arch in cells[target] for seed in SEEDS]
 
@@ -84,6 +84,10 @@ CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"),
 """Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
 
+POSITION_CELLS = (("hmm_rotary", "transformer"), ("hmm_alibi", "transformer"), ("hmm_none", "transformer"))
+"""Paper I's length generalisation under control: the HMM transformer with rotary, ALiBi and no position
+encoding (the HMM column's own is learned absolute), trained at K = 20 and evaluated at K = 20, 30, 50."""
+
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
 attention in every layer (routing removed, value aggregation kept), trained and evaluated only."""
@@ -94,7 +98,8 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper2": (("routing/em.json", "windtunnel routing em --seeds 5"),
                ("routing/deep/em.json", "windtunnel routing em --deep --seeds 5 --arms sgd em_like sgd_matched alternating"),
                ("routing/deep-authors/em.json", "windtunnel routing em --deep --authors-model --seeds 5"),
-               ("routing/timescales/timescales.json", "windtunnel routing timescales")),
+               ("routing/timescales/timescales.json", "windtunnel routing timescales"),
+               ("routing/timescales-constant/timescales.json", "windtunnel routing timescales --constant-lr")),
     "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
                ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …"),
                ("llm/gemma-3-270m-q4-mixed.json", "windtunnel llm signatures GEMMA3-270M.gguf --prompts mixed --out …"),

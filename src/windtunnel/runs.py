@@ -25,17 +25,13 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import checkpoint as ckpt
+from .checkpoint import write_text_atomic
 from .errors import UserError
 
 
 class RunError(UserError):
     """A run folder is missing, damaged, busy, or cannot be written."""
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -105,6 +101,24 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    def checkpoint_paths(self) -> list[Path]:
+        """The complete checkpoints, oldest first."""
+        return [p for p in ckpt.list_checkpoints(self.checkpoints) if ckpt.complete(p)]
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest checkpoint that loads (``None``: none does)."""
+        return ckpt.find_latest(self.checkpoints)
+
+    def checkpoint_at(self, step: int) -> Path | None:
+        """Checkpoint ``step`` if the run kept it complete, else ``None``."""
+        path = ckpt.step_dir(self.checkpoints, step)
+        return path if path.is_dir() and ckpt.complete(path) else None
+
+    def latest_step(self) -> int:
+        """The step of the newest loadable checkpoint (0 when there is none)."""
+        found = self.latest_checkpoint()
+        return ckpt.step_of(found) if found is not None else 0
 
     @property
     def figures(self) -> Path:
@@ -176,7 +190,7 @@ class RunDir:
     def _write(self, name: str, record: Any, indent: int | None = 1) -> Path:
         self.prepare()
         path = self.path / name
-        _atomic_write(path, json.dumps(record, indent=indent))
+        write_text_atomic(path, json.dumps(record, indent=indent))
         return path
 
     def read_config(self) -> dict[str, Any]:
@@ -245,7 +259,7 @@ class RunDir:
         """Drop log lines after ``step`` (resuming from the checkpoint of that step)."""
         if self.metrics_path.exists():
             keep = [r for r in self.metrics() if r.get("step", 0) <= step]
-            _atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
+            write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
 
     def training_seconds(self) -> float | None:
         """Wall seconds of training: the last ``time`` the loop logged (it accumulates across

@@ -17,8 +17,7 @@ import torch
 
 from .runs import RunDir
 
-EVAL_SEED = 12345
-"""The seed of every run's evaluation episodes (so runs, seeds and architectures share them)."""
+from .evaluation import EVAL_SEED  # noqa: F401  (re-exported: the stages evaluate on it)
 
 
 def _rundir(run: str | Path | RunDir) -> RunDir:
@@ -26,13 +25,15 @@ def _rundir(run: str | Path | RunDir) -> RunDir:
 
 
 def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: int | None = None) -> RunDir:
-    """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``)."""
-    from .training import train
+    """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``) and record the
+    training wall time in ``timings.json`` (under ``torchrun``, rank 0 alone writes)."""
+    from .training import process_group, train
 
     rd = _rundir(run)
     t0 = time.perf_counter()
     train(cfg, rd, resume=resume, until=until)
-    rd.add_timing(train_s=rd.training_seconds() or (time.perf_counter() - t0))
+    if process_group()[0] == 0:
+        rd.add_timing(train_s=rd.training_seconds() or (time.perf_counter() - t0))
     return rd
 
 

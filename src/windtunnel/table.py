@@ -287,13 +287,13 @@ def references(preset: str, column: str, eval_n: int, lengths: list[int] | None)
     """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
     oracle and the context-blind optimum (``tasks.context_blind``)."""
     from . import tasks
-    from .evaluation import evaluate
+    from .evaluation import EVAL_SEED, evaluate
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
     out = {}
     for ref, model in (("oracle", tasks.oracle(task)), ("context_blind", tasks.context_blind(task))):
-        r = evaluate(model, task, n=eval_n, seed=12345, lengths=lengths if ref == "oracle" else None, n_boot=200)
+        r = evaluate(model, task, n=eval_n, seed=EVAL_SEED, lengths=lengths if ref == "oracle" else None, n_boot=200)
         out[ref] = {
             "metrics": {k: v["value"] for k, v in r.metrics.items()},
             "lengths": {str(K): {k: v["value"] for k, v in d["metrics"].items()} for K, d in r.lengths.items()},
@@ -301,7 +301,7 @@ def references(preset: str, column: str, eval_n: int, lengths: list[int] | None)
     if lengths:  # the context-blind table is fitted per length
         for K in lengths:
             tK = task.with_length(K)
-            rK = evaluate(tasks.context_blind(tK), tK, n=eval_n, seed=12345, n_boot=200)
+            rK = evaluate(tasks.context_blind(tK), tK, n=eval_n, seed=EVAL_SEED, n_boot=200)
             out["context_blind"]["lengths"][str(K)] = {k: v["value"] for k, v in rK.metrics.items()}
     return out
 

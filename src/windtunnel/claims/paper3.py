@@ -12,7 +12,7 @@ is read from the reproduction's cells.
 from __future__ import annotations
 
 from ..reproduce import SEEDS
-from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict, claim,
+from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, Verdict, claim,
                    fixed, missing)
 from .evidence import Evidence, Measure, geometry_stat
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 from .. import checkpoint as ckpt
 from .. import metrics as M
 from .. import models, tasks
+from ..runs import RunDir
 from ..tasks.base import Episodes
 from . import _plot
 from .registry import Diagnostic, Reading, register
@@ -98,13 +98,12 @@ def frame_precision(
     ``kl_fold_after_js_settle`` = KL at the JS settle step / final KL (how much the error still
     improves once the frame has settled; the authors' follow-up reports 2.4x and ~40x).
     """
-    run = Path(run_dir)
-    record = json.loads((run / "config.json").read_text())
+    run = RunDir(run_dir)
+    record = run.read_config()
     task = tasks.make(record["task"]["name"], **record["task"]["params"])
-    paths = ckpt.list_checkpoints(run / "checkpoints")
-    paths = [p for p in paths if ckpt.complete(p)]
+    paths = run.checkpoint_paths()
     if not paths:
-        return {"applicable": False, "reason": f"no complete checkpoints in {run / 'checkpoints'}"}
+        return {"applicable": False, "reason": f"no complete checkpoints in {run.checkpoints}"}
     if max_checkpoints is not None and len(paths) > max_checkpoints:
         keep = sorted({round(i * (len(paths) - 1) / (max_checkpoints - 1)) for i in range(max_checkpoints)})
         paths = [paths[i] for i in keep]

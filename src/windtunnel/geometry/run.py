@@ -13,6 +13,7 @@ import torch
 
 from .. import checkpoint as ckpt
 from .. import models
+from ..runs import RunDir
 from ._common import GEOMETRY_SEED, arch_of, clean
 from .registry import Diagnostic, Reading, discover, interpret
 
@@ -25,11 +26,11 @@ DIAGNOSTICS: dict[str, Diagnostic] = discover()
 def untrained_model(run_dir: str | Path) -> tuple[torch.nn.Module, str]:
     """The run's model at initialisation: the step-0 checkpoint if the run kept one, else a rebuild
     from ``config.json`` after ``torch.manual_seed(train.seed)`` (what ``train.build`` does)."""
-    run = Path(run_dir)
-    record = json.loads((run / "config.json").read_text())
+    run = RunDir(run_dir)
+    record = run.read_config()
     model = None
-    zero = run / "checkpoints" / "step_00000000"
-    if zero.is_dir() and ckpt.complete(zero):
+    zero = run.checkpoint_at(0)
+    if zero is not None:
         model = models.build(record["model"])
         ckpt.load(zero, model)
         how = "step-0 checkpoint"
@@ -90,7 +91,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     from ..training import load
 
     run = Path(run_dir)
-    out = run / "geometry.json"
+    out = RunDir(run).geometry_path
     old: dict[str, Any] = {}
     if only is not None and out.is_file():
         old = json.loads(out.read_text())
@@ -143,8 +144,6 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
 
 
 def _provenance(run: Path) -> dict[str, Any]:
-    from ..runs import RunDir
-
     return RunDir(run).provenance()
 
 

@@ -26,7 +26,7 @@ import torch
 from ..tasks.base import Episodes, Task
 from . import _plot
 from ._common import GEOMETRY_SEED, arch_of, clean, episodes_for, has_hooks, n_layers, not_applicable
-from .ablation import METRICS, ablation_effects
+from .ablation import ablation_effects
 from .registry import Diagnostic, Reading, register
 
 __all__ = ["sublayer_ablation", "sublayer_ablation_figure"]

@@ -24,7 +24,6 @@ Cuts need the separate ``v_proj`` layout (Llama-style); other layouts report "no
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -276,7 +275,6 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
         out["movement"][c] = {**_rho_ci(ks[c].double(), score_c, setup.n_boot, setup.seed), "pc1_by_k": _by_k(score_c, ks[c])}
     # interventions at the cut layers, on the normal prompts
     H_model = _binary_entropy(p["normal"])
-    exact = torch.tensor([x["p1"] for x in items["normal"]], dtype=torch.float64)
     ent, rnd, _ = entropy_axes({l: V["normal"][l] for l in cut_layers}, H_model, setup.seed)
     before = _spearman(H_model, H_bayes)
     out["axis_only"] = {"layers": list(cut_layers), "rho_model_bayes_entropy_before": before}

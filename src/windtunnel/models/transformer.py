@@ -35,7 +35,9 @@ mean of ``v_{≤t}``); ``W_Q`` and ``W_K`` are still there (the width stays the 
 receive no gradient.  Content-based routing is gone; value aggregation is kept.
 
 Positions: ``rotary`` (RoPE on q and k, default; no length limit), ``learned`` (absolute
-embeddings added to the input, up to ``max_len``) or ``none``.  The output head is a separate
+embeddings added to the input, up to ``max_len``), ``alibi`` (a fixed distance penalty on the scores,
+:math:`s_{h,ij} \mathrel{+}= -m_h (i - j)` with slopes :math:`m_h = 2^{-8h/H}`, ALiBi; no length limit)
+or ``none`` (the causal mask alone carries order).  The output head is a separate
 ``Linear(d_model, n_classes)`` (outputs are classes, so tying is impossible).
 
 The fast path uses ``scaled_dot_product_attention(is_causal=True)`` (``causal_attention``: the
@@ -47,7 +49,7 @@ d_model 192, d_ff 768 (2.67M parameters on bijection V=20).
 Hook points: ``hook_embed`` (input embedding, learned positions included), per block ``l``:
 ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_q|hook_k|hook_v`` ``[B,T,H,dh]`` (q, k after
 rotary), ``blocks.{l}.attn.hook_scores`` ``[B,H,T,T]`` (pre-softmax :math:`q k^\top/\sqrt{d_h}`, before the
-causal mask), ``blocks.{l}.attn.hook_pattern`` ``[B,H,T,T]`` (post-softmax), ``blocks.{l}.attn.hook_z``
+causal mask; ALiBi's distance penalty included), ``blocks.{l}.attn.hook_pattern`` ``[B,H,T,T]`` (post-softmax), ``blocks.{l}.attn.hook_z``
 ``[B,T,H,dh]``, ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``;
 ``hook_final`` (after the final norm).
 """
@@ -68,7 +70,7 @@ from .base import (Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindT
 from .catalog import Arch, register_arch
 from ..errors import InvalidValue
 
-POSITIONS = ("rotary", "learned", "none")
+POSITIONS = ("rotary", "learned", "alibi", "none")
 NORMS = ("rms", "layer")
 
 
@@ -170,6 +172,7 @@ class Attention(nn.Module):
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
         self.n_kv_heads = cfg.kv_heads
         self.rotary = cfg.pos == "rotary"
+        self.alibi = cfg.pos == "alibi"
         self.rope_base = cfg.rope_base
         self.dropout = cfg.dropout
         self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.kv_heads) * cfg.head_dim, bias=False)
@@ -193,6 +196,7 @@ class Attention(nn.Module):
         #: attend uniformly to the causal prefix (``TransformerConfig.uniform_attn``)
         self.uniform = False
         self._rope: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._alibi: dict[tuple, torch.Tensor] = {}
 
     def freeze_initial(self) -> None:
         """Copy the current qkv weight into the frozen buffer (at initialisation)."""
@@ -215,6 +219,20 @@ class Attention(nn.Module):
             ang = torch.cat((ang, ang), dim=-1)[:, None, :]
             self._rope = {key: (ang.cos().to(dtype), ang.sin().to(dtype))}  # keep only the latest
         return self._rope[key]
+
+    def alibi_bias(self, T: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        r"""``[H,T,T]``: :math:`-m_h (i - j)` on and below the diagonal, :math:`-\infty` above it, with
+        :math:`m_h = 2^{-8h/H}` for heads :math:`h = 1..H` (cached per length/device/dtype)."""
+        key = (T, device, dtype)
+        if key not in self._alibi:
+            H = self.n_heads
+            slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, device=device, dtype=torch.float32) / H)
+            pos = torch.arange(T, device=device, dtype=torch.float32)
+            dist = (pos[None, :] - pos[:, None]).clamp(max=0)  # j - i ≤ 0 at and below the diagonal
+            bias = slopes[:, None, None] * dist[None]
+            causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+            self._alibi = {key: bias.masked_fill(~causal, float("-inf")).to(dtype)}  # keep only the latest
+        return self._alibi[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
@@ -241,7 +259,10 @@ class Attention(nn.Module):
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B,H,T,dh]
         p = self.dropout if self.training else 0.0
         if explicit:
-            scores = self.hook_scores((qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(dh)))  # [B,H,T,T]
+            scores = (qh @ kh.transpose(-1, -2)) * (1.0 / math.sqrt(dh))  # [B,H,T,T]
+            if self.alibi and not self.uniform:  # the penalty below the diagonal; the mask sets what lies above it
+                scores = scores + self.alibi_bias(T, x.device, x.dtype).nan_to_num(neginf=0.0)
+            scores = self.hook_scores(scores)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             pattern = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
             pattern = self.hook_pattern(pattern)
@@ -250,6 +271,9 @@ class Attention(nn.Module):
             z = (pattern @ vh).transpose(1, 2)  # [B,T,H,dh]
             if self.head_mask is not None:
                 z = z * self.head_mask.to(z.dtype)[:, None]
+        elif self.alibi and not self.uniform:
+            z = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=self.alibi_bias(T, x.device, x.dtype),
+                                               dropout_p=p).transpose(1, 2)
         else:
             z = causal_attention(qh, kh, vh, dropout_p=p).transpose(1, 2)
         z = self.hook_z(z)

@@ -1,0 +1,79 @@
+r"""The optimisation pieces of the loop: the learning-rate schedule, AdamW's parameter groups, the
+loss, the device, and which checkpoints are kept for the training-dynamics analyses."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .tasks.base import Episodes
+from .train_config import TrainConfig
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup for ``warmup`` steps, then cosine from ``lr`` to ``min_lr`` at ``steps``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
+    """AdamW's parameter groups: weight decay on matrices only (vectors, gains and parameters
+    flagged ``_no_weight_decay``, Mamba's ``A_log`` and ``D``, are exempt); with
+    ``readout_lr_mult != 1`` the readout (``model.readout_parameters()``) forms groups of its own
+    whose ``lr_mult`` scales the scheduled learning rate.  With the multiplier at 1 the groups are
+    the two of every earlier run, so their checkpoints resume unchanged."""
+    def decays(p: torch.nn.Parameter) -> bool:
+        return p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)
+
+    readout = {id(p) for p in model.readout_parameters()} if cfg.readout_lr_mult != 1 else set()
+    groups = []
+    for mult, members in ((1.0, [p for p in model.parameters() if id(p) not in readout]),
+                          (float(cfg.readout_lr_mult), [p for p in model.parameters() if id(p) in readout])):
+        if members:
+            groups += [{"params": [p for p in members if decays(p)], "weight_decay": cfg.weight_decay, "lr_mult": mult},
+                       {"params": [p for p in members if not decays(p)], "weight_decay": 0.0, "lr_mult": mult}]
+    return groups
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool, n_scored: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy (nats) over scored positions, against targets or the soft posterior.
+
+    ``n_scored``: divide the summed cross-entropy by this count instead of the batch's own (a data-
+    parallel shard divides by the global count, so the mean over processes is the global mean).
+    """
+    logits = logits.float()
+    if soft:
+        logq = F.log_softmax(logits, dim=-1)
+        ce = -(ep.posterior.to(logq.dtype) * logq).sum(-1)
+        return (ce * ep.mask).sum() / (ep.mask.sum() if n_scored is None else n_scored)
+    flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]), ep.targets.reshape(-1)
+    if n_scored is None:
+        return F.cross_entropy(flat_logits, flat_targets, ignore_index=-100)
+    return F.cross_entropy(flat_logits, flat_targets, ignore_index=-100, reduction="sum") / n_scored
+
+
+def log_spaced_steps(total: int) -> set[int]:
+    """Steps 1, 2, 5, 10, 20, 50, … ≤ total: the checkpoints kept for dynamics analyses."""
+    out, base = set(), 1
+    while base <= total:
+        for m in (1, 2, 5):
+            if m * base <= total:
+                out.add(m * base)
+        base *= 10
+    return out

@@ -1,0 +1,89 @@
+r"""The data a run trains on, and its share under data parallelism.
+
+No fixed dataset: every step draws fresh episodes, so nothing can be memorised, and the data of a
+step is a pure function of ``(seed, step)`` — which makes resuming exact.  The step's batch is
+``data_shards`` shards, shard ``j`` from its own stream ``stream_seed(seed, step, j)``; under
+``torchrun`` with ``W`` processes, rank ``r`` takes shards ``r·S/W … (r+1)·S/W − 1``.  A
+``curriculum`` trains the first steps on easier variants of the task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import torch
+
+from .runs import RunDir
+from .tasks.base import Episodes, Task
+from .train_config import ConfigError, TrainConfig
+
+
+def _hashed_seed(*parts: object) -> int:
+    """A 64-bit seed with the top bit set: disjoint from every small user-facing seed
+    (``evaluate(seed=12345)``, ``tasks show --seed 0``) and, up to hash collisions, from each other."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") | (1 << 63)
+
+
+def stream_seed(seed: int, step: int, shard: int = 0) -> int:
+    """The data seed of one training step's shard (one stream per run seed and shard)."""
+    return _hashed_seed("train", seed, shard, step)
+
+
+def process_group() -> tuple[int, int]:
+    """``(rank, world size)`` of this process: torchrun's ``RANK``/``WORLD_SIZE``, ``(0, 1)`` alone."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def step_batch(cfg: TrainConfig, task: Task, step: int, shards: int, rank: int = 0, world: int = 1) -> Episodes:
+    """The episodes process ``rank`` of ``world`` trains on at ``step``.
+
+    The step's global batch is ``shards`` shards of ``batch_size / shards`` episodes, shard ``j``
+    drawn from ``stream_seed(seed, step, j)`` (from the curriculum's task where one applies); the
+    process takes the ``shards / world`` consecutive shards starting at ``rank · shards / world``.
+    With one shard and one process this is ``task.sample(batch_size, stream_seed(seed, step))``.
+    """
+    per, own = cfg.batch_size // shards, shards // world
+    source = curriculum_task(cfg, task, step)
+    parts = [source.sample(per, stream_seed(cfg.seed, step, j)) for j in range(rank * own, (rank + 1) * own)]
+    return parts[0] if len(parts) == 1 else Episodes.cat(parts)
+
+
+def resolve_shards(cfg: TrainConfig, run: RunDir, resume: bool, world: int) -> int:
+    """The shard count of a run: the one its latest checkpoint trained with (a resumed run keeps its
+    data stream whatever the process count), else ``data_shards``, else one per process.
+    ``ConfigError`` unless the process count divides it."""
+    shards = cfg.data_shards or world
+    found = run.latest_checkpoint() if resume else None
+    if found is not None:
+        try:
+            shards = int(json.loads((found / "state.json").read_text()).get("data_shards", shards))
+        except (OSError, ValueError, TypeError):
+            pass  # an unreadable state.json is reported by the checkpoint loader
+    if shards % world or cfg.batch_size % shards:
+        raise ConfigError(f"invalid data_shards: {world} processes need a shard count they divide that divides "
+                          f"batch_size {cfg.batch_size}; this run has {shards} shards")
+    return shards
+
+
+def eval_seed(seed: int) -> int:
+    """The seed of the fixed held-out batch evaluated during training."""
+    return _hashed_seed("eval", seed)
+
+
+def curriculum_task(cfg: TrainConfig, task: Task, step: int) -> Task:
+    """The task whose episodes train step ``step``: the first curriculum stage with ``step < until``
+    (``task`` with that stage's parameters changed), else ``task`` itself."""
+    for stage in cfg.curriculum:
+        if step < stage["until"]:
+            return task.replace(**stage["task_params"])
+    return task
+
+
+def _global_means(means: list[float], count: float, device: torch.device) -> list[float]:
+    """Means over every process's positions, from each process's ``means`` over its ``count`` positions."""
+    sums = torch.tensor([*(m * count for m in means), count], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(sums)
+    return [float(x / sums[-1]) for x in sums[:-1]]

@@ -1,0 +1,148 @@
+"""What a training run is: ``TrainConfig``, the fields that rebuild its task, model and optimiser
+(written to the run folder as ``config.json``), validated when it is made, and the TOML/JSON file
+that holds one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import models
+from .errors import UserError
+
+
+class ConfigError(UserError, ValueError):
+    """A bad configuration key or value (the CLI turns it into one line and exit status 2)."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything needed to rebuild the task, the model and the optimiser (saved as config.json)."""
+
+    task: str = "bijection"
+    task_params: dict[str, Any] = field(default_factory=dict)
+    arch: str = "transformer"
+    params: int | None = None  # target parameter count (capacity matching); None: arch defaults
+    model: dict[str, Any] = field(default_factory=dict)  # overrides: d_model, n_layers, n_heads, ...
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    warmup: int = 100
+    weight_decay: float = 0.01
+    beta2: float = 0.98
+    grad_clip: float = 1.0
+    #: the readout (final norm and output head, ``readout_parameters()``) trains at this multiple of
+    #: the learning rate: the logit gap that drives the mass on eliminated values to 0 is bounded by
+    #: the head's norm, which grows at a rate the learning rate sets
+    readout_lr_mult: float = 1.0
+    loss: str = "auto"  # auto | targets | posterior
+    seed: int = 0
+    log_every: int = 25
+    eval_every: int = 250
+    eval_n: int = 512
+    ckpt_every: int = 250
+    keep_last: int = 2
+    log_checkpoints: bool = True  # keep checkpoints at ~log-spaced steps (training dynamics)
+    device: str = "auto"  # auto | cpu | cuda | mps
+    compile: bool = False
+    bf16: str = "auto"  # auto (on CUDA) | on | off
+    progress: bool = True
+    #: stages ``[{"until": step, "task_params": {...}}, ...]``: before step ``until`` the batches come
+    #: from the task with those parameters changed (evaluation always uses the task itself)
+    curriculum: list[dict[str, Any]] = field(default_factory=list)
+    #: shards of each step's batch, each drawn from its own stream; 0: one per process (data parallel)
+    data_shards: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def need(cond: bool, key: str, allowed: str) -> None:
+            if not cond:
+                raise ConfigError(f"invalid config value for {key!r}: must be {allowed}, got {getattr(self, key)!r}")
+
+        need(isinstance(self.task, str), "task", "a task name")
+        need(isinstance(self.task_params, dict), "task_params", "a table of task parameters")
+        need(isinstance(self.arch, str) and (self.arch in models.names() or models.is_external(self.arch)), "arch",
+             f"one of {', '.join(models.names())} or package.module:factory")
+        if models.is_external(self.arch):
+            models.load_factory(self.arch)  # importable now, not after the run folder is written
+        need(self.params is None or (isinstance(self.params, int) and self.params >= 1000), "params", "an integer ≥ 1000")
+        need(isinstance(self.model, dict), "model", "a table of model overrides")
+        for key in ("steps", "batch_size", "log_every", "eval_every", "eval_n", "ckpt_every"):
+            need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "a positive integer")
+        need(isinstance(self.warmup, int) and self.warmup >= 0, "warmup", "an integer ≥ 0")
+        need(isinstance(self.keep_last, int) and self.keep_last >= 1, "keep_last", "an integer ≥ 1")
+        need(isinstance(self.lr, (int, float)) and 0 < self.lr < 1, "lr", "a number in (0, 1)")
+        need(isinstance(self.min_lr, (int, float)) and 0 <= self.min_lr <= self.lr, "min_lr", "a number in [0, lr]")
+        need(isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, "weight_decay", "≥ 0")
+        need(isinstance(self.beta2, (int, float)) and 0 < self.beta2 < 1, "beta2", "in (0, 1)")
+        need(isinstance(self.grad_clip, (int, float)) and self.grad_clip > 0, "grad_clip", "a positive number")
+        need(isinstance(self.readout_lr_mult, (int, float)) and not isinstance(self.readout_lr_mult, bool)
+             and 0 < self.readout_lr_mult <= 100, "readout_lr_mult", "a number in (0, 100]")
+        need(self.loss in ("auto", "targets", "posterior"), "loss", "auto, targets or posterior")
+        need(isinstance(self.seed, int) and 0 <= self.seed < 2**31, "seed", "an integer in [0, 2^31)")
+        need(self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:"), "device", "auto, cpu, cuda or mps")
+        need(self.bf16 in ("auto", "on", "off"), "bf16", "auto, on or off")
+        if isinstance(self.device, str) and self.device.startswith("cuda"):
+            index = int(self.device.split(":")[1]) if self.device.startswith("cuda:") and self.device[5:].isdigit() else 0
+            need(self.device == "cuda" or self.device[5:].isdigit(), "device", "cuda or cuda:N")
+            need(torch.cuda.is_available() and index < torch.cuda.device_count(), "device",
+                 f"a CUDA device this machine has ({torch.cuda.device_count()} visible)")
+        if self.device == "mps":
+            need(getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(), "device",
+                 "a device this machine has (no MPS here)")
+        need(isinstance(self.data_shards, int) and not isinstance(self.data_shards, bool) and self.data_shards >= 0,
+             "data_shards", "an integer ≥ 0 (0: one shard per process)")
+        need(self.data_shards == 0 or self.batch_size % self.data_shards == 0, "data_shards",
+             f"a divisor of batch_size {self.batch_size}")
+        stages_ok = isinstance(self.curriculum, list) and all(
+            isinstance(s, dict) and set(s) == {"until", "task_params"} and isinstance(s["until"], int)
+            and not isinstance(s["until"], bool) and isinstance(s["task_params"], dict)
+            for s in self.curriculum
+        )
+        need(stages_ok, "curriculum", 'a list of {"until": step, "task_params": {...}} stages')
+        untils = [s["until"] for s in self.curriculum]
+        need(all(a < b for a, b in zip([0] + untils, untils)) and all(u <= self.steps for u in untils),
+             "curriculum", "stages with increasing 'until' steps in [1, steps]")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        allowed = {f.name for f in dataclasses.fields(cls)}
+        for key in d:
+            if key not in allowed:
+                raise ConfigError(f"unknown config key {key!r}: allowed {', '.join(sorted(allowed))}")
+        try:
+            return cls(**d)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or JSON config file into a dict (validation happens in ``TrainConfig``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix == ".toml":
+            try:
+                import tomllib  # type: ignore[import-not-found]
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            return tomllib.loads(text)
+        data = json.loads(text)
+    except Exception as exc:
+        raise ConfigError(f"config file {path} is not valid {path.suffix.lstrip('.') or 'JSON'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of TrainConfig fields, not a {type(data).__name__}")
+    return data
