@@ -226,3 +226,22 @@ def test_table_refuses_a_foreign_table_md(tmp_path: Path, capsys: pytest.Capture
 def test_huge_sizes_are_user_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     user_error(["train", "--task", "bijection", "--V", "4", "--L", "3", "--arch", "lstm", "--batch-size", "100000000000",
                 "--steps", "1", "--out", str(tmp_path / "r"), "--no-progress"], capsys)
+
+
+def test_default_run_folders_differ_by_configuration_and_are_portable() -> None:
+    """``windtunnel run``'s default folder: runs/main as shipped; a seed, steps, size, task parameter,
+    architecture or preset of its own gets a name of its own, with no ``:`` in it."""
+    import argparse
+
+    from windtunnel.cli import _default_run_folder
+
+    def name(task=None, seed=None, steps=None, params=None, preset="quick", arch="transformer", **tp):
+        args = argparse.Namespace(task=task, seed=seed, steps=steps, params=params, preset=preset)
+        return _default_run_folder(args, task or "bijection", arch, tp)
+
+    assert name() == "runs/main"
+    assert name("hmm") == "runs/hmm"
+    got = {name(seed=1), name(seed=2), name(steps=10), name(params=9000), name("bijection", V=8),
+           name(arch="hf:llama"), name(preset="paper"), name()}
+    assert len(got) == 8
+    assert name(arch="hf:llama") == "runs/main-hf_llama-quick" and all(":" not in n for n in got)

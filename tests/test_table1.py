@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from windtunnel import models, tasks
+from windtunnel import grid, models, tasks
 from windtunnel.evaluation import evaluate, mean_std
 from windtunnel.table import cell_config
 from windtunnel.training import ConfigError, TrainConfig, curriculum_task, train
@@ -177,3 +177,10 @@ def test_committed_cells_were_trained_with_todays_grid() -> None:
         want = TrainConfig.from_dict(cell.config())
         got = TrainConfig.from_dict({**recorded, "device": want.device, "progress": False})
         assert got == want, path.parent.name
+
+def test_evaluation_lengths_come_from_the_grid() -> None:
+    """HMM is evaluated at its trained K and the experiment's longer lengths; other tasks at their own."""
+    assert grid.eval_lengths("hmm", {"K": 20}) == [20, 30, 50]
+    assert grid.eval_lengths("hmm", {"K": 10}) == [10, 20, 30, 50]
+    assert grid.eval_lengths("hmm_alibi", {"K": 40}) == [40, 50]
+    assert grid.eval_lengths(grid.MAIN_JOB, {}) is None and grid.eval_lengths("recall", {}) is None

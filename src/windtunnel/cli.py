@@ -241,6 +241,17 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _default_run_folder(args: argparse.Namespace, task: str, arch: str, task_params: dict[str, Any]) -> str:
+    """``runs/main`` for the main job as shipped; otherwise a portable name that differs whenever the
+    task, architecture, preset, seed, steps, size or task parameters do (so sweeps do not collide)."""
+    changed = [f"s{args.seed}" if args.seed is not None else "", f"{args.steps}steps" if args.steps is not None else "",
+               f"{args.params}p" if args.params is not None else "",
+               *(f"{k}{v}" for k, v in sorted(task_params.items()))]
+    parts = [task if args.task is not None else "main", arch, args.preset, *filter(None, changed)]
+    name = "-".join(parts) if parts[1:] != ["transformer", "quick"] else parts[0]
+    return "runs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
     from . import grid
@@ -266,8 +277,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["params"] = args.params
     fields["progress"] = not args.no_progress
     cfg = TrainConfig.from_dict(fields)
-    default_out = "runs/main" if args.task is None and args.preset == "quick" else f"runs/{task_name}-{arch}-{args.preset}"
-    run = RunDir(_out_path(args.out) or default_out)
+    run = RunDir(_out_path(args.out) or _default_run_folder(args, task_name, arch, _params(extra) if extra else {}))
     build(cfg)  # validate before touching the folder
     resume = False
     if not run.is_empty():
@@ -281,10 +291,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
                 raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
             resume = True
     train_run(cfg, run, resume=resume)
-    lengths = None
-    if cfg.task == "hmm":
-        k = cfg.task_params.get("K", 20)
-        lengths = sorted({k, 30, 50})
+    lengths = grid.eval_lengths(grid.MAIN_JOB if args.task is None else task_name, cfg.task_params)
     result = evaluate_run(run, n=args.n, lengths=lengths, seed=EVAL_SEED)
     geometry = None
     if not args.no_analyze:  # the mechanism beside the number: every diagnostic is seconds at this size
@@ -632,7 +639,9 @@ def make_parser() -> argparse.ArgumentParser:
         q.add_argument("--params", type=int, help="size the model to this many parameters (±3%%)")
         q.add_argument("--steps", type=int, help="optimiser steps (default: the recipe's)")
         q.add_argument("--seed", type=int, help="training seed: initialisation and data stream (default 0)")
-        q.add_argument("--out", help="run folder (default runs/main for the main job, runs/TASK-ARCH-PRESET otherwise)")
+        q.add_argument("--out", help="run folder (train: required; run: runs/main for the main job, otherwise runs/TASK "
+                                     "with the architecture, preset, seed, steps, size and task parameters added "
+                                     "where they are not the defaults)")
         q.add_argument("--force", action="store_true", help="replace an existing run folder")
         q.add_argument("--no-progress", action="store_true", help="no progress bar")
 

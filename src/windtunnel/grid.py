@@ -169,6 +169,16 @@ def experiment(name: str) -> Experiment:
     return _exp(name, base, {}, {})
 
 
+def eval_lengths(name: str, task_params: dict[str, Any]) -> list[int] | None:
+    """The lengths an experiment is evaluated at (``None``: its training length only): the trained
+    ``K`` and every longer length of the experiment's own (HMM: trained at 20, evaluated at 20, 30, 50)."""
+    e = experiment(name)
+    if not e.lengths:
+        return None
+    k = task_params.get("K", e.lengths[0])
+    return sorted({k, *(length for length in e.lengths if length > k)})
+
+
 def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:
     """(registered task name, parameters) of an experiment under a preset."""
     e = experiment(name)
