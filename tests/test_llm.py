@@ -15,7 +15,8 @@ from windtunnel.errors import InvalidValue  # noqa: E402
 from windtunnel.geometry.keys import gaussian_abs_cos  # noqa: E402
 from windtunnel.llm import prompt_set  # noqa: E402
 from windtunnel.llm.load import load_model  # noqa: E402
-from windtunnel.llm.signatures import attention_layout, focusing, key_orthogonality, read_final_token, value_manifold  # noqa: E402
+from windtunnel.llm.signatures import (attention_layout, focusing, key_orthogonality, read_final_token,  # noqa: E402
+                                        stratify, value_manifold)
 
 FAMILIES = {
     "gpt_neox": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4),
@@ -293,3 +294,60 @@ def test_llm_global_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) ->
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert err.startswith("windtunnel: error:") and "\n" not in err, err
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "gpt2"])
+def test_value_cut_on_every_attention_layout(family: str, tmp_path: Path) -> None:
+    """The cut edits only the final token's values, on separate and on fused (GPT-NeoX, GPT-2)
+    projections: afterwards the entropy axis is gone from the values read, the keys of the same
+    module are untouched, and the model's output changes."""
+    items = sula.prompts(sula.SulaSetup(ks=(1, 4), per_k=4), ("dax", "lug"))
+    tok = word_tokenizer([i["text"] for i in items] + ["dax lug"])  # every word of the prompts in the vocabulary
+    torch.manual_seed(0)
+    cfg = transformers.AutoConfig.for_model(family, vocab_size=len(tok), **{**FAMILIES[family]})
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    layout = attention_layout(model)
+    idx_v, idx_k = layout.indices("v"), layout.indices("k")
+    if layout.family != "separate":  # one fused module: the value and key slices must not overlap
+        assert len(set(idx_v.tolist()) | set(idx_k.tolist())) == 2 * len(idx_v)
+    p1, vals = sula.model_posterior(model, tok, items, ("dax", "lug"), [1])
+    ent, _, _ = sula.entropy_axes(vals, torch.rand(len(items), dtype=torch.float64))
+    keys: dict[str, list[torch.Tensor]] = {"before": [], "after": []}
+    module, to_keys = layout.key_module(1)
+    phase = ["before"]
+    h = module.register_forward_hook(lambda m, i, o: keys[phase[0]].append(to_keys(o.detach())[0, -1].clone()))
+    try:
+        sula.model_posterior(model, tok, items, ("dax", "lug"))
+        phase[0] = "after"
+        with sula.value_cut(model, {1: ent[1]}):
+            q, cut_vals = sula.model_posterior(model, tok, items, ("dax", "lug"), [1])
+    finally:
+        h.remove()
+    u, mu, sd = ent[1]
+    assert (((cut_vals[1] - mu) / sd) @ u).abs().max() < 1e-5
+    assert all(torch.equal(a, b) for a, b in zip(keys["before"], keys["after"]))
+    assert not torch.allclose(q, p1)
+
+
+def test_docs_pool_is_real_documentation_text_cut_at_word_boundaries() -> None:
+    """The shipped ``docs`` set: 1,200 distinct openings of prose sentences of Python's own
+    documentation; on the Python it was built with, the builder regenerates it exactly."""
+    import sys
+
+    from windtunnel.llm import pool
+
+    shipped = prompt_set("docs")
+    assert len(shipped) == len(set(shipped)) == 1200 and all(len(p.split()) >= 3 for p in shipped)
+    sentences = pool.documentation_sentences()
+    assert len(sentences) >= 1200
+    if sys.version_info[:2] == (3, 11):
+        assert pool.docs_pool() == shipped
+        by_start: dict[str, list[str]] = {}
+        for s in sentences:
+            by_start.setdefault(s.split()[0], []).append(s)
+        assert all(any(s.startswith(p) for s in by_start[p.split()[0]]) for p in shipped)  # openings of sentences
+    assert all(not any(c in p for c in "{}[]=<>`") for p in shipped)
+    # Paper III's sampling: 15 from each entropy quintile of the pool
+    entropy = torch.linspace(0, 5, len(shipped))
+    picked = stratify(entropy, 15)
+    assert len(picked) == 75 and all(((picked >= 240 * q) & (picked < 240 * (q + 1))).sum() == 15 for q in range(5))

@@ -736,7 +736,8 @@ def make_parser() -> argparse.ArgumentParser:
                          "global: one PCA basis across two or more models on the same SULA prompts")
     lm.add_argument("model", nargs="+", help="a local folder, a .gguf file, or a hub name already in the local cache "
                                               "(global: two or more)")
-    lm.add_argument("--prompts", default="mixed", help="mixed, math, code, or a file (JSON list / one per line)")
+    lm.add_argument("--prompts", default="mixed", help="mixed, math, code, docs (1,200 real-text candidates: use with "
+                    "--per-quintile), or a file (JSON list / one per line)")
     lm.add_argument("--n-boot", dest="n_boot", type=int, default=1000, help="bootstrap resamples of every interval (default 1000)")
     lm.add_argument("--per-quintile", dest="per_quintile", type=int,
                     help="signatures: that many prompts from each next-token-entropy quintile (default: all)")

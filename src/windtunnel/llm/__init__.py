@@ -4,7 +4,8 @@
 * :mod:`.signatures` — key orthogonality of ``W_K``, the final-token value manifold against
   next-token entropy, attention focusing layer by layer (grouped-query and sliding-window attention
   handled), with their nulls and bootstrap intervals;
-* ``prompts/`` — the prompt sets (``mixed``, ``math``, ``code``), read by :func:`prompt_set`.
+* ``prompts/`` — the prompt sets (``mixed``, ``math``, ``code``; ``docs``: 1,200 real-text
+  candidates for entropy-stratified sampling, built by :mod:`.pool`), read by :func:`prompt_set`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from ..errors import InvalidValue
 
-PROMPT_SETS = ("mixed", "math", "code")
+PROMPT_SETS = ("mixed", "math", "code", "docs")
 
 
 def prompt_set(name: str) -> list[str]:

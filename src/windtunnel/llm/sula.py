@@ -19,7 +19,8 @@ final-token value vectors over the prompts (its sign set so that the projection 
 model's entropy); the cut replaces the final token's values ``v`` by ``v − (v·u)u`` in z-scored
 coordinates.  A random unit axis orthogonal to ``u`` is the control.  Both behaviour (MAE, KL)
 and geometry (Spearman ρ of ``v·u`` with the model's entropy) are reported before and after.
-Cuts need the separate ``v_proj`` layout (Llama-style); other layouts report "not applicable".
+The edit is made where the values are computed, on every attention layout the signatures read
+(separate ``v_proj``; the value slice of GPT-NeoX's and GPT-2's fused projections).
 """
 
 from __future__ import annotations
@@ -179,8 +180,7 @@ def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch
     with ``z = (v − mean) / std``: the cut (``z − (z·u)u``), the axis-only projection (``(z·u)u``) or a
     shift along the axis (``z + c·u``)."""
     layout = attention_layout(model)
-    if layout.family != "separate":
-        raise InvalidValue(f"invalid model: the value cut needs separate v_proj modules, not the {layout.family} layout")
+    idx = layout.indices("v")
     handles = []
     for layer, (u, mu, sd) in axes.items():
         f = edit[layer] if isinstance(edit, dict) else edit  # one edit for every layer, or one per layer
@@ -188,12 +188,13 @@ def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch
         def cut(m: Any, i: Any, o: torch.Tensor, u: torch.Tensor = u, mu: torch.Tensor = mu, sd: torch.Tensor = sd,
                 f: Any = f) -> torch.Tensor:
             o = o.clone()
-            v = o[0, -1].double().cpu()
+            where = idx.to(o.device)
+            v = o[0, -1, where].double().cpu()
             z = f((v - mu) / sd, u)
-            o[0, -1] = (mu + sd * z).to(o.dtype).to(o.device)
+            o[0, -1, where] = (mu + sd * z).to(o.dtype).to(o.device)
             return o
 
-        handles.append(layout.layers[layer].v_proj.register_forward_hook(cut))
+        handles.append(layout.module(layer, "v").register_forward_hook(cut))
     try:
         yield
     finally:
@@ -312,16 +313,13 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
     base = prompts(setup, pair)
     ks = torch.tensor([p["k"] for p in base])
     exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
-    p1, values = model_posterior(model, tokenizer, base, pair, layers if layout.family == "separate" else ())
+    p1, values = model_posterior(model, tokenizer, base, pair, layers)
     out["conditions"]["normal"] = score(exact, p1, ks, setup.n_boot)
     for name, lab, cond in (("remap", remap, "normal"), ("shuffled", pair, "shuffled"), ("no_evidence", pair, "no_evidence")):
         items = prompts(setup, lab, cond)
         q, _ = model_posterior(model, tokenizer, items, lab)
         out["conditions"][name] = score(torch.tensor([p["p1"] for p in items], dtype=torch.float64), q,
                                         torch.tensor([p["k"] for p in items]), setup.n_boot)
-    if layout.family != "separate":
-        out["cut"] = {"applicable": False, "reason": f"the value cut needs separate v_proj modules ({layout.family} layout)"}
-        return json_safe(out)
     H = _binary_entropy(p1)
     ent, rnd, rho = entropy_axes(values, H, setup.seed)
     cut: dict[str, Any] = {"applicable": True, "layers": layers, "rho_axis_entropy_before": {str(l): rho[l] for l in layers}}

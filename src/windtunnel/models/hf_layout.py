@@ -38,16 +38,32 @@ class AttentionLayout:
         W = m.c_attn.weight.detach().double()  # gpt2 Conv1D: [d, 3d], x @ W
         return W[:, d:2 * d].T.reshape(H, dk, d)
 
-    def projection(self, layer: int, part: str) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
-        """The module whose output holds ``part`` (``"k"``: keys before rotary, ``"v"``: values) and
-        ``output [B,T,*] -> [B,T,n_kv,d_head]``."""
-        m, H, dk, d = self.layers[layer], self.n_kv_heads, self.head_dim, self.d_model
-        slot = {"k": 1, "v": 2}[part]  # position in the fused q, k, v layouts
+    def module(self, layer: int, part: str) -> torch.nn.Module:
+        """The module whose output holds ``part`` (``"k"``: keys before rotary, ``"v"``: values)."""
+        m = self.layers[layer]
         if self.family == "separate":
-            return getattr(m, f"{part}_proj"), lambda out: out.view(*out.shape[:2], H, dk)
-        if self.family == "neox":
-            return m.query_key_value, lambda out: out.view(*out.shape[:2], H, 3, dk)[:, :, :, slot]
-        return m.c_attn, lambda out: out[..., slot * d:(slot + 1) * d].reshape(*out.shape[:2], H, dk)
+            return getattr(m, f"{part}_proj")
+        return m.query_key_value if self.family == "neox" else m.c_attn
+
+    def indices(self, part: str) -> torch.Tensor:
+        """``[n_kv · d_head]``: where head ``h``'s coordinate ``j`` of ``part`` sits in the last dimension
+        of its module's output (entry ``h · d_head + j``): the identity for separate projections;
+        GPT-NeoX fuses ``[head][q, k, v][d_head]``; GPT-2 ``[q, k, v][head][d_head]``."""
+        H, dk = self.n_kv_heads, self.head_dim
+        slot = {"k": 1, "v": 2}[part]  # position in the fused q, k, v layouts
+        h, j = torch.arange(H)[:, None], torch.arange(dk)[None, :]
+        if self.family == "separate":
+            idx = h * dk + j
+        elif self.family == "neox":
+            idx = h * 3 * dk + slot * dk + j
+        else:
+            idx = slot * H * dk + h * dk + j
+        return idx.reshape(-1)
+
+    def projection(self, layer: int, part: str) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
+        """The module whose output holds ``part`` and ``output [B,T,*] -> [B,T,n_kv,d_head]``."""
+        idx, H, dk = self.indices(part), self.n_kv_heads, self.head_dim
+        return self.module(layer, part), lambda out: out[..., idx.to(out.device)].reshape(*out.shape[:2], H, dk)
 
     def key_module(self, layer: int) -> tuple[torch.nn.Module, Callable[[torch.Tensor], torch.Tensor]]:
         """``projection(layer, "k")``: the keys before rotary."""
