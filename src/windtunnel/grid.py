@@ -159,8 +159,13 @@ MAIN_JOB_LR = _QUICK_MAIN.lr
 MAIN_JOB_READOUT_LR_MULT = _QUICK_MAIN.readout_lr_mult
 
 
+ALIASES = {"sawtooth": "bijection_replacement"}
+"""Names people use for an experiment registered under another (the sawtooth is the table's column)."""
+
+
 def experiment(name: str) -> Experiment:
     """The experiment named ``name``; any other registered task runs with its defaults and the generic recipe."""
+    name = ALIASES.get(name, name)
     if name in EXPERIMENTS:
         return EXPERIMENTS[name]
     from . import tasks  # a registered task runs as itself; other bijection_* names are bijection variants

@@ -103,6 +103,10 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
                ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …"),
                ("llm/gemma-3-270m-q4-mixed.json", "windtunnel llm signatures GEMMA3-270M.gguf --prompts mixed --out …"),
+               ("llm/smollm2-135m-instruct-q4-docs.json",
+                "windtunnel llm signatures MODEL.gguf --prompts docs --per-quintile 15 --out …"),
+               ("llm/gemma-3-270m-q4-docs.json",
+                "windtunnel llm signatures GEMMA3-270M.gguf --prompts docs --per-quintile 15 --out …"),
                ("llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json",
                 "windtunnel llm global SMOLLM2.gguf GEMMA3-270M.gguf --out …")),
 }

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import IGNORE, Episodes, Task, check, generator, register, uniform_rows
+from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, uniform_rows
 
 
 @register
@@ -180,3 +180,8 @@ class Bijection(Task):
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         V = self.V
         return [f"k{int(t)}" if t < V else f"→v{int(t) - V}" for t in episodes.tokens[index]]
+
+
+# the sawtooth (Paper I v3): keys drawn with replacement, so a repeated key's answer is certain and the
+# posterior entropy falls and jumps back up — accumulation and binding in one wind tunnel
+register_preset("sawtooth", "bijection", V=10, L=12, replacement=True)
