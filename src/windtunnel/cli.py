@@ -96,12 +96,17 @@ def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
     decoded = task.decode(ep, 0)
     H = entropy_bits(ep.posterior[0])
     print(f"# {task.name}  {task.params()}")
+    print(f"# {task.summary}")
     print(f"# {task.seq_len} positions, {task.n_classes} classes; seed {args.seed}")
+    print("# target: the class to predict at a scored position; H_Bayes: entropy of the exact posterior "
+          "(bits); p(c): the exact posterior of class c (the three largest when there are more than 12)")
     C = task.n_classes
     show = C <= 12
     header = f"{'pos':>4}  {'input':<14} {'target':>6}  {'H_Bayes':>8}"
     if show:
-        header += "  posterior"
+        header += "  " + " ".join(f"{f'p({c})':>5}" for c in range(C))
+    else:
+        header += "  largest p(c)"
     print(header)
     for t, label in enumerate(decoded):
         if not bool(ep.mask[0, t]):
@@ -110,10 +115,10 @@ def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
         target = int(ep.targets[0, t])
         line = f"{t:>4}  {label:<14} {target if target >= 0 else '':>6}  {float(H[t]):8.4f}"
         if show:
-            line += "  " + " ".join(f"{float(p):.3f}" for p in ep.posterior[0, t])
+            line += "  " + " ".join(f"{float(p):5.3f}" for p in ep.posterior[0, t])
         else:
             top = ep.posterior[0, t].topk(3)
-            line += "  top: " + ", ".join(f"{int(i)}:{float(v):.3f}" for v, i in zip(top.values, top.indices))
+            line += "  " + ", ".join(f"p({int(i)})={float(v):.3f}" for v, i in zip(top.values, top.indices))
         print(line)
     return 0
 
