@@ -186,11 +186,12 @@ def test_authors_deep_variant_trains_with_dropout_but_measures_without_it() -> N
     """The authors' model (LayerNorm, dropout 0.1, clip 1): the gaps are the dropout-free network's —
     the first equals the fresh model's eval-mode gap — and a seeded run repeats exactly."""
     setup = em.EMSetup.authors_deep(length=40, steps=2, seeds=(3,), eval_every=1)
-    assert setup.arms == ("sgd",) and (setup.norm, setup.dropout, setup.clip) == ("layer", 0.1, 1.0)
+    assert setup.arms == ("sgd",) and (setup.norm, setup.dropout, setup.clip, setup.pos) == ("layer", 0.1, 1.0, "none")
     task = setup.task()
     torch.manual_seed(3)
     fresh = em.build_model(task, setup).eval()
     assert isinstance(fresh.blocks[0].ln1, torch.nn.LayerNorm) and fresh.config.dropout == 0.1
+    assert fresh.config.pos == "none"
     ep = task.sample(1, seed=3)
     with torch.no_grad():
         expected = metrics.bayes_gap(fresh(**ep.inputs), ep)
@@ -210,6 +211,7 @@ def test_gradient_clipping_bounds_the_plain_gradient_step() -> None:
     assert free["update_norm_mean"] > 0.01 * 1e-3 * 10
     assert clipped["update_norm_mean"] == pytest.approx(0.01 * 1e-3, rel=1e-3)
     for bad, match in (({"clip": 0.0}, "clip"), ({"norm": "layer"}, "norm"), ({"dropout": 0.1}, "norm/dropout"),
+                       ({"model": "deep", "pos": "sinusoid"}, "pos"),
                        ({"model": "deep", "dropout": 1.5}, "dropout")):
         with pytest.raises(InvalidValue, match=match):
             em.EMSetup(**bad).validate()

@@ -710,8 +710,9 @@ def make_parser() -> argparse.ArgumentParser:
                     help="timescales: hold the learning rate constant after warmup instead of the cosine decay "
                          "(default out results/routing/timescales-constant)")
     ro.add_argument("--authors-model", action="store_true",
-                    help="em --deep: as the papers' code builds it — LayerNorm, dropout 0.1, gradient clip 1.0, the "
-                         "AdamW arm only (default out results/routing/deep-authors)")
+                    help="em --deep: as the papers' code builds it — LayerNorm, dropout 0.1, no positions, gradient clip "
+                         "1.0, the AdamW arm only (≈3 h a seed on one CPU core: a GPU job; default out "
+                         "results/routing/deep-authors)")
     ro.set_defaults(func=cmd_routing)
 
     cp = sub.add_parser("compare", help="several runs' metrics side by side and their curves overlaid")

@@ -24,10 +24,12 @@ full-batch steps, weight decay 0.01).  The arms are the same with the Adam direc
 rows of every block) by ``value_lr/lr``, ``sgd_matched`` rescales the whole AdamW step to the
 em_like step's norm, ``sgd_fast`` multiplies every step.  Everything else the paper's deep model has
 (LayerNorm, dropout 0.1, gradient clipping at norm 1) is our transformer's own by default (RMSNorm,
-no dropout, no clipping); ``EMSetup.authors_deep()`` (``--deep --authors-model``) restores all three,
-the control for whether they decide between memorising the one sequence and generalising.  With
-dropout the loss and its gradient come from the dropout forward pass; every Bayes gap is measured
-without dropout.
+no dropout, no clipping, rotary positions); ``EMSetup.authors_deep()`` (``--deep --authors-model``)
+restores all of them and drops the positions as the papers' model does, the control for whether they
+decide between memorising the one sequence and generalising.  With dropout the loss and its gradient
+come from the dropout forward pass; every Bayes gap is measured without dropout.  Attention dropout
+on a 2000-token full batch has no fused CPU kernel: a step costs ≈ 6 s on one core (≈ 3 h a seed),
+an experiment for a GPU.
 
 Every arm of a seed starts from the same weights on the same sequence (``torch.manual_seed(seed)``
 before building; the training sequence is ``task.sample(1, seed)``, the held-out one
@@ -92,9 +94,11 @@ class EMSetup:
     #: (the training cross-entropy, the paper's own criterion; the deep variant, which memorises the
     #: training sequence, needs it: its Bayes gap rises again after a few dozen steps)
     criterion: str = "bayes_gap"
-    #: deep variant only: the transformer's normalisation (``rms`` or ``layer``) and dropout rate
+    #: deep variant only: the transformer's normalisation (``rms`` or ``layer``), dropout rate and
+    #: position encoding (the papers' deep model has none: the input is a linear map of the features)
     norm: str = "rms"
     dropout: float = 0.0
+    pos: str = "rotary"
     #: clip the gradient to this global norm before the update (``None``: no clipping)
     clip: float | None = None
 
@@ -106,9 +110,10 @@ class EMSetup:
 
     @classmethod
     def authors_deep(cls, **changes: Any) -> "EMSetup":
-        """The deep variant as the papers' own code builds it: LayerNorm, dropout 0.1, gradient clipping at
-        norm 1, and one arm (plain AdamW — the code has no EM-like arm)."""
-        return cls.deep(**{"norm": "layer", "dropout": 0.1, "clip": 1.0, "arms": ("sgd",), **changes})
+        """The deep variant as the papers' own code builds it: LayerNorm, dropout 0.1 (on the attention
+        weights and the MLP), no position encoding, gradient clipping at norm 1, and one arm (plain AdamW —
+        the code has no EM-like arm)."""
+        return cls.deep(**{"norm": "layer", "dropout": 0.1, "pos": "none", "clip": 1.0, "arms": ("sgd",), **changes})
 
     def validate(self) -> None:
         for name in ("steps", "eval_every", "length"):
@@ -131,8 +136,10 @@ class EMSetup:
             raise InvalidValue(f"invalid norm: choose from rms, layer, got {self.norm!r}")
         if not isinstance(self.dropout, (int, float)) or not 0 <= self.dropout < 1:
             raise InvalidValue(f"invalid dropout: must be in [0, 1), got {self.dropout!r}")
-        if self.model == "single" and (self.norm != "rms" or self.dropout):
-            raise InvalidValue("invalid norm/dropout: the single attention layer has neither; use the deep variant")
+        if self.pos not in ("rotary", "learned", "alibi", "none"):
+            raise InvalidValue(f"invalid pos: choose from rotary, learned, alibi, none, got {self.pos!r}")
+        if self.model == "single" and (self.norm != "rms" or self.dropout or self.pos != "rotary"):
+            raise InvalidValue("invalid norm/dropout/pos: the single attention layer has none of them; use the deep variant")
         if self.clip is not None and (not isinstance(self.clip, (int, float)) or not math.isfinite(self.clip)
                                       or self.clip <= 0):
             raise InvalidValue(f"invalid clip: must be a positive number or null, got {self.clip!r}")
@@ -149,7 +156,7 @@ def build_model(task: Any, setup: EMSetup) -> torch.nn.Module:
     """The setup's network, freshly initialised from the global torch seed."""
     if setup.model == "deep":
         return models.make("transformer", task, d_model=64, n_layers=4, n_heads=4, max_len=task.seq_len,
-                           norm=setup.norm, dropout=setup.dropout)
+                           norm=setup.norm, dropout=setup.dropout, pos=setup.pos)
     return attention_layer(task, init_std=setup.init_std)
 
 
@@ -353,7 +360,8 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
     if setup.model == "deep":
         norm = {"rms": "RMSNorm", "layer": "LayerNorm"}[setup.norm]
         clip = f", gradient clipped at norm {setup.clip:g}" if setup.clip is not None else ""
-        model = (f"Deep variant: transformer 4 layers × 4 heads, d = 64, {norm}, dropout {setup.dropout:g}; AdamW "
+        model = (f"Deep variant: transformer 4 layers × 4 heads, d = 64, {norm}, dropout {setup.dropout:g}, positions "
+                 f"{setup.pos}; AdamW "
                  f"(β 0.9/0.999, weight decay {setup.weight_decay}{clip}) with cosine to 0 — the `sgd` arm is plain "
                  "AdamW, the others rescale its step")
     else:
@@ -397,7 +405,7 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
                   f"threshold {c['speedup']:.2f}×{ci} as fast (n={c['n']}); final training {'loss' if by_loss else 'gap'} EM-like − matched = "
                   f"{_fmt_ci(d, '+.4f')} bits."]
     deep = " --deep" if setup.model == "deep" else ""
-    if (setup.norm, setup.dropout, setup.clip) == ("layer", 0.1, 1.0):
+    if (setup.norm, setup.dropout, setup.clip, setup.pos) == ("layer", 0.1, 1.0, "none"):
         deep += " --authors-model"
     arms = "" if tuple(setup.arms) == ARMS else " --arms " + " ".join(setup.arms)
     lines += ["", f"Wall time: {wall_s:.0f} s (summed over runs). Command: `windtunnel routing em{deep}` "
