@@ -152,9 +152,14 @@ def _out_path(text: str | None) -> Path | None:
     return None if text is None else Path(text)
 
 
-def _positive(value: Any, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UsageError(f"invalid {name}: must be a positive integer, got {value!r}")
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number ≥ 1 (every count, size and budget flag), checked once at parsing."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
 
 
@@ -190,7 +195,6 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         record = run.read_config()
         fields = dict(record["train"])
         if args.steps is not None:
-            _positive(args.steps, "steps")
             done = run.latest_step()
             if args.steps < done:
                 raise UsageError(f"invalid steps: {run.path} is already at step {done}; --steps must be ≥ {done}")
@@ -228,7 +232,6 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r}")
     from .stages import evaluate_run
 
-    _positive(args.n, "n")
     run = RunDir(args.run)
     result = evaluate_run(run, n=args.n, lengths=args.lengths, seed=args.seed)
     run = run.path
@@ -266,7 +269,6 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from .evaluation import EVAL_SEED
     from .stages import evaluate_run, train_run, write_report
 
-    _positive(args.n, "n")
     arch = args.arch or "transformer"
     task_name = args.task if args.task is not None else grid.DEFAULT_TASK
     # the main job is the grid's ``main`` experiment: its own recipe (readout multiplier only for
@@ -330,7 +332,6 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
-    _positive(args.n, "n")
     path = analyze_run(RunDir(args.run), n=args.n)
     failed = _print_readings(path)
     print(f"wrote {path}")
@@ -372,7 +373,6 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
 
         if not args.run:
             raise UsageError("routing law needs a run folder: windtunnel routing law RUN")
-        _positive(args.n, "n")
         run = RunDir(args.run)
         task, model = load(run)
         rows = check_all_heads(model, task.sample(args.n, EVAL_SEED))
@@ -394,10 +394,8 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
         for name, setup in DEFAULT_SETUPS.items():
             change: dict = {}
             if args.seeds is not None:
-                _positive(args.seeds, "seeds")
                 change["seeds"] = tuple(range(args.seeds))
             if args.steps is not None:
-                _positive(args.steps, "steps")
                 change["steps"] = args.steps
             if args.constant_lr:
                 change["min_lr"] = setup.lr
@@ -413,7 +411,6 @@ def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {args.run!r}")
     seeds = PAPER_SEEDS if args.seeds is None else None
     if seeds is None:
-        _positive(args.seeds, "seeds")
         seeds = PAPER_SEEDS[: args.seeds] + tuple(range(1, max(0, args.seeds - len(PAPER_SEEDS)) + 1))
     fields: dict[str, Any] = {"seeds": seeds}
     if args.steps is not None:
@@ -449,7 +446,6 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     from .llm.load import load_model
     from .llm.signatures import signatures
 
-    _positive(args.n_boot, "n_boot")
     prompts = prompt_set(args.prompts)
     if len(prompts) < 3:
         raise UsageError(f"invalid prompts: need at least 3, got {len(prompts)}")
@@ -457,8 +453,6 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     model, tokenizer, what = load_model(args.model)
-    if args.per_quintile is not None:
-        _positive(args.per_quintile, "per_quintile")
     result = signatures(model, tokenizer, prompts, n_boot=args.n_boot, per_quintile=args.per_quintile)
     result["source"] = {"model": args.model, "loaded_from": what, "prompts": args.prompts, "n_prompts": len(prompts)}
     try:
@@ -489,8 +483,6 @@ def _cmd_global(args: argparse.Namespace) -> int:
     from .llm.load import load_model
     from .llm.sula import SulaSetup
 
-    _positive(args.n_boot, "n_boot")
-    _positive(args.per_k, "per_k")
     if len(args.model) < 2:
         raise UsageError(f"invalid model: llm global compares at least 2 models, got {len(args.model)}")
     # each model is named by its file name, dots and spaces made dashes (the name is a key in the JSON)
@@ -525,8 +517,6 @@ def _cmd_sula(args: argparse.Namespace) -> int:
     from .llm.load import load_model
     from .llm.sula import SulaSetup, run_sula
 
-    _positive(args.n_boot, "n_boot")
-    _positive(args.per_k, "per_k")
     out = _out_path(args.out) or Path("results/llm") / f"{Path(args.model).stem or 'model'}-sula.json"
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
@@ -556,8 +546,6 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     from . import claims
     from .reproduce import reproduce
 
-    if args.workers is not None:
-        _positive(args.workers, "workers")
     results = Path(_out_path(args.results) or "results")
     if results.exists() and not results.is_dir():
         raise UsageError(f"invalid results: {results} is a file")
@@ -642,7 +630,7 @@ def make_parser() -> argparse.ArgumentParser:
     def train_args(q: argparse.ArgumentParser, task_positional: bool = False) -> None:
         q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(_arch_names()))
         q.add_argument("--params", type=int, help="size the model to this many parameters (±3%%)")
-        q.add_argument("--steps", type=int, help="optimiser steps (default: the recipe's)")
+        q.add_argument("--steps", type=positive_int, help="optimiser steps (default: the recipe's)")
         q.add_argument("--seed", type=int, help="training seed: initialisation and data stream (default 0)")
         q.add_argument("--out", help="run folder (train: required; run: runs/main for the main job, otherwise runs/TASK "
                                      "with the architecture, preset, seed, steps, size and task parameters added "
@@ -662,7 +650,7 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
     r.add_argument("task", nargs="?", help="experiment or task (default: the main job, a transformer on bijection V=10)")
     r.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (a laptop CPU, default) or paper (the papers' sizes, GPU)")
-    r.add_argument("--n", type=int, default=2000, help="evaluation sequences (default 2000)")
+    r.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
     r.add_argument("--no-analyze", dest="no_analyze", action="store_true",
                    help="skip the geometric diagnostics (by default they run after the evaluation)")
     train_args(r)
@@ -670,7 +658,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a run against the exact posterior")
     e.add_argument("run", help="run folder")
-    e.add_argument("--n", type=int, default=2000, help="evaluation sequences (default 2000)")
+    e.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
     e.add_argument("--lengths", type=int, nargs="+", help="also evaluate at these lengths (HMM: K; length generalisation)")
     e.add_argument("--seed", type=int, default=EVAL_SEED,
                    help=f"seed of the evaluation episodes (default {EVAL_SEED}, shared by every run)")
@@ -682,27 +670,27 @@ def make_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="geometric diagnostics of a trained run (geometry.json)")
     a.add_argument("run", help="run folder")
-    a.add_argument("--n", type=int, default=512, help="episodes the diagnostics read (default 512)")
+    a.add_argument("--n", type=positive_int, default=512, help="episodes the diagnostics read (default 512)")
     a.set_defaults(func=cmd_analyze)
 
     tb = sub.add_parser("table", help="the architecture × inference-primitive table")
     tb.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (default) or paper")
-    tb.add_argument("--seeds", type=int, default=3, help="training seeds per cell (default 3)")
+    tb.add_argument("--seeds", type=positive_int, default=3, help="training seeds per cell (default 3)")
     tb.add_argument("--archs", nargs="+", help="rows (default: transformer mamba lstm mlp mlp_pointwise; also hf:… and module:factory)")
     tb.add_argument("--tasks", nargs="+", help="columns (default: bijection bijection_replacement hmm recall)")
     tb.add_argument("--params", type=int, help="capacity of every row in parameters (default: the preset's, 200k quick)")
     tb.add_argument("--out", help="table folder (default results/PRESET)")
-    tb.add_argument("--workers", type=int, help="cells trained at once (default: one per GPU, else one per core)")
-    tb.add_argument("--steps", type=int, help="override every cell's training steps (smoke runs)")
+    tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: one per GPU, else one per core)")
+    tb.add_argument("--steps", type=positive_int, help="override every cell's training steps (smoke runs)")
     tb.set_defaults(func=cmd_table)
 
     ro = sub.add_parser("routing", help="Paper II: the routing law on a run's heads (law RUN), EM-like vs SGD (em), "
                                            "frame before precision (timescales)")
     ro.add_argument("action", choices=["law", "em", "timescales"], help="law: the routing law on a run; em: EM-like vs SGD; timescales: frame before precision")
     ro.add_argument("run", nargs="?", help="law: the run folder")
-    ro.add_argument("--n", type=int, default=64, help="episodes for the law check")
-    ro.add_argument("--steps", type=int, help="em: full-batch steps per run (default 1000); timescales: training steps")
-    ro.add_argument("--seeds", type=int, help="em, timescales: number of seeds (default 5)")
+    ro.add_argument("--n", type=positive_int, default=64, help="episodes for the law check")
+    ro.add_argument("--steps", type=positive_int, help="em: full-batch steps per run (default 1000); timescales: training steps")
+    ro.add_argument("--seeds", type=positive_int, help="em, timescales: number of seeds (default 5)")
     ro.add_argument("--out", help="em: output folder (default results/routing, --deep: results/routing/deep)")
     ro.add_argument("--arms", nargs="+", help="em: the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating)")
     ro.add_argument("--deep", action="store_true", help="em: the 4-layer × 4-head transformer with AdamW (2000 steps)")
@@ -726,7 +714,7 @@ def make_parser() -> argparse.ArgumentParser:
                      help="whose claims: paper1 (Paper I's geometry cells), paper2, paper3, or all")
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
-    rep.add_argument("--workers", type=int, help="cells worked at once (default: one per core, or per GPU)")
+    rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: one per core, or per GPU)")
     rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells; work nothing")
     rep.set_defaults(func=cmd_reproduce)
 
@@ -744,10 +732,10 @@ def make_parser() -> argparse.ArgumentParser:
                                               "(global: two or more)")
     lm.add_argument("--prompts", default="mixed", help="mixed, math, code, docs (1,200 real-text candidates: use with "
                     "--per-quintile), or a file (JSON list / one per line)")
-    lm.add_argument("--n-boot", dest="n_boot", type=int, default=1000, help="bootstrap resamples of every interval (default 1000)")
-    lm.add_argument("--per-quintile", dest="per_quintile", type=int,
+    lm.add_argument("--n-boot", dest="n_boot", type=positive_int, default=1000, help="bootstrap resamples of every interval (default 1000)")
+    lm.add_argument("--per-quintile", dest="per_quintile", type=positive_int,
                     help="signatures: that many prompts from each next-token-entropy quintile (default: all)")
-    lm.add_argument("--per-k", dest="per_k", type=int, default=50, help="sula, global: prompts per example count k")
+    lm.add_argument("--per-k", dest="per_k", type=positive_int, default=50, help="sula, global: prompts per example count k")
     lm.add_argument("--layers", type=int, nargs="+", help="sula: layers of the entropy-axis cut (default middle, last)")
     lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json, MODEL-sula.json or "
                                   "global-MODEL-MODEL.json)")
