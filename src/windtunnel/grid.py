@@ -115,6 +115,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # Paper I's HMM control: attention switched off in the top two layers, trained as the HMM column
     _exp("hmm_attn_off", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
          model={"transformer": {"attn_off": "top2"}}),
+    # the budget control of the HMM column: the same cell trained four times as long (learned positions),
+    # evaluated at K=20/30/50; it tells whether the HMM gap and the length-generalisation error are budget
+    _exp("hmm_long", "hmm", {"K": 20}, {"K": 20}, replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps),
+         replace(_PAPER_HMM, steps=4 * _PAPER_HMM.steps), metric="kl", lengths=(20, 30, 50)),
     _RECALL,
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50

@@ -69,9 +69,9 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + CONTROL_CELLS + POSITION_CELLS
+    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa,
-             "all": GEOMETRY_CELLS + CONTROL_CELLS + POSITION_CELLS + EM_CELLS}
+             "all": GEOMETRY_CELLS + CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + EM_CELLS}
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in GEOMETRY_CELLS)
             for column, arch in cells[target] for seed in SEEDS]
 
@@ -87,6 +87,10 @@ the regression wind tunnel, and recall for the transformer and Mamba (whose trai
 POSITION_CELLS = (("hmm_rotary", "transformer"), ("hmm_alibi", "transformer"), ("hmm_none", "transformer"))
 """Paper I's length generalisation under control: the HMM transformer with rotary, ALiBi and no position
 encoding (the HMM column's own is learned absolute), trained at K = 20 and evaluated at K = 20, 30, 50."""
+
+BUDGET_CELLS = (("hmm_long", "transformer"),)
+"""The HMM transformer trained four times as long as its column (8000 steps at the quick preset): whether
+the HMM error at K=20 and the length-generalisation error at K=30/50 are the budget's."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
