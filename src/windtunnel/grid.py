@@ -69,15 +69,12 @@ _PAPER = Recipe(params=2_670_000, steps=100_000, batch_size=128, layers=6, heads
 _PAPER_HMM = replace(_PAPER, params=2_680_000, steps=50_000, batch_size=64, layers=9, heads=8, weight_decay=0.01,
                      warmup=1000)
 
-# quick: one recipe per column, the same for every architecture.  Chosen by measurement
-# (benchmarks/recipe_sweep.py, its output in benchmarks/results/): on recall a 2-layer, 2-head
-# transformer binds (4×4 with d_head 16 stays at chance); on the sawtooth nothing left the uniform
-# plateau without the key-pool curriculum (the first 1000 steps draw each episode's keys from 3 of
-# the V keys), with it the 2×2 transformer reached entropy_mae_curve 0.025–0.05 bits in 4000 steps
-# (3 seeds) and 0.0033 in 8000 (seed 0; ≈8 min on one core): the column trains 8000 steps, every
-# architecture alike.
-# Step times at 200k parameters ranged from 19 ms (lstm, bijection) to ≈650 ms (mamba, HMM), one
-# thread each.
+# quick: one recipe per column, the same for every architecture, chosen by measurement with
+# benchmarks/recipe_sweep.py (its output: benchmarks/results/recipe_sweep*.jsonl and
+# recipe_sweep_sawtooth.txt): recall uses a 2-layer, 2-head model because 4×4 at d_head 16 does not
+# bind in the budget; the sawtooth trains 8000 steps behind a key-pool curriculum (the first 1000 steps
+# draw each episode's keys from 3 of the V keys) because without it no architecture leaves the uniform
+# plateau.
 _QUICK_SHORT = replace(_QUICK, steps=2000)
 _QUICK_SAWTOOTH = replace(_QUICK, steps=8000, layers=2, heads=2,
                           curriculum=({"until": 1000, "task_params": {"key_pool": 3}},))
@@ -197,10 +194,10 @@ def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:
 def _model_overrides(task: str, arch: str, recipe: Recipe) -> dict[str, Any]:
     """The recipe's depth for every registered architecture (and heads for the transformer).
 
-    Learned absolute positions for HMM: its header is read by absolute slot (which T/E entry), and
-    measured on 2 CPU cores (benchmarks/position_encoding.py, 1500 steps, 200k parameters) learned
-    reached KL 0.123 bits at K=20 (0.197 at K=30, 0.254 at K=50) where rotary (0.397) and none
-    (0.407) had not left the uniform level (0.41).  Elsewhere rotary (no length limit).  A Hugging
+    Learned absolute positions for HMM: its header is read by absolute slot (which T/E entry), and at
+    the quick budget only learned positions leave the context-blind plateau on every seed (the
+    ``hmm_rotary``, ``hmm_alibi`` and ``hmm_none`` control cells).  Elsewhere rotary (no length
+    limit).  A Hugging
     Face family (``hf:llama``) gets the depth and heads; a user's model (``package.module:factory``)
     gets only the parameter target and sizes itself.
     """
