@@ -4,13 +4,12 @@
 
 The main job is a 200k-parameter transformer on bijection (V = 10, L = 9) trained on sampled
 labels.  Its error ends on a plateau set by the mass left on eliminated values (entropy error ≈
-δ·log2(1/δ) for infeasible mass δ), and that plateau moved with the batch size in earlier
-measurements (batch 64: 0.011 bits; 128: 0.0066) — the signature of gradient noise from sampled
-labels.  Every candidate here sees the same number of training episodes as today's default
-(9000 steps × 128), unless it names its own ``steps``, and differs in batch size (hence steps), learning rate (peak or floor), block or
+δ·log2(1/δ) for infeasible mass δ), and a plateau that moves with the batch size would be the
+signature of gradient noise from sampled labels.  Every candidate here sees the same number of
+training episodes (9000 steps × 128), unless it names its own ``steps``, and differs in batch size (hence steps), learning rate (peak or floor), block or
 shape, so the sweep asks which change to the same data ends lower.  Each candidate is an
 ordinary run (``windtunnel.train``), evaluated as the main job is (``windtunnel.evaluate``, 2000
-fresh sequences, seed 12345); each prints one line — recipe, wall time, metrics — and appends it
+fresh sequences, the evaluation seed ``EVAL_SEED``); each prints one line — recipe, wall time, metrics — and appends it
 as JSON to ``--log``.  Run folders land under ``--out`` and resume if killed.
 """
 
@@ -22,9 +21,9 @@ from typing import Any
 
 from common import run_logged, train_and_evaluate
 
-EPISODES = 9000 * 128  # today's default: steps × batch
+EPISODES = 9000 * 128  # the episodes every candidate sees: steps × batch
 CANDIDATES: dict[str, dict[str, Any]] = {
-    "b128-lr2e-3": {"batch_size": 128, "lr": 2e-3},  # the default until session 6
+    "b128-lr2e-3": {"batch_size": 128, "lr": 2e-3},  # the baseline: the quick recipe's learning rate
     "b256-lr2e-3": {"batch_size": 256, "lr": 2e-3},
     "b256-lr3e-3": {"batch_size": 256, "lr": 3e-3},
     "b512-lr3e-3": {"batch_size": 512, "lr": 3e-3},
@@ -32,7 +31,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # the same data and schedule, another block or shape (the gated MLP won the sawtooth's block sweep)
     "b128-swiglu": {"batch_size": 128, "lr": 2e-3, "model": {"n_layers": 4, "n_heads": 4, "mlp": "swiglu"}},
     "b128-lr3e-3": {"batch_size": 128, "lr": 3e-3},
-    "b128-lr4e-3": {"batch_size": 128, "lr": 4e-3},  # today's default (grid.MAIN_JOB_LR)
+    "b128-lr4e-3": {"batch_size": 128, "lr": 4e-3},  # the main job's learning rate
     "b128-lr3e-3-minlr2e-4": {"batch_size": 128, "lr": 3e-3, "min_lr": 2e-4},
     "b128-2x4": {"batch_size": 128, "lr": 2e-3, "model": {"n_layers": 2, "n_heads": 4}},
     # the eliminated values' logits fall at a rate set by the late learning rate: a higher floor

@@ -512,7 +512,7 @@ def _a27(ev: Evidence) -> Verdict:
 
 A28 = claim("A28", "I", "—", "setup", "Paper-size models and recipes (2.67M / 2.68M parameters, V=20)", "setup",
             "secondary", "the paper preset's cells", "—", "windtunnel table --preset paper --seeds 3")(
-    fixed(NOT_MEASURABLE, "the paper preset needs a GPU budget no session has had; it is only smoke-run"))
+    fixed(NOT_MEASURABLE, "the paper preset needs a GPU budget (100k steps at 2.67M parameters per cell); on CPU it is only smoke-run"))
 
 
 @claim("A29", "I", "v1", "§ tasks", "Memorisation is infeasible: the hypotheses outnumber the training episodes",
