@@ -104,10 +104,17 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
 
     from windtunnel.cli import make_parser
 
-    missing = []
-    for action in make_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                missing += [f"{name} {a.option_strings or a.dest}" for a in sub._actions
-                            if not a.help and not isinstance(a, argparse._HelpAction)]
-    assert missing == []
+    missing, seen = [], 0
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:  # every command, sub-commands included
+        nonlocal seen
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    walk(sub, f"{prefix} {name}".strip())
+            if prefix and not a.help and not isinstance(a, argparse._HelpAction):
+                missing.append(f"{prefix} {a.option_strings or a.dest}")
+            seen += 1
+
+    walk(make_parser(), "")
+    assert missing == [] and seen > 60

@@ -354,61 +354,54 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def cmd_routing(args: argparse.Namespace, extra: list[str]) -> int:
-    """``routing law RUN``: the law checked on every head; ``routing em``: EM-like vs SGD with controls."""
-    if extra:
-        raise UsageError(f"unexpected argument {extra[0]!r}")
-    for flag, given in (("--deep", args.deep), ("--arms", args.arms), ("--authors-model", args.authors_model)):
-        if args.action != "em" and given:
-            raise UsageError(f"{flag} belongs to routing em, not routing {args.action}")
-    if args.constant_lr and args.action != "timescales":
-        raise UsageError(f"--constant-lr belongs to routing timescales, not routing {args.action}")
-    if args.authors_model and not args.deep:
-        raise UsageError("--authors-model changes the deep variant: use it with --deep")
-    if args.action == "law":
-        from .routing import check_all_heads
-        from .runs import RunDir
-        from .evaluation import EVAL_SEED
-        from .training import load
+def cmd_routing_law(args: argparse.Namespace, extra: list[str]) -> int:
+    """``routing law RUN``: Paper II's gradient law checked against autograd on every head of a run."""
+    from .evaluation import EVAL_SEED
+    from .routing import check_all_heads
+    from .runs import RunDir
+    from .training import load
 
-        if not args.run:
-            raise UsageError("routing law needs a run folder: windtunnel routing law RUN")
-        run = RunDir(args.run)
-        task, model = load(run)
-        rows = check_all_heads(model, task.sample(args.n, EVAL_SEED))
-        print(f"routing law on {run.path} ({args.n} episodes): law vs autograd, max relative error")
-        print(f"{'layer':>5} {'head':>4} {'dL/ds':>10} {'dL/dv':>10} {'b>E[b]':>7} {'|dL/ds|':>9} {'|dL/dv|':>9}")
-        for r in rows:
-            share = r["advantage_positive_share"]
-            print(f"{r['layer']:>5} {r['head']:>4} {r['score_rel_error']:>10.2e} {r['value_rel_error']:>10.2e} "
-                  f"{'–' if share is None else f'{share:.3f}':>7} {r['routing_grad_norm']:>9.3g} {r['value_grad_norm']:>9.3g}")
-        return 0
-    if args.action == "timescales":
-        import dataclasses
+    run = RunDir(args.run)
+    task, model = load(run)
+    rows = check_all_heads(model, task.sample(args.n, EVAL_SEED))
+    print(f"routing law on {run.path} ({args.n} episodes): law vs autograd, max relative error")
+    print(f"{'layer':>5} {'head':>4} {'dL/ds':>10} {'dL/dv':>10} {'b>E[b]':>7} {'|dL/ds|':>9} {'|dL/dv|':>9}")
+    for r in rows:
+        share = r["advantage_positive_share"]
+        print(f"{r['layer']:>5} {r['head']:>4} {r['score_rel_error']:>10.2e} {r['value_rel_error']:>10.2e} "
+              f"{'–' if share is None else f'{share:.3f}':>7} {r['routing_grad_norm']:>9.3g} {r['value_grad_norm']:>9.3g}")
+    return 0
 
-        from .routing.timescales import DEFAULT_SETUPS, run_timescales
 
-        if args.run:
-            raise UsageError(f"unexpected argument {args.run!r}")
-        setups = {}
-        for name, setup in DEFAULT_SETUPS.items():
-            change: dict = {}
-            if args.seeds is not None:
-                change["seeds"] = tuple(range(args.seeds))
-            if args.steps is not None:
-                change["steps"] = args.steps
-            if args.constant_lr:
-                change["min_lr"] = setup.lr
-            setups[name] = dataclasses.replace(setup, **change)
-        default_out = "results/routing/timescales-constant" if args.constant_lr else "results/routing/timescales"
-        md = run_timescales(setups, _out_path(args.out) or Path(default_out))
-        print(md.read_text())
-        print(f"wrote {md}")
-        return 0
+def cmd_routing_timescales(args: argparse.Namespace, extra: list[str]) -> int:
+    """``routing timescales``: when attention settles against when the error does, over training."""
+    import dataclasses
+
+    from .routing.timescales import DEFAULT_SETUPS, run_timescales
+
+    setups = {}
+    for name, setup in DEFAULT_SETUPS.items():
+        change: dict = {}
+        if args.seeds is not None:
+            change["seeds"] = tuple(range(args.seeds))
+        if args.steps is not None:
+            change["steps"] = args.steps
+        if args.constant_lr:
+            change["min_lr"] = setup.lr
+        setups[name] = dataclasses.replace(setup, **change)
+    default_out = "results/routing/timescales-constant" if args.constant_lr else "results/routing/timescales"
+    md = run_timescales(setups, _out_path(args.out) or Path(default_out))
+    print(md.read_text())
+    print(f"wrote {md}")
+    return 0
+
+
+def cmd_routing_em(args: argparse.Namespace, extra: list[str]) -> int:
+    """``routing em``: EM-like updates against SGD, with the same-norm and 10× controls."""
     from .routing.em import PAPER_SEEDS, EMSetup, run_em
 
-    if args.run:
-        raise UsageError(f"unexpected argument {args.run!r}")
+    if args.authors_model and not args.deep:
+        raise UsageError("--authors-model changes the deep variant: use it with --deep")
     seeds = PAPER_SEEDS if args.seeds is None else None
     if seeds is None:
         seeds = PAPER_SEEDS[: args.seeds] + tuple(range(1, max(0, args.seeds - len(PAPER_SEEDS)) + 1))
@@ -615,6 +608,9 @@ def _arch_names() -> list[str]:
 
 def make_parser() -> argparse.ArgumentParser:
     from . import __version__, grid
+    from .train_config import TrainConfig
+
+    train_defaults = TrainConfig()  # what `train` uses for every flag not given
     from .evaluation import EVAL_SEED
 
     p = _Parser(prog="windtunnel", description="Bayesian wind tunnels: is a sequence model exactly Bayesian? In bits.")
@@ -622,15 +618,17 @@ def make_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     t = sub.add_parser("tasks", help="list tasks, or show one sampled episode with its posterior")
-    t.add_argument("action", nargs="?", choices=None, help="show: one sampled episode of NAME with its posterior")
+    t.add_argument("action", nargs="?", help="show: one sampled episode of NAME with its posterior "
+                   "(default: list the tasks with their parameters)")
     t.add_argument("name", nargs="?", help="the task to show (extra --NAME VALUE pairs are its parameters)")
     t.add_argument("--seed", type=int, default=0, help="seed of the sampled episode (default 0)")
     t.set_defaults(func=cmd_tasks)
 
-    def train_args(q: argparse.ArgumentParser, task_positional: bool = False) -> None:
+    def train_args(q: argparse.ArgumentParser, params_default: str, steps_default: str) -> None:
         q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(_arch_names()))
-        q.add_argument("--params", type=int, help="size the model to this many parameters (±3%%)")
-        q.add_argument("--steps", type=positive_int, help="optimiser steps (default: the recipe's)")
+        q.add_argument("--params", type=positive_int,
+                       help=f"size the model to this many parameters, ±3%% (default: {params_default})")
+        q.add_argument("--steps", type=positive_int, help=f"optimiser steps (default: {steps_default})")
         q.add_argument("--seed", type=int, help="training seed: initialisation and data stream (default 0)")
         q.add_argument("--out", help="run folder (train: required; run: runs/main for the main job, otherwise runs/TASK "
                                      "with the architecture, preset, seed, steps, size and task parameters added "
@@ -640,11 +638,14 @@ def make_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="train one model (extra --NAME VALUE pairs are task parameters)")
     tr.add_argument("--task", help="wind tunnel to train on (windtunnel tasks lists them; default bijection)")
-    tr.add_argument("--config", help="TOML or JSON file of TrainConfig fields")
-    tr.add_argument("--resume", metavar="DIR", help="continue a run from its last checkpoint")
-    tr.add_argument("--batch-size", dest="batch_size", type=int, help="episodes per step (global over processes)")
-    tr.add_argument("--lr", type=float, help="peak learning rate of the cosine schedule")
-    train_args(tr)
+    tr.add_argument("--config", help="TOML or JSON file of TrainConfig fields (default: none; flags override it)")
+    tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint "
+                    "(default: start a new run in --out)")
+    tr.add_argument("--batch-size", dest="batch_size", type=positive_int,
+                    help=f"episodes per step, global over processes (default {train_defaults.batch_size})")
+    tr.add_argument("--lr", type=float, help=f"peak learning rate of the cosine schedule (default {train_defaults.lr:g})")
+    train_args(tr, "the architecture's own size, or the config file's",
+               f"{train_defaults.steps}, or the config file's")
     tr.set_defaults(func=cmd_train)
 
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
@@ -653,13 +654,14 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
     r.add_argument("--no-analyze", dest="no_analyze", action="store_true",
                    help="skip the geometric diagnostics (by default they run after the evaluation)")
-    train_args(r)
+    train_args(r, "the recipe's under --preset: 200k quick", "the recipe's under --preset")
     r.set_defaults(func=cmd_run)
 
     e = sub.add_parser("eval", help="evaluate a run against the exact posterior")
     e.add_argument("run", help="run folder")
     e.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
-    e.add_argument("--lengths", type=int, nargs="+", help="also evaluate at these lengths (HMM: K; length generalisation)")
+    e.add_argument("--lengths", type=positive_int, nargs="+",
+                   help="also evaluate at these lengths (HMM: K; length generalisation; default: the trained length only)")
     e.add_argument("--seed", type=int, default=EVAL_SEED,
                    help=f"seed of the evaluation episodes (default {EVAL_SEED}, shared by every run)")
     e.set_defaults(func=cmd_eval)
@@ -678,41 +680,56 @@ def make_parser() -> argparse.ArgumentParser:
     tb.add_argument("--seeds", type=positive_int, default=3, help="training seeds per cell (default 3)")
     tb.add_argument("--archs", nargs="+", help="rows (default: transformer mamba lstm mlp mlp_pointwise; also hf:… and module:factory)")
     tb.add_argument("--tasks", nargs="+", help="columns (default: bijection bijection_replacement hmm recall)")
-    tb.add_argument("--params", type=int, help="capacity of every row in parameters (default: the preset's, 200k quick)")
+    tb.add_argument("--params", type=positive_int,
+                    help="capacity of every row in parameters (default: the preset's, 200k quick, 2.67M paper)")
     tb.add_argument("--out", help="table folder (default results/PRESET)")
     tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: one per GPU, else one per core)")
     tb.add_argument("--steps", type=positive_int, help="override every cell's training steps (smoke runs)")
     tb.set_defaults(func=cmd_table)
 
     ro = sub.add_parser("routing", help="Paper II: the routing law on a run's heads (law RUN), EM-like vs SGD (em), "
-                                           "frame before precision (timescales)")
-    ro.add_argument("action", choices=["law", "em", "timescales"], help="law: the routing law on a run; em: EM-like vs SGD; timescales: frame before precision")
-    ro.add_argument("run", nargs="?", help="law: the run folder")
-    ro.add_argument("--n", type=positive_int, default=64, help="episodes for the law check")
-    ro.add_argument("--steps", type=positive_int, help="em: full-batch steps per run (default 1000); timescales: training steps")
-    ro.add_argument("--seeds", type=positive_int, help="em, timescales: number of seeds (default 5)")
-    ro.add_argument("--out", help="em: output folder (default results/routing, --deep: results/routing/deep)")
-    ro.add_argument("--arms", nargs="+", help="em: the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating)")
-    ro.add_argument("--deep", action="store_true", help="em: the 4-layer × 4-head transformer with AdamW (2000 steps)")
-    ro.add_argument("--constant-lr", action="store_true",
-                    help="timescales: hold the learning rate constant after warmup instead of the cosine decay "
-                         "(default out results/routing/timescales-constant)")
-    ro.add_argument("--authors-model", action="store_true",
-                    help="em --deep: as the papers' code builds it — LayerNorm, dropout 0.1, no positions, gradient clip "
-                         "1.0, the AdamW arm only (≈3 h a seed on one CPU core: a GPU job; default out "
-                         "results/routing/deep-authors)")
-    ro.set_defaults(func=cmd_routing)
+                                        "frame before precision (timescales)")
+    ro_sub = ro.add_subparsers(dest="action", parser_class=_Parser, metavar="{law,em,timescales}",
+                               help="law: the routing law on a run; em: EM-like vs SGD; timescales: frame before precision")
+    ro_sub.required = True
+    law = ro_sub.add_parser("law", help="the routing law checked against autograd on every head of a run")
+    law.add_argument("run", help="run folder")
+    law.add_argument("--n", type=positive_int, default=64, help="episodes the check reads (default 64)")
+    law.set_defaults(func=cmd_routing_law)
+    em = ro_sub.add_parser("em", help="EM-like updates vs SGD on sticky HMM filtering, with their controls")
+    em.add_argument("--steps", type=positive_int,
+                    help="full-batch steps per run (default 1000; --deep: 2000)")
+    em.add_argument("--seeds", type=positive_int, help="number of seeds (default 5, the papers' own seeds first)")
+    em.add_argument("--out", help="output folder (default results/routing; --deep: results/routing/deep; "
+                                  "--authors-model: results/routing/deep-authors)")
+    em.add_argument("--arms", nargs="+",
+                    help="the arms to run (default all: sgd em_like sgd_matched sgd_fast alternating; --authors-model: sgd)")
+    em.add_argument("--deep", action="store_true", help="the 4-layer × 4-head transformer with AdamW (2000 steps)")
+    em.add_argument("--authors-model", dest="authors_model", action="store_true",
+                    help="with --deep: as the papers' code builds it — LayerNorm, dropout 0.1, no positions, gradient "
+                         "clip 1.0, the AdamW arm only (≈3 h a seed on one CPU core: a GPU job)")
+    em.set_defaults(func=cmd_routing_em)
+    ts = ro_sub.add_parser("timescales", help="frame before precision: when attention settles against when the "
+                                              "error does, bijection and sticky HMM")
+    ts.add_argument("--steps", type=positive_int, help="training steps per run (default 1500)")
+    ts.add_argument("--seeds", type=positive_int, help="number of seeds per task (default 5)")
+    ts.add_argument("--out", help="output folder (default results/routing/timescales; --constant-lr: "
+                                  "results/routing/timescales-constant)")
+    ts.add_argument("--constant-lr", dest="constant_lr", action="store_true",
+                    help="hold the learning rate constant after warmup instead of the cosine decay")
+    ts.set_defaults(func=cmd_routing_timescales)
 
     cp = sub.add_parser("compare", help="several runs' metrics side by side and their curves overlaid")
     cp.add_argument("runs", nargs="+", help="run folders with an eval.json")
-    cp.add_argument("--length", type=int, help="overlay the evaluation at this length (HMM: 30, 50)")
+    cp.add_argument("--length", type=positive_int,
+                    help="overlay the evaluation at this length (HMM: 30, 50; default: the trained length)")
     cp.add_argument("--out", help="the overlay figure (default compare.png)")
     cp.set_defaults(func=cmd_compare)
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
     rep.add_argument("target", choices=["paper1", "paper2", "paper3", "all"],
                      help="whose claims: paper1 (Paper I's geometry cells), paper2, paper3, or all")
-    rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores) or paper (GPU)")
+    rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
     rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: one per core, or per GPU)")
     rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells; work nothing")
@@ -720,7 +737,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("claims", help="render results/CLAIMS.md: every claim's verdict from the committed artifacts")
     cl.add_argument("--results", help="the results folder (default results)")
-    cl.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells the verdicts read")
+    cl.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells the verdicts read (default quick)")
     cl.add_argument("--out", help="the Markdown file (default RESULTS/CLAIMS.md)")
     cl.set_defaults(func=cmd_claims)
 
@@ -730,12 +747,12 @@ def make_parser() -> argparse.ArgumentParser:
                          "global: one PCA basis across two or more models on the same SULA prompts")
     lm.add_argument("model", nargs="+", help="a local folder, a .gguf file, or a hub name already in the local cache "
                                               "(global: two or more)")
-    lm.add_argument("--prompts", default="mixed", help="mixed, math, code, docs (1,200 real-text candidates: use with "
-                    "--per-quintile), or a file (JSON list / one per line)")
+    lm.add_argument("--prompts", default="mixed", help="mixed (default), math, code, docs (1,200 real-text candidates: "
+                    "use with --per-quintile), or a file (JSON list / one per line)")
     lm.add_argument("--n-boot", dest="n_boot", type=positive_int, default=1000, help="bootstrap resamples of every interval (default 1000)")
     lm.add_argument("--per-quintile", dest="per_quintile", type=positive_int,
                     help="signatures: that many prompts from each next-token-entropy quintile (default: all)")
-    lm.add_argument("--per-k", dest="per_k", type=positive_int, default=50, help="sula, global: prompts per example count k")
+    lm.add_argument("--per-k", dest="per_k", type=positive_int, default=50, help="sula, global: prompts per example count k (default 50)")
     lm.add_argument("--layers", type=int, nargs="+", help="sula: layers of the entropy-axis cut (default middle, last)")
     lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json, MODEL-sula.json or "
                                   "global-MODEL-MODEL.json)")
