@@ -282,7 +282,7 @@ def test_single_attention_layer_fused_and_explicit_paths_agree() -> None:
 
 
 # --- frame before precision ------------------------------------------------------------------------
-from windtunnel.routing import timescales as TS  # noqa: E402
+from windtunnel import timescales as TS  # noqa: E402
 
 
 def test_timescales_of_a_known_exponential() -> None:

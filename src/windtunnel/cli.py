@@ -377,7 +377,7 @@ def cmd_routing_timescales(args: argparse.Namespace, extra: list[str]) -> int:
     """``routing timescales``: when attention settles against when the error does, over training."""
     import dataclasses
 
-    from .routing.timescales import DEFAULT_SETUPS, run_timescales
+    from .timescales import DEFAULT_SETUPS, run_timescales
 
     setups = {}
     for name, setup in DEFAULT_SETUPS.items():

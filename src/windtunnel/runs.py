@@ -120,6 +120,27 @@ class RunDir:
         found = self.latest_checkpoint()
         return ckpt.step_of(found) if found is not None else 0
 
+    def load(self, step: int | None = None) -> tuple[Any, Any]:
+        """``(task, model)`` of the run: the task and model rebuilt from ``config.json`` with the weights of
+        the latest loadable checkpoint (or of ``step``), in eval mode."""
+        from . import models, tasks
+        from .errors import InvalidValue
+
+        record = self.read_config()
+        try:
+            task = tasks.make(record["task"]["name"], **record["task"]["params"])
+            model = models.build(record["model"])
+        except (ValueError, TypeError) as exc:
+            if models.is_external(record["model"]["arch"]):  # the user's factory, not the folder, is at fault
+                raise InvalidValue(f"{self.path}: {exc}") from None
+            raise RunError(f"{self.config_path} is damaged: {exc}") from None
+        found = self.latest_checkpoint() if step is None else self.checkpoint_at(step)
+        if found is None:
+            raise ckpt.CheckpointError(f"no complete checkpoint in {self.checkpoints}")
+        ckpt.load(found, model)
+        model.eval()
+        return task, model
+
     @property
     def figures(self) -> Path:
         """The figures folder (created on first use)."""

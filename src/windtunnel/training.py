@@ -38,10 +38,10 @@ import torch
 
 from . import checkpoint as ckpt
 from . import models, tasks
-from .errors import InvalidValue, UserError
+from .errors import UserError
 from .metrics import bayes_gap
 from .optim import log_spaced_steps, loss_fn, lr_at, param_groups, pick_device
-from .runs import RunDir, RunError
+from .runs import RunDir
 from .streams import (_global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch,
                       stream_seed)
 from .tasks.base import Episodes, Task
@@ -251,19 +251,5 @@ def evaluate_batch(model: torch.nn.Module, ep: Episodes) -> dict[str, float]:
 
 
 def load(run_dir: str | Path | RunDir, step: int | None = None) -> tuple[Task, torch.nn.Module]:
-    """The task and trained model of a run folder (latest checkpoint, or ``step``)."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    record = run.read_config()
-    try:
-        task = tasks.make(record["task"]["name"], **record["task"]["params"])
-        model = models.build(record["model"])
-    except (ValueError, TypeError) as exc:
-        if models.is_external(record["model"]["arch"]):  # the user's factory, not the folder, is at fault
-            raise InvalidValue(f"{run.path}: {exc}") from None
-        raise RunError(f"{run.config_path} is damaged: {exc}") from None
-    found = run.latest_checkpoint() if step is None else run.checkpoint_at(step)
-    if found is None:
-        raise ckpt.CheckpointError(f"no complete checkpoint in {run.checkpoints}")
-    ckpt.load(found, model)
-    model.eval()
-    return task, model
+    """The task and trained model of a run folder (latest checkpoint, or ``step``): ``RunDir.load``."""
+    return (run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)).load(step)

@@ -107,7 +107,7 @@ def frame_precision(
     if max_checkpoints is not None and len(paths) > max_checkpoints:
         keep = sorted({round(i * (len(paths) - 1) / (max_checkpoints - 1)) for i in range(max_checkpoints)})
         paths = [paths[i] for i in keep]
-    steps = [int(p.name.split("_")[1]) for p in paths]
+    steps = [ckpt.step_of(p) for p in paths]
     model = models.build(record["model"])
     L = n_layers(model)
     if L == 0:

@@ -88,8 +88,6 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     ``only``: recompute just these diagnostics and keep the others of the existing ``geometry.json``.
     A diagnostic that raises is recorded as ``{"error": ...}`` (and printed) so the others still run.
     """
-    from ..training import load
-
     run = Path(run_dir)
     out = RunDir(run).geometry_path
     old: dict[str, Any] = {}
@@ -97,7 +95,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
         old = json.loads(out.read_text())
     diags = discover()  # also what a module imported since registered
     names = [k for k in diags if only is None or k in only]
-    task, model = load(run)
+    task, model = RunDir(run).load()
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(dev).eval()
     untrained, how = untrained_model(run)

@@ -41,11 +41,11 @@ import torch
 from torch import nn
 
 from .base import HookPoint, ModelConfig, WindTunnelModel, _check, _pos_int
-from .external import check_contract
+from .contract import check_contract
+from .sizing import TOLERANCE, fit_width
 from ..errors import InvalidValue
 
 PREFIX = "hf:"
-TOLERANCE = 0.03
 
 
 def is_hf(arch: Any) -> bool:
@@ -301,7 +301,6 @@ def make_hf(arch: str, task: Any, params: int | None = None, **overrides: Any) -
     else:
         if "d_model" in overrides:
             raise InvalidValue("invalid d_model: cannot be given together with params (params chooses the width)")
-        from .registry import fit_width
 
         step = _width_step(arch[len(PREFIX):], base.get("n_heads", HFConfig.n_heads))
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidValue
-from ..stats import json_safe, mean_std
+from .errors import InvalidValue
+from .stats import json_safe, mean_std
 
 SETTLE = 0.1
 
@@ -137,10 +137,10 @@ def _ratio_summary(ratios: list[float | None]) -> dict[str, Any]:
 def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool = True) -> Path:
     """Train (or resume) every seed of every setup under ``out/runs``, measure the curves and write
     ``timescales.json`` and ``timescales.md``.  Returns the markdown path."""
-    from ..checkpoint import write_text_atomic
-    from ..geometry.dynamics import frame_precision
-    from ..runs import RunDir
-    from ..training import TrainConfig, train
+    from .checkpoint import write_text_atomic
+    from .geometry.dynamics import frame_precision
+    from .runs import RunDir
+    from .training import TrainConfig, train
 
     out = Path(out)
     if out.exists() and not out.is_dir():
