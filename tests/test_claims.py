@@ -160,6 +160,29 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
         assert claims.CLAIMS["A12"].assess(ev).kind == (claims.DISAGREE_EXPLAINED if smooth else claims.DISAGREE)
 
 
+def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
+    """D13, D17 and D22 recomputed by hand on every committed SULA file (SmolLM2, and Gemma-3-270M when
+    present): a claim agrees only where every model does."""
+    files = [RESULTS / "llm" / f for f in ("smollm2-135m-instruct-q4-sula.json", "gemma-3-270m-q4-sula.json")]
+    docs_ = [json.loads(f.read_text()) for f in files if f.is_file()]
+    if not docs_:
+        pytest.skip("no SULA run committed")
+    ev = Evidence(RESULTS)
+    overlap = [d["conditions"]["normal"]["entropy_mae_ci"][1] >= 0.155 and d["conditions"]["normal"]["entropy_mae_ci"][0]
+               <= 0.66 for d in docs_]
+    assert claims.CLAIMS["D13"].assess(ev).kind == (claims.AGREE if all(overlap) else claims.DISAGREE)
+    still = [not (lo > 0 or hi < 0) for lo, hi in (d["geometry"]["movement"]["shuffled"]["ci"] for d in docs_)]
+    assert claims.CLAIMS["D17"].assess(ev).kind == (claims.AGREE if all(still) else claims.DISAGREE)
+    directional = []
+    for d in docs_:
+        sh = d["geometry"]["shift"]
+        b, up, dn = sh["mean_model_entropy_before"], sh["plus"]["mean_model_entropy"], sh["minus"]["mean_model_entropy"]
+        directional.append(up > b > dn and max(up - b, b - dn) <= 0.1)
+    assert claims.CLAIMS["D22"].assess(ev).kind == (claims.AGREE if all(directional) else claims.DISAGREE)
+    if len(docs_) == 2:
+        assert "Gemma-3-270M" in claims.CLAIMS["D22"].assess(ev).why
+
+
 # --- windtunnel reproduce ------------------------------------------------------------------------
 def _tiny_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:

@@ -107,6 +107,7 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper3": (("llm/smollm2-135m-instruct-q4-mixed.json", "windtunnel llm signatures MODEL.gguf --prompts mixed --out …"),
                ("llm/smollm2-135m-instruct-q4-sula.json", "windtunnel llm sula MODEL.gguf --out …"),
                ("llm/gemma-3-270m-q4-mixed.json", "windtunnel llm signatures GEMMA3-270M.gguf --prompts mixed --out …"),
+               ("llm/gemma-3-270m-q4-sula.json", "windtunnel llm sula GEMMA3-270M.gguf --out …"),
                ("llm/smollm2-135m-instruct-q4-docs.json",
                 "windtunnel llm signatures MODEL.gguf --prompts docs --per-quintile 15 --out …"),
                ("llm/gemma-3-270m-q4-docs.json",

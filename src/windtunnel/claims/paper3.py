@@ -11,6 +11,8 @@ is read from the reproduction's cells.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, Verdict, claim,
                    fixed, missing)
@@ -193,50 +195,90 @@ def _d12(ev: Evidence) -> Verdict:
                    "3 seeds each", files=pc1.files + keys.files)
 
 
+SULA_MODELS = (("SmolLM2", f"{LLM}-sula.json"), ("Gemma-3-270M", f"{GEMMA}-sula.json"))
+"""The SULA runs a claim is judged on: SmolLM2 (shown) and Gemma-3-270M beside it when committed."""
+SULA_BOTH = SULA + "; the same for gemma-3-270m-q4_k_m.gguf"
+EACH = " on each model (SmolLM2 shown, Gemma-3-270M beside it)"
+
+
+def _on_each(what: str, needs: str = "") -> Callable[[Callable[[dict, str], Verdict]], Callable[[Evidence], Verdict]]:
+    """Judge a SULA claim on every committed model's file: ``judge(doc, file)`` gives one model's verdict;
+    the claim agrees if every model does, disagrees if any does, and is inconclusive otherwise.  ``needs``:
+    a key of the file without which a model is skipped (the cut is not applicable to every model)."""
+
+    def wrap(judge: Callable[[dict, str], Verdict]) -> Callable[[Evidence], Verdict]:
+        def assess(ev: Evidence) -> Verdict:
+            runs = []
+            for name, rel in SULA_MODELS:
+                d = ev.json(rel)
+                if d is not None and (not needs or d.get(needs, {}).get("applicable", True)):
+                    runs.append((name, rel, judge(d, rel)))
+            if not runs or runs[0][0] != SULA_MODELS[0][0]:
+                return missing(what)
+            kinds = [v.kind for _, _, v in runs]
+            kind = AGREE if all(k == AGREE for k in kinds) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+            first = runs[0][2]
+            files = tuple(rel for _, rel, _ in runs)
+            ours = (Measure(first.ours.value, first.ours.ci, None, (), files) if isinstance(first.ours, Measure)
+                    else first.ours)
+            if len(runs) == 1:
+                why = first.why
+            else:
+                why = f"{runs[0][0]} shown" + (f": {first.why}" if first.why else "")
+            for name, _, v in runs[1:]:
+                shown = v.ours.text() if isinstance(v.ours, Measure) else v.ours
+                why += f"; {name} {shown} ({v.kind.split(' ')[0]})"
+            return Verdict(kind, ours, why, files=files if not isinstance(ours, Measure) else ())
+        return assess
+
+    return wrap
+
+
+def _rho(m: dict, rel: str) -> Measure:
+    ci = m.get("ci") or [None, None]
+    return Measure(m["rho"], tuple(ci) if None not in ci else None, None, (), (rel,))
+
+
+def _excludes_zero(m: dict) -> bool:
+    lo, hi = m.get("ci") or [None, None]
+    return lo is not None and (lo > 0 or hi < 0)
+
+
 @claim("D13", "III", "v1", "§5.2", "SULA: entropy error of a real LLM against the exact Bayesian entropy",
        "0.44 / 0.36 / 0.31 bits", "paper", "entropy_mae over 250 SULA prompts (k ∈ {0,1,2,4,8}), bootstrap interval",
-       "agree if our interval overlaps [0.155, 0.66] (the papers' range widened by half: the same regime)", SULA)
-def _d13(ev: Evidence) -> Verdict:
-    d = ev.json(f"{LLM}-sula.json")
-    if d is None:
-        return missing("SULA")
+       "agree if our interval overlaps [0.155, 0.66] (the papers' range widened by half: the same regime)" + EACH,
+       SULA_BOTH)
+@_on_each("SULA")
+def _d13(d: dict, rel: str) -> Verdict:
     c = d["conditions"]["normal"]
-    m = Measure(c["entropy_mae"], tuple(c["entropy_mae_ci"]), None, (), (f"{LLM}-sula.json",))
+    m = Measure(c["entropy_mae"], tuple(c["entropy_mae_ci"]), None, (), (rel,))
     ok = m.ci[1] >= 0.155 and m.ci[0] <= 0.66
-    return Verdict(AGREE if ok else DISAGREE, m, "a different, smaller model; same regime")
+    return Verdict(AGREE if ok else DISAGREE, m, "")
 
 
 @claim("D16", "III", "v1", "§5.2", "Control: remapping the label tokens preserves the effect", "qualitative", "paper",
-       "SULA entropy_mae, remapped labels vs the original", "agree if the two bootstrap intervals overlap", SULA)
-def _d16(ev: Evidence) -> Verdict:
-    d = ev.json(f"{LLM}-sula.json")
-    if d is None:
-        return missing("SULA")
+       "SULA entropy_mae, remapped labels vs the original", "agree if the two bootstrap intervals overlap" + EACH,
+       SULA_BOTH)
+@_on_each("SULA")
+def _d16(d: dict, rel: str) -> Verdict:
     a, b = d["conditions"]["normal"], d["conditions"]["remap"]
-    m = Measure(b["entropy_mae"], tuple(b["entropy_mae_ci"]), None, (), (f"{LLM}-sula.json",))
+    m = Measure(b["entropy_mae"], tuple(b["entropy_mae_ci"]), None, (), (rel,))
     ok = a["entropy_mae_ci"][0] <= b["entropy_mae_ci"][1] and b["entropy_mae_ci"][0] <= a["entropy_mae_ci"][1]
     return Verdict(AGREE if ok else DISAGREE, m, f"original {a['entropy_mae']:.3f}")
 
 
-def _cut(ev: Evidence) -> dict | None:
-    d = ev.json(f"{LLM}-sula.json")
-    return None if d is None or not d.get("cut", {}).get("applicable") else d
-
-
 @claim("D19", "III", "v1", "§7.1", "Cutting the entropy axis drives ρ(v·u, H) to ≈ 0; a random cut does not; behaviour "
        "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", "ρ(axis, model entropy) before / after the cut at each cut layer",
-       "agree if every cut layer's ρ falls below 0.1 and the random cut leaves it within 0.05", SULA)
-def _d19(ev: Evidence) -> Verdict:
-    d = _cut(ev)
-    if d is None:
-        return missing("SULA cut")
+       "agree if every cut layer's ρ falls below 0.1 and the random cut leaves it within 0.05" + EACH, SULA_BOTH)
+@_on_each("SULA cut", needs="cut")
+def _d19(d: dict, rel: str) -> Verdict:
     c = d["cut"]
     before, after = c["rho_axis_entropy_before"], c["entropy_axis"]["rho_axis_entropy_after"]
     rnd = c["random_axis"]["rho_axis_entropy_after"]
     ok = all(abs(after[k]) < 0.1 and abs(rnd[k] - before[k]) <= 0.05 for k in before)
     txt = ", ".join(f"L{k} {before[k]:.2f} → {after[k]:.2f}" for k in before)
-    return Verdict(AGREE if ok else DISAGREE, txt, f"layers {c['layers']} cut together, not one at a time as in the paper",
-                   files=(f"{LLM}-sula.json",))
+    return Verdict(AGREE if ok else DISAGREE, txt, "the cut layers together, not one at a time as in the paper",
+                   files=(rel,))
 
 
 CUT5 = f"{LLM}-sula-5layers.json"
@@ -265,43 +307,27 @@ def _d20(ev: Evidence) -> Verdict:
 
 @claim("D23", "III", "v1", "abstract", "The entropy axis is a privileged readout, not a bottleneck", "conclusion", "paper",
        "after the cut: ρ(axis, entropy) and the change in SULA entropy error",
-       "agree if the cut removes the axis (ρ < 0.1 at every cut layer) while the entropy error changes by at most 20%", SULA)
-def _d23(ev: Evidence) -> Verdict:
-    d = _cut(ev)
-    if d is None:
-        return missing("SULA cut")
+       "agree if the cut removes the axis (ρ < 0.1 at every cut layer) while the entropy error changes by at most 20%"
+       + EACH, SULA_BOTH)
+@_on_each("SULA cut", needs="cut")
+def _d23(d: dict, rel: str) -> Verdict:
     c = d["cut"]
     before, after = d["conditions"]["normal"]["entropy_mae"], c["entropy_axis"]["behaviour"]["entropy_mae"]
     change = (after - before) / before
     gone = all(abs(v) < 0.1 for v in c["entropy_axis"]["rho_axis_entropy_after"].values())
     ok = gone and abs(change) <= 0.2
-    return Verdict(AGREE if ok else DISAGREE, Measure(change, None, None, (), (f"{LLM}-sula.json",)),
+    return Verdict(AGREE if ok else DISAGREE, Measure(change, None, None, (), (rel,)),
                    "relative change of the SULA entropy error under the cut")
-
-
-def _geo(ev: Evidence) -> dict | None:
-    d = ev.json(f"{LLM}-sula.json")
-    return None if d is None else d.get("geometry")
-
-
-def _rho(m: dict) -> Measure:
-    ci = m.get("ci") or [None, None]
-    return Measure(m["rho"], tuple(ci) if None not in ci else None, None, (), (f"{LLM}-sula.json",))
-
-
-def _excludes_zero(m: dict) -> bool:
-    lo, hi = m.get("ci") or [None, None]
-    return lo is not None and (lo > 0 or hi < 0)
 
 
 @claim("D14", "III", "v1", "§5.2", "SULA: PC1 in a PCA basis shared across k correlates with the Bayesian entropy",
        "|ρ| 0.65–0.80", "paper", "|Spearman ρ(PC1, H_Bayes)| over the 250 SULA prompts, last layer's final-token values",
-       "agree if the interval's lower end is ≥ 0.5; disagree if its upper end is below 0.5; else inconclusive", SULA)
-def _d14(ev: Evidence) -> Verdict:
-    g = _geo(ev)
-    if g is None:
-        return missing("SULA geometry")
-    m = _rho(g["pc1_vs_bayes_entropy"])
+       "agree if the interval's lower end is ≥ 0.5; disagree if its upper end is below 0.5; else inconclusive" + EACH,
+       SULA_BOTH)
+@_on_each("SULA geometry")
+def _d14(d: dict, rel: str) -> Verdict:
+    g = d["geometry"]
+    m = _rho(g["pc1_vs_bayes_entropy"], rel)
     lo, hi = m.ci if m.ci else (m.value, m.value)
     kind = AGREE if lo >= 0.5 else DISAGREE if hi < 0.5 else INCONCLUSIVE
     return Verdict(kind, m, f"layer {g['layer']}; PC1 oriented to grow with H_Bayes")
@@ -309,42 +335,41 @@ def _d14(ev: Evidence) -> Verdict:
 
 @claim("D15", "III", "v1", "§5.2", "SULA: the state moves along PC1 as evidence accumulates", "ρ(k, PC1) 0.86 / 0.60 / 0.32",
        "paper", "Spearman ρ(k, PC1) over the SULA prompts in the shared basis",
-       "agree if |ρ| ≥ 0.3 with an interval that excludes 0", SULA)
-def _d15(ev: Evidence) -> Verdict:
-    g = _geo(ev)
-    if g is None:
-        return missing("SULA geometry")
+       "agree if |ρ| ≥ 0.3 with an interval that excludes 0" + EACH, SULA_BOTH)
+@_on_each("SULA geometry")
+def _d15(d: dict, rel: str) -> Verdict:
+    g = d["geometry"]
     mv = g["movement"]["normal"]
-    m = _rho(mv)
+    m = _rho(mv, rel)
     ok = abs(m.value) >= 0.3 and _excludes_zero(mv)
     sh = g["movement"]["shuffled"]["rho"]
     return Verdict(AGREE if ok else DISAGREE, m, "mean PC1 by k: " + ", ".join(f"{k}: {v:+.2f}" for k, v in mv["pc1_by_k"].items())
                    + f"; with shuffled labels (no evidence) ρ is {sh:+.2f} (D17): the movement follows k, not the evidence")
 
 
-def _no_movement(ev: Evidence, condition: str, note: str) -> Verdict:
-    g = _geo(ev)
-    if g is None:
-        return missing("SULA geometry")
+def _no_movement(d: dict, rel: str, condition: str, note: str) -> Verdict:
+    g = d["geometry"]
     mv = g["movement"][condition]
-    m = _rho(mv)
+    m = _rho(mv, rel)
     normal = g["movement"]["normal"]["rho"]
     return Verdict(DISAGREE if _excludes_zero(mv) else AGREE, m, f"ρ(k, PC1) under this control; normal prompts "
-                   f"{normal:+.2f}. " + note)
+                   f"{normal:+.2f}" + (f". {note}" if note else ""))
 
 
 @claim("D17", "III", "v1", "§5.2", "Control: with shuffled labels (H_Bayes = 1 bit) the state does not move along the "
        "manifold", "little or no movement", "paper", "Spearman ρ(k, PC1) of shuffled-label prompts projected on the normal "
-       "prompts' basis", "agree if its interval contains 0 (no movement); disagree if it excludes 0", SULA)
-def _d17(ev: Evidence) -> Verdict:
-    return _no_movement(ev, "shuffled", "")
+       "prompts' basis", "agree if its interval contains 0 (no movement); disagree if it excludes 0" + EACH, SULA_BOTH)
+@_on_each("SULA geometry")
+def _d17(d: dict, rel: str) -> Verdict:
+    return _no_movement(d, rel, "shuffled", "")
 
 
 @claim("D18", "III", "v1", "§5.2", "Control: masking the evidence carriers leaves no movement", "little or no movement",
        "paper", "Spearman ρ(k, PC1) of prompts whose carrier words are [MASK], on the normal basis",
-       "agree if its interval contains 0; disagree if it excludes 0", SULA)
-def _d18(ev: Evidence) -> Verdict:
-    return _no_movement(ev, "masked", "Under the paper's own model the labels, which masking keeps, carry all the "
+       "agree if its interval contains 0; disagree if it excludes 0" + EACH, SULA_BOTH)
+@_on_each("SULA geometry")
+def _d18(d: dict, rel: str) -> Verdict:
+    return _no_movement(d, rel, "masked", "Under the paper's own model the labels, which masking keeps, carry all the "
                         "evidence, so movement is what Bayes predicts here")
 
 
@@ -352,34 +377,30 @@ def _d18(ev: Evidence) -> Verdict:
        "random axis-only projection destroys it", "qualitative", "paper",
        "ρ(model entropy, H_Bayes) over the normal prompts after keeping only the entropy-axis (or a random axis) "
        "component of the cut layers' final-token values",
-       "agree if the entropy axis keeps ρ within 0.05 of before (or above) and the random axis lowers it by more than 0.1",
-       SULA)
-def _d21(ev: Evidence) -> Verdict:
-    g = _geo(ev)
-    if g is None:
-        return missing("SULA geometry")
-    a = g["axis_only"]
+       "agree if the entropy axis keeps ρ within 0.05 of before (or above) and the random axis lowers it by more than 0.1"
+       + EACH, SULA_BOTH)
+@_on_each("SULA geometry")
+def _d21(d: dict, rel: str) -> Verdict:
+    a = d["geometry"]["axis_only"]
     before, ent, rnd = a["rho_model_bayes_entropy_before"], a["entropy_axis"]["rho_model_bayes_entropy"], \
         a["random_axis"]["rho_model_bayes_entropy"]
     ok = ent >= before - 0.05 and rnd <= before - 0.1
     return Verdict(AGREE if ok else DISAGREE, f"{before:.2f} → {ent:.2f} (entropy axis), {rnd:.2f} (random axis)",
-                   f"layers {a['layers']}", files=(f"{LLM}-sula.json",))
+                   f"layers {a['layers']}", files=(rel,))
 
 
 @claim("D22", "III", "v1", "§7.1", "A ±1σ shift along the entropy axis changes calibration slightly, in its direction",
        "small, directional", "paper", "mean model entropy (bits) after shifting the cut layers' final-token values by "
-       "±1σ along the entropy axis", "agree if +1σ raises and −1σ lowers the mean entropy, each by at most 0.1 bits",
-       SULA)
-def _d22(ev: Evidence) -> Verdict:
-    g = _geo(ev)
-    if g is None:
-        return missing("SULA geometry")
-    sh = g["shift"]
+       "±1σ along the entropy axis", "agree if +1σ raises and −1σ lowers the mean entropy, each by at most 0.1 bits"
+       + EACH, SULA_BOTH)
+@_on_each("SULA geometry")
+def _d22(d: dict, rel: str) -> Verdict:
+    sh = d["geometry"]["shift"]
     b, up, dn = sh["mean_model_entropy_before"], sh["plus"]["mean_model_entropy"], sh["minus"]["mean_model_entropy"]
     ok = up > b > dn and max(up - b, b - dn) <= 0.1
     return Verdict(AGREE if ok else DISAGREE, f"{dn:.3f} / {b:.3f} / {up:.3f} bits (−1σ / none / +1σ)",
                    f"entropy MAE {sh['minus']['entropy_mae']:.3f} / {sh['entropy_mae_before']:.3f} / "
-                   f"{sh['plus']['entropy_mae']:.3f}", files=(f"{LLM}-sula.json",))
+                   f"{sh['plus']['entropy_mae']:.3f}", files=(rel,))
 
 
 GLOBAL = "llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json"
