@@ -69,10 +69,12 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS
+    controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + HEAD_WIDTH_CELLS
+    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa,
-             "all": GEOMETRY_CELLS + CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + EM_CELLS}
-    return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in GEOMETRY_CELLS)
+             "all": GEOMETRY_CELLS + controls + EM_CELLS}
+    analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS
+    return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in cells[target] for seed in SEEDS]
 
 
@@ -91,6 +93,10 @@ encoding (the HMM column's own is learned absolute), trained at K = 20 and evalu
 BUDGET_CELLS = (("hmm_long", "transformer"),)
 """The HMM transformer trained four times as long as its column (8000 steps at the quick preset): whether
 the HMM error at K=20 and the length-generalisation error at K=30/50 are the budget's."""
+
+HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
+"""The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key
+orthogonality (B1) at the papers' head width."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform

@@ -549,20 +549,42 @@ def _files(ev: Evidence, column: str, arch: str) -> tuple[str, ...]:
     return tuple(f"{ev.preset}/cells/{column}-{arch}-s{s}/geometry.json" for s in SEEDS)
 
 
-@claim("B1", "I", "v1, v3", "abstract; geometry", "Layer-0 keys of the hypothesis tokens are near-orthogonal",
-       "mean |cos| 0.052 vs 0.082 random (−37%)", "secondary",
-       "key_orthogonality.layer0_mean_abs_cos, main job, 3 seeds, against the untrained model and E|cos| of Gaussian vectors",
-       "agree if every seed's trained value is below both nulls; disagree if every seed's is above both", REPRO)
-def _b1(ev: Evidence) -> Verdict:
-    m = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
-    un = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_untrained")
-    ga = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.gaussian_expected")
+def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Measure, str] | None:
+    """Layer-0 key |cos| of ``column``'s cells with its two nulls (untrained, Gaussian) and the verdict of
+    the B1 rule on them: AGREE if every seed is below both nulls, DISAGREE if every seed is above both."""
+    m = ev.geometry(column, "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
+    un = ev.geometry(column, "transformer", SEEDS, "key_orthogonality.layer0_untrained")
+    ga = ev.geometry(column, "transformer", SEEDS, "key_orthogonality.gaussian_expected")
     if m is None or un is None or ga is None:
-        return missing("main-job geometry")
+        return None
     below = [v < min(u, ga.value) for v, u in zip(m.values, un.values)]
     above = [v > max(u, ga.value) for v, u in zip(m.values, un.values)]
-    kind = AGREE if all(below) else DISAGREE if all(above) else INCONCLUSIVE
-    return Verdict(kind, m, f"untrained {un.text()}, Gaussian {ga.value:.3f} (d_head 16; the papers' d_head is 32)")
+    return m, un, ga, AGREE if all(below) else DISAGREE if all(above) else INCONCLUSIVE
+
+
+@claim("B1", "I", "v1, v3", "abstract; geometry", "Layer-0 keys of the hypothesis tokens are near-orthogonal",
+       "mean |cos| 0.052 vs 0.082 random (−37%)", "secondary",
+       "key_orthogonality.layer0_mean_abs_cos, main job (d_head 16), 3 seeds, against the untrained model and E|cos| "
+       "of Gaussian vectors; control: the main job with 2 heads of 32, the papers' head width",
+       "agree if every seed's trained value is below both nulls; disagree if every seed's is above both; explained "
+       "by the head width if the d_head-32 control agrees", REPRO)
+def _b1(ev: Evidence) -> Verdict:
+    main = _key_orthogonality(ev, "main")
+    if main is None:
+        return missing("main-job geometry")
+    m, un, ga, kind = main
+    said = f"untrained {un.text()}, Gaussian {ga.value:.3f} (d_head 16; the papers' d_head is 32)"
+    wide = _key_orthogonality(ev, "main_dh32")
+    if wide is None or kind == AGREE:
+        return Verdict(kind, m, said)
+    m32, un32, ga32, kind32 = wide
+    m = Measure(m.value, m.ci, m.seeds, m.values, m.files + m32.files)
+    said += (f"; at d_head 32: trained {m32.text()}, untrained {un32.text()}, Gaussian {ga32.value:.3f} "
+             f"({kind32.split(' ')[0]} by the same rule)")
+    if kind32 == AGREE:
+        return Verdict(DISAGREE_EXPLAINED if kind == DISAGREE else kind, m, said + ": the head width decides it",
+                       control=f"main_dh32 cells ({REPRO})")
+    return Verdict(kind, m, said)
 
 
 @claim("B2", "III", "v1", "§2, Table 2", "Paper III's restatement: wind-tunnel keys at 0.09–0.12 against 0.40–0.45 random",
