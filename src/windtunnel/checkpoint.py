@@ -57,9 +57,19 @@ def _write_bytes(path: Path, data: bytes) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` atomically (temp file in the same folder, then rename)."""
+    write_bytes_atomic(path, text.encode())
+
+
+def copy_atomic(src: Path, dst: Path) -> None:
+    """Replace ``dst`` by a copy of ``src`` atomically (a reader never sees half a file)."""
+    write_bytes_atomic(dst, Path(src).read_bytes())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically (temp file in the same folder, then rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    _write_bytes(tmp, text.encode())
+    _write_bytes(tmp, data)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -32,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from . import grid
+from .checkpoint import copy_atomic
 from .errors import InvalidValue
+from .runs import RunDir
 
 TARGETS = ("paper1", "paper2", "paper3", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
@@ -198,12 +199,10 @@ def export(job: Job, results: Path) -> Path:
     dst = cell_dir(results, job.cell)
     dst.mkdir(parents=True, exist_ok=True)
     for name in job.artifacts():
-        tmp = dst / (name + f".tmp{os.getpid()}")
-        shutil.copyfile(src / name, tmp)
-        os.replace(tmp, dst / name)
-    timings = src / "timings.json"
+        copy_atomic(src / name, dst / name)
+    timings = RunDir(src).timings_path
     if timings.is_file():
-        shutil.copyfile(timings, dst / "timings.json")
+        copy_atomic(timings, dst / timings.name)
     return dst
 
 
@@ -265,11 +264,10 @@ def _cost(job: Job, results: Path) -> float:
     from . import tasks
 
     cfg = job.cell.config()
-    rd = run_dir(results, job.cell)
-    if rd.joinpath("cell.json").is_file():
+    rd = RunDir(run_dir(results, job.cell))
+    if rd.read_cell() is not None:
         return 0.0
-    latest = rd / "checkpoints" / "latest"
-    done = int(latest.read_text().strip().split("_")[-1]) if latest.is_file() else 0
+    done = rd.latest_step()
     T = tasks.make(cfg["task"], **cfg["task_params"]).seq_len
     return _COST.get(job.cell.arch, 1.0) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
 

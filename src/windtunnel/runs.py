@@ -99,6 +99,10 @@ class RunDir:
         return self.path / self.SUMMARY
 
     @property
+    def timings_path(self) -> Path:
+        return self.path / self.TIMINGS
+
+    @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 

@@ -163,7 +163,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                       {"elapsed": elapsed, "config": cfg.to_dict(), "data_shards": shards})
             ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
 
-    if start == 0 and main_proc and cfg.log_checkpoints and not (ckpt_root / ckpt.LATEST).exists():
+    if start == 0 and main_proc and cfg.log_checkpoints and run.latest_checkpoint() is None:
         save(0)  # the untrained model: the origin of every training-dynamics curve
 
     bar = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import figures as F
+from ..checkpoint import write_text_atomic
 
 __all__ = ["write_report"]
 
@@ -358,12 +359,9 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_CSS}</style></head>"
            f"<body><main>{''.join(parts)}</main></body></html>")
-    out = rd.report_path
-    tmp = run / "report.html.tmp"
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(out)
-    rd.summary_path.write_text("\n".join(md), encoding="utf-8")
-    return out
+    write_text_atomic(rd.report_path, doc)
+    write_text_atomic(rd.summary_path, "\n".join(md))
+    return rd.report_path
 
 
 def _readings(geometry: Any) -> list[Any]:
