@@ -299,7 +299,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
             resume = True
     train_run(cfg, run, resume=resume)
     lengths = grid.eval_lengths(grid.MAIN_JOB if args.task is None else task_name, cfg.task_params)
-    result = evaluate_run(run, n=args.n, lengths=lengths, seed=EVAL_SEED)
+    result = evaluate_run(run, n=args.n or grid.EVAL_N[args.preset], lengths=lengths, seed=EVAL_SEED)
     geometry = None
     if not args.no_analyze:  # the mechanism beside the number: every diagnostic is seconds at this size
         from .stages import analyze_run
@@ -651,7 +651,8 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
     r.add_argument("task", nargs="?", help="experiment or task (default: the main job, a transformer on bijection V=10)")
     r.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (a laptop CPU, default) or paper (the papers' sizes, GPU)")
-    r.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
+    r.add_argument("--n", type=positive_int, help="evaluation sequences (default: the preset's, "
+                   + ", ".join(f"{v} {k}" for k, v in grid.EVAL_N.items()) + ")")
     r.add_argument("--no-analyze", dest="no_analyze", action="store_true",
                    help="skip the geometric diagnostics (by default they run after the evaluation)")
     train_args(r, "the recipe's under --preset: 200k quick", "the recipe's under --preset")
@@ -672,7 +673,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="geometric diagnostics of a trained run (geometry.json)")
     a.add_argument("run", help="run folder")
-    a.add_argument("--n", type=positive_int, default=512, help="episodes the diagnostics read (default 512)")
+    a.add_argument("--n", type=positive_int, default=grid.ANALYZE_N,
+                   help=f"episodes the diagnostics read (default {grid.ANALYZE_N})")
     a.set_defaults(func=cmd_analyze)
 
     tb = sub.add_parser("table", help="the architecture × inference-primitive table")

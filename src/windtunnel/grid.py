@@ -61,6 +61,12 @@ class Experiment:
     model: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+EVAL_N = {"quick": 1000, "paper": 2000}
+"""Evaluation sequences of a cell (and of ``windtunnel run``) under each preset."""
+ANALYZE_N = 512
+"""Episodes the geometric diagnostics read (``windtunnel analyze``, the cells of ``reproduce``)."""
+
+
 # --- recipes ------------------------------------------------------------------------------------
 _QUICK = Recipe(params=200_000, steps=3000, batch_size=64, layers=4, heads=4, lr=2e-3, min_lr=1e-5, warmup=200,
                 weight_decay=0.0, eval_every=500, ckpt_every=500)

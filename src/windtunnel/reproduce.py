@@ -40,7 +40,7 @@ ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "referenc
 GEOMETRY = "geometry.json"
 SEEDS = (0, 1, 2)
 """Every claim is measured on at least three training seeds."""
-ANALYZE_N = 512
+ANALYZE_N = grid.ANALYZE_N
 """Episodes every diagnostic of a cell is computed on (``windtunnel analyze``'s default)."""
 
 
@@ -273,9 +273,7 @@ def _cost(job: Job, results: Path) -> float:
 
 
 def _eval_n(preset: str) -> int:
-    from .table import EVAL_N
-
-    return EVAL_N[preset]
+    return grid.EVAL_N[preset]
 
 
 if __name__ == "__main__":  # pragma: no cover - the CLI is `windtunnel reproduce`

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from .grid import ANALYZE_N
 from .runs import RunDir
 
 from .evaluation import EVAL_SEED  # noqa: F401  (re-exported: the stages evaluate on it)
@@ -65,7 +66,7 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
     return result
 
 
-def analyze_run(run: str | Path | RunDir, n: int = 512, report: bool = True) -> Path:
+def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = True) -> Path:
     """The geometric diagnostics of the run (``geometry.json``, figures, and the report unless
     ``report=False``); records ``analyze_s``."""
     from .geometry import analyze_run as _analyze

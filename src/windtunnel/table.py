@@ -47,7 +47,7 @@ COLUMNS: dict[str, dict[str, Any]] = {
 """Column name -> primitive, headline metric, unit and evaluation lengths (from ``grid``)."""
 ARCHS = list(grid.TABLE_ARCHS)
 DEFAULT_SEEDS = 3
-EVAL_N = {"quick": 1000, "paper": 2000}
+EVAL_N = grid.EVAL_N  # the grid decides the evaluation size of every cell
 
 
 def cell_config(preset: str, column: str, arch: str, seed: int, params: int | None,
