@@ -95,8 +95,12 @@ def _exp(name: str, task: str, quick: dict[str, Any], paper: dict[str, Any], qui
 
 
 _MAIN = _exp("main", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve")
+# HMM's transformer uses learned absolute positions: its header is read by absolute slot (which T/E
+# entry), and at the quick budget only learned positions leave the context-blind plateau on every seed
+# (the ``hmm_rotary``, ``hmm_alibi`` and ``hmm_none`` control cells); everywhere else rotary (no length limit)
+_HMM_TRANSFORMER = {"pos": "learned"}
 _HMM = _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, primitive="transport", metric="kl",
-            lengths=(20, 30, 50))
+            lengths=(20, 30, 50), model={"transformer": _HMM_TRANSFORMER})
 _RECALL = _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
                _QUICK_RECALL, primitive="binding", metric="accuracy", unit="%")
 
@@ -122,11 +126,12 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _HMM,
     # Paper I's HMM control: attention switched off in the top two layers, trained as the HMM column
     _exp("hmm_attn_off", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
-         model={"transformer": {"attn_off": "top2"}}),
+         model={"transformer": {**_HMM_TRANSFORMER, "attn_off": "top2"}}),
     # the budget control of the HMM column: the same cell trained four times as long (learned positions),
     # evaluated at K=20/30/50; it tells whether the HMM gap and the length-generalisation error are budget
     _exp("hmm_long", "hmm", {"K": 20}, {"K": 20}, replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps),
-         replace(_PAPER_HMM, steps=4 * _PAPER_HMM.steps), metric="kl", lengths=(20, 30, 50)),
+         replace(_PAPER_HMM, steps=4 * _PAPER_HMM.steps), metric="kl", lengths=(20, 30, 50),
+         model={"transformer": _HMM_TRANSFORMER}),
     _RECALL,
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
@@ -136,7 +141,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # that experiment's cell but with uniform attention in every layer (routing removed, values kept)
     *(_exp(f"{e.name}_uniform", e.task, e.task_params["quick"], e.task_params["paper"], e.recipes["quick"],
            e.recipes["paper"], metric=e.metric, unit=e.unit, lengths=e.lengths,
-           model={"transformer": {"uniform_attn": "all"}})
+           model={"transformer": {**e.model.get("transformer", {}), "uniform_attn": "all"}})
       for e in (_MAIN, _HMM, _RECALL)),
     _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {}),
     _exp("coin", "coin", {}, {}),
@@ -174,10 +179,7 @@ def experiment(name: str) -> Experiment:
     name = ALIASES.get(name, name)
     if name in EXPERIMENTS:
         return EXPERIMENTS[name]
-    from . import tasks  # a registered task runs as itself; other bijection_* names are bijection variants
-
-    base = name if name in tasks.names() else "bijection" if name.startswith("bijection") else name
-    return _exp(name, base, {}, {})
+    return _exp(name, name, {}, {})  # a registered task runs as itself; an unknown name fails where it is made
 
 
 def eval_lengths(name: str, task_params: dict[str, Any]) -> list[int] | None:
@@ -196,23 +198,24 @@ def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:
     return e.task, dict(e.task_params.get(preset, {}))
 
 
-def _model_overrides(task: str, arch: str, recipe: Recipe) -> dict[str, Any]:
-    """The recipe's depth for every registered architecture (and heads for the transformer).
+def _model_overrides(arch: str, recipe: Recipe) -> dict[str, Any]:
+    """The recipe's depth for every architecture that has layers, and its heads for every one whose
+    config has heads (ours and Hugging Face families alike); a user's model (``package.module:factory``)
+    gets only the parameter target and sizes itself."""
+    from dataclasses import fields
 
-    Learned absolute positions for HMM: its header is read by absolute slot (which T/E entry), and at
-    the quick budget only learned positions leave the context-blind plateau on every seed (the
-    ``hmm_rotary``, ``hmm_alibi`` and ``hmm_none`` control cells).  Elsewhere rotary (no length
-    limit).  A Hugging
-    Face family (``hf:llama``) gets the depth and heads; a user's model (``package.module:factory``)
-    gets only the parameter target and sizes itself.
-    """
-    if arch.startswith("hf:"):  # a Hugging Face family gets the recipe's depth and heads, like ours
-        return {"n_layers": recipe.layers, "n_heads": recipe.heads}
-    if ":" in arch:
+    from . import models  # the grid sits above models; imported here to keep module import light
+
+    if models.is_hf(arch):
+        config = models.HFConfig
+    elif models.is_external(arch):
         return {}
-    if arch != "transformer":
-        return {"n_layers": recipe.layers}
-    return {"n_layers": recipe.layers, "n_heads": recipe.heads, **({"pos": "learned"} if task == "hmm" else {})}
+    else:
+        from .models.catalog import get
+
+        config = get(arch).config
+    have = {f.name for f in fields(config)}
+    return {k: v for k, v in (("n_layers", recipe.layers), ("n_heads", recipe.heads)) if k in have}
 
 
 def _extra_model(e: Experiment, arch: str, recipe: Recipe) -> dict[str, Any]:
@@ -245,7 +248,7 @@ def preset(name: str, task: str, arch: str) -> dict[str, Any]:
         "task_params": dict(e.task_params[name]),
         "arch": arch,
         "params": r.params,
-        "model": {**_model_overrides(e.task, arch, r), **_extra_model(e, arch, r)},
+        "model": {**_model_overrides(arch, r), **_extra_model(e, arch, r)},
         "steps": r.steps,
         "batch_size": r.batch_size,
         "curriculum": [dict(stage) for stage in r.curriculum],

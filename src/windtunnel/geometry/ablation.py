@@ -11,6 +11,7 @@ import torch
 
 from .. import metrics as M
 from ..evaluation import predict
+from ..models.base import WindTunnelModel
 from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, register
@@ -119,9 +120,9 @@ def head_ablation(
     top-two ratio and ``top_share``, the fraction of resamples in which the same head is the top.
 
     **Null.**  An inert head has ``delta = 0``: the interval tests it; for the ratio, exchangeable
-    heads give 1.  Transformers only.
+    heads give 1.  Architectures that implement ``ablate_head`` only.
     """
-    if arch_of(model) != "transformer" or not hasattr(model, "ablate_head"):
+    if getattr(type(model), "ablate_head", None) in (None, WindTunnelModel.ablate_head):  # no heads to ablate
         return not_applicable(f"architecture {arch_of(model)!r} has no attention heads")
     if metric not in METRICS:
         raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
