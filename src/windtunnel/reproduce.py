@@ -254,13 +254,9 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     return summary
 
 
-_COST = {"mamba": 3.0, "lstm": 0.8}
-"""Rough cost of a training step relative to the transformer's (orders the work: cheap cells first, so a
-stopped reproduction has the most cells done)."""
-
-
 def _cost(job: Job, results: Path) -> float:
-    """Tokens the cell still has to train on, weighted by its architecture (a trained cell costs little)."""
+    """Tokens the cell still has to train on, weighted by its architecture's step cost (a trained cell costs
+    nothing): the work goes cheap cells first, so a stopped reproduction has the most cells done."""
     from . import tasks
 
     cfg = job.cell.config()
@@ -269,7 +265,9 @@ def _cost(job: Job, results: Path) -> float:
         return 0.0
     done = rd.latest_step()
     T = tasks.make(cfg["task"], **cfg["task_params"]).seq_len
-    return _COST.get(job.cell.arch, 1.0) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
+    from .models.catalog import step_cost
+
+    return step_cost(job.cell.arch) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
 
 
 def _eval_n(preset: str) -> int:

@@ -375,8 +375,9 @@ def run_table(
 
     reused = sum(RunDir(j["run_dir"]).read_cell() is not None for j in jobs)
     # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
-    order = {"mamba": 0, "transformer": 1, "lstm": 2, "mlp": 3}
-    jobs.sort(key=lambda j: (j["seed"], order.get(j["arch"], 9), j["column"]))
+    from .models.catalog import step_cost
+
+    jobs.sort(key=lambda j: (j["seed"], -step_cost(j["arch"]), j["column"]))
     t0 = time.perf_counter()
     cells: list[dict[str, Any]] = []
     if workers == 1:

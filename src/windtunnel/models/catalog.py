@@ -23,7 +23,8 @@ class Arch:
     the secondary size capacity matching turns when the width grid is too coarse (``d_ff``,
     ``d_inner``; ``None``: width only); ``width_step(config fields) -> int``: the spacing of
     admissible widths; ``order``: the place in ``names()``; ``tiny``: overrides of a small instance
-    for the contract tests."""
+    for the contract tests; ``step_cost``: the time of a training step relative to the transformer's at
+    the same size, one thread (orders work so that the slowest cells start first)."""
 
     model: type[WindTunnelModel]
     config: type[ModelConfig]
@@ -32,6 +33,7 @@ class Arch:
     width_step: Callable[[dict[str, Any]], int] = lambda cfg: 1
     order: int = 100
     tiny: dict[str, Any] = field(default_factory=dict)
+    step_cost: float = 1.0
 
     def refine_default(self, cfg: ModelConfig) -> int | None:
         """The secondary size's default for ``cfg`` (what capacity matching tries to stay near)."""
@@ -56,6 +58,11 @@ def register_arch(name: str, arch: Arch) -> Arch:
 def names() -> list[str]:
     """Registered architectures, in their declared order."""
     return sorted(_ARCHS, key=lambda n: (_ARCHS[n].order, n))
+
+
+def step_cost(name: str) -> float:
+    """``Arch.step_cost`` of a registered architecture; 1 for a model from outside the registry."""
+    return _ARCHS[name].step_cost if name in _ARCHS else 1.0
 
 
 def get(name: str) -> Arch:

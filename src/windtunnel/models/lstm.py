@@ -77,4 +77,4 @@ class LSTM(WindTunnelModel):
         self._finish_init()
 
 
-register_arch("lstm", Arch(LSTM, LSTMConfig, {}, None, order=30, tiny={"d_model": 16, "n_layers": 2}))
+register_arch("lstm", Arch(LSTM, LSTMConfig, {}, None, order=30, tiny={"d_model": 16, "n_layers": 2}, step_cost=0.8))

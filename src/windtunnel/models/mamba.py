@@ -492,4 +492,5 @@ class Mamba(WindTunnelModel):
                 block.out_proj.weight /= math.sqrt(self.config.n_layers)
 
 
-register_arch("mamba", Arch(Mamba, MambaConfig, {}, "d_inner", order=20, tiny={"d_model": 16, "n_layers": 2}))
+register_arch("mamba", Arch(Mamba, MambaConfig, {}, "d_inner", order=20, tiny={"d_model": 16, "n_layers": 2},
+                            step_cost=3.0))
