@@ -252,11 +252,13 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 def _default_run_folder(args: argparse.Namespace, task: str, arch: str, task_params: dict[str, Any]) -> str:
     """``runs/main`` for the main job as shipped; otherwise a portable name that differs whenever the
     task, architecture, preset, seed, steps, size or task parameters do (so sweeps do not collide)."""
+    from . import grid
+
     changed = [f"s{args.seed}" if args.seed is not None else "", f"{args.steps}steps" if args.steps is not None else "",
                f"{args.params}p" if args.params is not None else "",
                *(f"{k}{v}" for k, v in sorted(task_params.items()))]
     parts = [task if args.task is not None else "main", arch, args.preset, *filter(None, changed)]
-    name = "-".join(parts) if parts[1:] != ["transformer", "quick"] else parts[0]
+    name = "-".join(parts) if parts[1:] != [grid.DEFAULT_ARCH, "quick"] else parts[0]
     return "runs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
@@ -269,7 +271,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     from .evaluation import EVAL_SEED
     from .stages import evaluate_run, train_run, write_report
 
-    arch = args.arch or "transformer"
+    arch = args.arch or grid.DEFAULT_ARCH
     task_name = args.task if args.task is not None else grid.DEFAULT_TASK
     # the main job is the grid's ``main`` experiment: its own recipe (readout multiplier only for
     # windtunnel's architectures: a Hugging Face or user model has no separate readout)

@@ -162,6 +162,8 @@ TABLE_ARCHS = ("transformer", "mamba", "lstm", "mlp", "mlp_pointwise")
 # episodes with larger batches, other learning rates and floors, other blocks and shapes, and a
 # weight average (its output: benchmarks/results/main_job_sweep.jsonl).
 DEFAULT_TASK = "bijection"
+DEFAULT_ARCH = "transformer"
+"""The architecture `windtunnel run` and `windtunnel train` use when none is named."""
 MAIN_JOB = "main"
 """The experiment ``windtunnel run`` trains when no task is named (its quick recipe is ``_QUICK_MAIN``)."""
 MAIN_JOB_STEPS = _QUICK_MAIN.steps

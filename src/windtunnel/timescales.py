@@ -84,6 +84,7 @@ class TimescaleSetup:
 
     task: str = "bijection"
     task_params: dict[str, Any] = field(default_factory=lambda: {"V": 8, "L": 8})
+    arch: str = "transformer"  # any architecture with attention patterns (the frame is read from them)
     model: dict[str, Any] = field(default_factory=lambda: {"n_layers": 2, "n_heads": 2, "d_model": 64})
     steps: int = 1500
     checkpoints: int = 30
@@ -97,7 +98,7 @@ class TimescaleSetup:
 
     def train_config(self, seed: int) -> dict[str, Any]:
         every = max(1, self.steps // self.checkpoints)
-        return {"task": self.task, "task_params": dict(self.task_params), "arch": "transformer",
+        return {"task": self.task, "task_params": dict(self.task_params), "arch": self.arch,
                 "model": dict(self.model), "steps": self.steps, "batch_size": self.batch_size, "lr": self.lr,
                 "warmup": min(100, self.steps // 10), "weight_decay": 0.0, "seed": seed, "ckpt_every": every,
                 "eval_every": self.steps, "keep_last": self.checkpoints + 2, "log_checkpoints": True,
