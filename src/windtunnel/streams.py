@@ -22,7 +22,7 @@ from .train_config import ConfigError, TrainConfig
 
 def _hashed_seed(*parts: object) -> int:
     """A 64-bit seed with the top bit set: disjoint from every small user-facing seed
-    (``evaluate(seed=12345)``, ``tasks show --seed 0``) and, up to hash collisions, from each other."""
+    (the evaluation's ``EVAL_SEED``, ``tasks show --seed 0``) and, up to hash collisions, from each other."""
     digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") | (1 << 63)
 

@@ -21,8 +21,9 @@ from ..errors import InvalidValue
 from ..stats import finite, finite_ci, json_safe as clean, resample_weights  # noqa: F401 (the diagnostics import them from here)
 
 GEOMETRY_SEED = 2**62 + 2**40
-"""Episode seed of the diagnostics: disjoint from every training stream (``seed*2^44 + step``) and
-from the evaluation seeds (``2^62 + seed``, ``seed < 2^31``)."""
+"""Episode seed of the diagnostics: below 2^63, so disjoint from every training and in-training
+evaluation stream (hashed 64-bit seeds with the top bit set), and far from the small user-facing seeds
+(the evaluation's ``EVAL_SEED``, ``windtunnel tasks show --seed``)."""
 
 TRAIN_FRAC = 0.7
 """Fraction of *sequences* used to fit read-outs; the rest is held out (split by sequence, never
