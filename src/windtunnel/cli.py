@@ -84,10 +84,6 @@ def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"{name:22s} {cls.summary}")
             print(f"{'':22s}   {params}")
         return 0
-    if args.action != "show":
-        raise UsageError(f"unknown action {args.action!r}: use `windtunnel tasks` or `windtunnel tasks show NAME`")
-    if not args.name:
-        raise UsageError("`windtunnel tasks show` needs a task name")
     task = tasks.make(args.name, **_params(extra))
     from .tasks.base import check_memory
 
@@ -424,18 +420,8 @@ def cmd_routing_em(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
-    """``llm signatures MODEL``: Paper III's static and dynamic signatures of a trained LM;
-    ``llm sula MODEL``: the two-label in-context task, its controls and the entropy-axis cut."""
-    if extra:
-        raise UsageError(f"unexpected argument {extra[0]!r}")
-    if args.action == "global":
-        return _cmd_global(args)
-    if len(args.model) != 1:
-        raise UsageError(f"invalid model: llm {args.action} takes one model, got {len(args.model)}")
-    args.model = args.model[0]
-    if args.action == "sula":
-        return _cmd_sula(args)
+def cmd_llm_signatures(args: argparse.Namespace, extra: list[str]) -> int:
+    """``llm signatures MODEL``: Paper III's static and dynamic signatures of a trained LM."""
     from .checkpoint import write_text_atomic
     from .llm import prompt_set
     from .llm.load import load_model
@@ -472,7 +458,8 @@ def cmd_llm(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _cmd_global(args: argparse.Namespace) -> int:
+def cmd_llm_global(args: argparse.Namespace, extra: list[str]) -> int:
+    """``llm global MODEL MODEL …``: one PCA basis across models on the same SULA prompts."""
     from .checkpoint import write_text_atomic
     from .llm.cross_model import cross_model
     from .llm.load import load_model
@@ -507,7 +494,8 @@ def _cmd_global(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_sula(args: argparse.Namespace) -> int:
+def cmd_llm_sula(args: argparse.Namespace, extra: list[str]) -> int:
+    """``llm sula MODEL``: the two-label in-context task, its controls and the entropy-axis cut."""
     from .checkpoint import write_text_atomic
     from .llm.load import load_model
     from .llm.sula import SulaSetup, run_sula
@@ -620,10 +608,12 @@ def make_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
     t = sub.add_parser("tasks", help="list tasks, or show one sampled episode with its posterior")
-    t.add_argument("action", nargs="?", help="show: one sampled episode of NAME with its posterior "
-                   "(default: list the tasks with their parameters)")
-    t.add_argument("name", nargs="?", help="the task to show (extra --NAME VALUE pairs are its parameters)")
-    t.add_argument("--seed", type=int, default=0, help="seed of the sampled episode (default 0)")
+    t_sub = t.add_subparsers(dest="action", parser_class=_Parser, metavar="{show}",
+                             help="show: one sampled episode of NAME with its posterior (default: list the tasks "
+                                  "with their parameters)")
+    show = t_sub.add_parser("show", help="one sampled episode of a task with its exact posterior")
+    show.add_argument("name", help="the task to show (extra --NAME VALUE pairs are its parameters)")
+    show.add_argument("--seed", type=int, default=0, help="seed of the sampled episode (default 0)")
     t.set_defaults(func=cmd_tasks)
 
     def train_args(q: argparse.ArgumentParser, params_default: str, steps_default: str) -> None:
@@ -746,21 +736,35 @@ def make_parser() -> argparse.ArgumentParser:
     cl.set_defaults(func=cmd_claims)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
-    lm.add_argument("action", choices=["signatures", "sula", "global"],
-                    help="signatures: keys, value manifold, focusing; sula: the two-label task and the cut; "
-                         "global: one PCA basis across two or more models on the same SULA prompts")
-    lm.add_argument("model", nargs="+", help="a local folder, a .gguf file, or a hub name already in the local cache "
-                                              "(global: two or more)")
-    lm.add_argument("--prompts", default="mixed", help="mixed (default), math, code, docs (1,200 real-text candidates: "
+    lm_sub = lm.add_subparsers(dest="action", parser_class=_Parser, metavar="{signatures,sula,global}",
+                               help="signatures: keys, value manifold, focusing; sula: the two-label task and the "
+                                    "cut; global: one PCA basis across two or more models on the same SULA prompts")
+    lm_sub.required = True
+    one_model = "a local folder, a .gguf file, or a hub name already in the local cache"
+    n_boot = dict(type=positive_int, default=1000, help="bootstrap resamples of every interval (default 1000)")
+    per_k = dict(type=positive_int, default=50, help="prompts per example count k (default 50)")
+    sg = lm_sub.add_parser("signatures", help="layer-0 key orthogonality, the value manifold, attention focusing")
+    sg.add_argument("model", help=one_model)
+    sg.add_argument("--prompts", default="mixed", help="mixed (default), math, code, docs (1,200 real-text candidates: "
                     "use with --per-quintile), or a file (JSON list / one per line)")
-    lm.add_argument("--n-boot", dest="n_boot", type=positive_int, default=1000, help="bootstrap resamples of every interval (default 1000)")
-    lm.add_argument("--per-quintile", dest="per_quintile", type=positive_int,
-                    help="signatures: that many prompts from each next-token-entropy quintile (default: all)")
-    lm.add_argument("--per-k", dest="per_k", type=positive_int, default=50, help="sula, global: prompts per example count k (default 50)")
-    lm.add_argument("--layers", type=int, nargs="+", help="sula: layers of the entropy-axis cut (default middle, last)")
-    lm.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json, MODEL-sula.json or "
-                                  "global-MODEL-MODEL.json)")
-    lm.set_defaults(func=cmd_llm)
+    sg.add_argument("--per-quintile", dest="per_quintile", type=positive_int,
+                    help="that many prompts from each next-token-entropy quintile (default: all prompts)")
+    sg.add_argument("--n-boot", dest="n_boot", **n_boot)
+    sg.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json)")
+    sg.set_defaults(func=cmd_llm_signatures)
+    su = lm_sub.add_parser("sula", help="the two-label in-context task, its controls and the entropy-axis cut")
+    su.add_argument("model", help=one_model)
+    su.add_argument("--per-k", dest="per_k", **per_k)
+    su.add_argument("--layers", type=int, nargs="+", help="layers of the entropy-axis cut (default: middle and last)")
+    su.add_argument("--n-boot", dest="n_boot", **n_boot)
+    su.add_argument("--out", help="JSON file (default results/llm/MODEL-sula.json)")
+    su.set_defaults(func=cmd_llm_sula)
+    gl = lm_sub.add_parser("global", help="one PCA basis across two or more models on the same SULA prompts")
+    gl.add_argument("model", nargs="+", help=one_model + " (two or more)")
+    gl.add_argument("--per-k", dest="per_k", **per_k)
+    gl.add_argument("--n-boot", dest="n_boot", **n_boot)
+    gl.add_argument("--out", help="JSON file (default results/llm/global-MODEL-MODEL.json)")
+    gl.set_defaults(func=cmd_llm_global)
     return p
 
 
