@@ -313,6 +313,14 @@ def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
     stamp = (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns
     TS.run_timescales({"bijection": setup}, tmp_path, progress=False)  # resumes: nothing redone
     assert (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns == stamp
+    # another configuration in the same folder is refused, not answered with the old curves
+    from dataclasses import replace
+
+    from windtunnel.errors import InvalidValue
+
+    with pytest.raises(InvalidValue, match="another configuration"):
+        TS.run_timescales({"bijection": replace(setup, steps=60)}, tmp_path, progress=False)
+    assert (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns == stamp
 
 
 def test_constant_lr_timescales_hold_the_rate_after_warmup(tmp_path: Path) -> None:

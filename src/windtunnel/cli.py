@@ -291,8 +291,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         elif not run.is_run():
             raise UsageError(f"{run.path} exists and is not a windtunnel run folder; choose another --out")
         else:
-            old = TrainConfig.from_dict(run.read_config()["train"]).to_dict()  # keys added since: defaults
-            if {k: v for k, v in old.items() if k != "progress"} != {k: v for k, v in cfg.to_dict().items() if k != "progress"}:
+            if not run.holds(cfg.to_dict()):
                 raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
             resume = True
     train_run(cfg, run, resume=resume)

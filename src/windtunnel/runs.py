@@ -236,6 +236,17 @@ class RunDir:
                            f"or architecture {cfg['model']['arch']!r}")
         return cfg
 
+    def holds(self, train: dict[str, Any]) -> bool:
+        """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar
+        aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
+        test every resuming command applies before it continues or reuses a run."""
+        from .train_config import TrainConfig
+
+        def norm(fields: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items() if k != "progress"}
+
+        return self.is_run() and norm(self.read_config()["train"]) == norm(train)
+
     def write_config(self, record: dict[str, Any]) -> Path:
         return self._write(self.CONFIG, record, indent=2)
 

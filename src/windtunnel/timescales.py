@@ -154,6 +154,9 @@ def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool 
         for seed, cfg in configs.items():
             run = RunDir(out / "runs" / f"{name}-s{seed}")
             cache = run.path / "curves.json"  # the measured curves; timescales are recomputed from them
+            if run.is_run() and not run.holds(cfg.to_dict()):
+                raise InvalidValue(f"{run.path} holds a run with another configuration (steps, seeds or schedule "
+                                   "changed); choose another --out or remove it")
             if cache.is_file():
                 rec = json.loads(cache.read_text())
             else:
