@@ -8,13 +8,13 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
-LAYERS = [("errors", "stats"), ("tasks", "metrics"), ("models",), ("checkpoint", "runs"),
-          ("train_config", "streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training",),
+LAYERS = [("errors", "stats"), ("tasks", "metrics"), ("models",), ("checkpoint", "runs", "train_config"),
+          ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training",),
           ("stages", "report", "grid", "table", "timescales", "claims", "reproduce", "compare"),
           ("cli", "__main__", "__init__")]
-"""Bottom to top: foundations; tasks and metrics; models; the run folder; what a run is made of; the
-analyses (which read a trained model and never train one); the training loop; the orchestration (what
-trains, evaluates, analyses and writes results); the command line."""
+"""Bottom to top: foundations; tasks and metrics; models; the run folder and what a run is; what
+training is made of; the analyses (which read a trained model and never train one); the training
+loop; the orchestration (what trains, evaluates, analyses and writes results); the command line."""
 LAYER = {name: i for i, group in enumerate(LAYERS) for name in group}
 
 
