@@ -28,6 +28,12 @@ LEARNED_FRACTION = 0.1
 """A model 'learns' a task when its error is below this fraction of the context-blind floor."""
 
 
+def _cells_control(ev: Evidence, column: str, file: str) -> str:
+    """How a verdict names a control made of grid cells: the first seed's file, then the seeds and command."""
+    return (f"{ev.preset}/cells/{column}-transformer-s{SEEDS[0]}/{file} (and seeds "
+            f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
+
+
 def _error_rule(ours: Measure, paper: float, unit: str = "bits") -> tuple[bool, str]:
     ok = ours.value <= ERROR_FACTOR * paper
     rel = ours.value / paper
@@ -116,7 +122,7 @@ def _budget_control(ev: Evidence) -> tuple[Measure, str, str] | None:
     m = ev.eval_metric(BUDGET_COLUMN, "transformer", SEEDS, "kl", 20)
     if m is not None:
         steps = grid.EXPERIMENTS[BUDGET_COLUMN].recipes[ev.preset].steps
-        return m, f"the {steps}-step control ({len(SEEDS)} seeds)", f"{BUDGET_COLUMN} cells ({REPRO})"
+        return m, f"the {steps}-step control ({len(SEEDS)} seeds)", _cells_control(ev, BUDGET_COLUMN, "eval.json")
     doc = ev.json(CONTROL_HMM)
     if doc is None:
         return None
@@ -282,7 +288,7 @@ def _a11(ev: Evidence) -> Verdict:
              and r["kl@50"].value <= ERROR_FACTOR * 0.029]
     if meets:
         return Verdict(DISAGREE_EXPLAINED, m, f"{said}; {_control_text(ctrl)}",
-                       control=f"{LENGTH_CONTROLS[meets[0]]} cells ({REPRO})")
+                       control=_cells_control(ev, LENGTH_CONTROLS[meets[0]], "eval.json"))
     return Verdict(DISAGREE, m, f"{said}; no control closes it — {_control_text(ctrl)}")
 
 
@@ -306,7 +312,7 @@ def _a12(ev: Evidence) -> Verdict:
     said = f"KL just past the boundary / just before it (learned positions); {_control_text(ctrl)}"
     if smooth:
         return Verdict(DISAGREE_EXPLAINED, m, f"{said}: no jump under {smooth[0]}",
-                       control=f"{LENGTH_CONTROLS[smooth[0]]} cells ({REPRO})")
+                       control=_cells_control(ev, LENGTH_CONTROLS[smooth[0]], "eval.json"))
     return Verdict(DISAGREE, m, said)
 
 
@@ -583,7 +589,7 @@ def _b1(ev: Evidence) -> Verdict:
              f"({kind32.split(' ')[0]} by the same rule)")
     if kind32 == AGREE:
         return Verdict(DISAGREE_EXPLAINED if kind == DISAGREE else kind, m, said + ": the head width decides it",
-                       control=f"main_dh32 cells ({REPRO})")
+                       control=_cells_control(ev, "main_dh32", "geometry.json"))
     return Verdict(kind, m, said)
 
 
