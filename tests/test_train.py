@@ -64,6 +64,41 @@ def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
         assert torch.equal(a[k], b[k]), k
 
 
+def test_a_fixed_training_set_is_the_only_data_and_resumes_exactly(tmp_path: Path) -> None:
+    """``train_set=N``: every step's episodes are rows of one set of N episodes, the same set after a
+    resume and in a fresh process's cache; the default draws fresh episodes that are not in it."""
+    from windtunnel import streams, tasks
+
+    cfg = tiny(train_set=12, batch_size=8)
+    task = tasks.make(cfg.task, **cfg.task_params)
+    data = streams.training_set(cfg, task)
+    rows = {tuple(t.tolist()) for t in data.tokens}
+    assert len(data) == 12
+    seen = set()
+    for step in range(6):
+        batch = streams.step_batch(cfg, task, step, shards=1)
+        got = {tuple(t.tolist()) for t in batch.tokens}
+        assert got <= rows and len(batch) == 8
+        assert torch.equal(batch.posterior, data.posterior[[list(map(tuple, data.tokens.tolist())).index(tuple(t))
+                                                              for t in batch.tokens.tolist()]])
+        seen |= got
+    assert len(seen) > 8  # the steps draw different rows
+    streams._TRAINING_SET.clear()  # a new process samples the same set again
+    assert torch.equal(streams.training_set(cfg, task).tokens, data.tokens)
+    fresh = streams.step_batch(tiny(batch_size=8), task, 0, shards=1)
+    assert not {tuple(t.tolist()) for t in fresh.tokens} <= rows
+    train(cfg, tmp_path / "straight")
+    train(cfg, tmp_path / "split", until=7)
+    streams._TRAINING_SET.clear()
+    train(cfg, tmp_path / "split", resume=True)
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="train_set"):
+        tiny(train_set=0)
+    with pytest.raises(ValueError, match="train_set"):
+        tiny(train_set=4, curriculum=[{"until": 5, "task_params": {"V": 4}}])
+
+
 KILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys

@@ -46,9 +46,28 @@ def step_batch(cfg: TrainConfig, task: Task, step: int, shards: int, rank: int =
     With one shard and one process this is ``task.sample(batch_size, stream_seed(seed, step))``.
     """
     per, own = cfg.batch_size // shards, shards // world
-    source = curriculum_task(cfg, task, step)
-    parts = [source.sample(per, stream_seed(cfg.seed, step, j)) for j in range(rank * own, (rank + 1) * own)]
+    shard_seeds = [stream_seed(cfg.seed, step, j) for j in range(rank * own, (rank + 1) * own)]
+    if cfg.train_set is not None:  # rows of the fixed set, chosen by the same per-shard streams
+        data = training_set(cfg, task)
+        parts = [data[torch.randint(len(data), (per,), generator=torch.Generator().manual_seed(s))] for s in shard_seeds]
+    else:
+        source = curriculum_task(cfg, task, step)
+        parts = [source.sample(per, s) for s in shard_seeds]
     return parts[0] if len(parts) == 1 else Episodes.cat(parts)
+
+
+_TRAINING_SET: dict[tuple[str, str, int, int], Episodes] = {}
+
+
+def training_set(cfg: TrainConfig, task: Task) -> Episodes:
+    """The run's fixed training set (``cfg.train_set`` episodes): sampled once from a stream of its own,
+    ``_hashed_seed("train_set", seed)``, so it is the same in every process and after a resume, and
+    disjoint from the fresh-episode streams and the evaluation episodes.  Kept in memory (one run's set)."""
+    key = (task.name, json.dumps(task.params(), sort_keys=True, default=str), cfg.seed, int(cfg.train_set or 0))
+    if key not in _TRAINING_SET:
+        _TRAINING_SET.clear()
+        _TRAINING_SET[key] = task.sample(key[3], _hashed_seed("train_set", cfg.seed))
+    return _TRAINING_SET[key]
 
 
 def resolve_shards(cfg: TrainConfig, run: RunDir, resume: bool, world: int) -> int:

@@ -58,6 +58,10 @@ class TrainConfig:
     curriculum: list[dict[str, Any]] = field(default_factory=list)
     #: shards of each step's batch, each drawn from its own stream; 0: one per process (data parallel)
     data_shards: int = 0
+    #: a fixed training set of this many episodes, sampled once from the run's seed, each step's batch
+    #: drawn from it uniformly (with replacement); ``None``: fresh episodes every step (the default, so
+    #: nothing can be memorised).  The data-regime control: the authors' recipes train epochs over a fixed set
+    train_set: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -102,6 +106,10 @@ class TrainConfig:
              "data_shards", "an integer ≥ 0 (0: one shard per process)")
         need(self.data_shards == 0 or self.batch_size % self.data_shards == 0, "data_shards",
              f"a divisor of batch_size {self.batch_size}")
+        need(self.train_set is None or (isinstance(self.train_set, int) and not isinstance(self.train_set, bool)
+                                        and self.train_set >= 1), "train_set", "a positive integer or none")
+        need(self.train_set is None or not self.curriculum, "train_set",
+             "none when a curriculum is given (a fixed set has one task's episodes)")
         stages_ok = isinstance(self.curriculum, list) and all(
             isinstance(s, dict) and set(s) == {"until", "task_params"} and isinstance(s["until"], int)
             and not isinstance(s["until"], bool) and isinstance(s["task_params"], dict)

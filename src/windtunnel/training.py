@@ -74,6 +74,8 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
                           f"more than half of this machine's {physical_memory() / 2**30:.0f} GiB")
     check_memory(task, cfg.batch_size, "batch_size")
     check_memory(task, cfg.eval_n, "eval_n")
+    if cfg.train_set is not None:
+        check_memory(task, cfg.train_set, "train_set")
     torch.manual_seed(cfg.seed)
     try:
         model = models.make(cfg.arch, task, params=cfg.params, **cfg.model)
