@@ -135,14 +135,14 @@ def _hand_pooled_mean(column: str, read) -> float | None:
 
 def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     """The HMM claims recomputed by hand from the committed table, cells and their controls (the 4× budget
-    cell when committed, else the single-seed longer run; the position encodings)."""
+    cells, the position encodings)."""
     ev = Evidence(RESULTS)
     table = json.loads((RESULTS / "quick" / "table.json").read_text())
     row = next(c for c in table["cells"] if c["task"] == "hmm" and c["arch"] == "transformer")
     ours = row["metrics"]["kl"]["mean"]
     longer = _hand_pooled_mean("hmm_long", lambda e: e["lengths"]["20"]["metrics"]["kl"]["value"])
     if longer is None:
-        longer = json.loads((RESULTS / "quick/controls/hmm_transformer_longer.json").read_text())["metrics"]["kl"]["value"]
+        pytest.skip("the budget control (hmm_long cells) is not committed")
     assert ours > 1.5 * 0.049  # the quick cell itself meets none of the three figures
     assert claims.CLAIMS["A6"].assess(ev).kind == (claims.DISAGREE_EXPLAINED if longer <= 1.5 * 7.5e-5
                                                    else claims.DISAGREE)
