@@ -43,6 +43,8 @@ class Recipe:
     curriculum: tuple[dict[str, Any], ...] = ()
     #: the readout (final norm and head) at this multiple of ``lr``; windtunnel's own architectures only
     readout_lr_mult: float = 1.0
+    #: a fixed training set of this many episodes (``TrainConfig.train_set``); ``None``: fresh every step
+    train_set: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # evaluated at K=20/30/50; it tells whether the HMM gap and the length-generalisation error are budget
     _exp("hmm_long", "hmm", {"K": 20}, {"K": 20}, replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps),
          replace(_PAPER_HMM, steps=4 * _PAPER_HMM.steps), metric="kl", lengths=(20, 30, 50),
+         model={"transformer": _HMM_TRANSFORMER}),
+    # the data-regime control: the budget control's 8000 steps on a fixed set of 10,000 episodes (≈ 51
+    # epochs at batch 64), as the authors' HMM recipe trains, against fresh episodes every step
+    _exp("hmm_fixed", "hmm", {"K": 20}, {"K": 20}, replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps, train_set=10_000),
+         replace(_PAPER_HMM, steps=7_813, train_set=10_000), metric="kl", lengths=(20, 30, 50),
          model={"transformer": _HMM_TRANSFORMER}),
     _RECALL,
     # length generalisation under control: the HMM cell with each other position encoding of the
@@ -260,6 +267,7 @@ def preset(name: str, task: str, arch: str) -> dict[str, Any]:
         "weight_decay": r.weight_decay,
         "eval_every": r.eval_every,
         "ckpt_every": r.ckpt_every,
+        **({} if r.train_set is None else {"train_set": r.train_set}),
     }
 
 
