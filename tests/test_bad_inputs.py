@@ -84,6 +84,10 @@ def test_bad_task_parameter(name: str, field: str, bad: str, capsys: pytest.Capt
     ["routing", "timescales", "--deep"], ["routing", "law", ".", "--arms", "sgd"],
     ["routing", "em", "--authors-model"], ["routing", "timescales", "--authors-model"],
     ["routing", "em", "--constant-lr"],
+    # numbers beyond what the code holds, and empty file names
+    ["tasks", "show", "bijection", "--seed", "100000000000000000000"], ["tasks", "show", "bijection", "--seed", "-1"],
+    ["eval", "r", "--seed", str(10**30)], ["train", "--task", "bijection", "--seed", str(2**31), "--out", "r"],
+    ["table", "--steps", str(2**63)], ["run", "--n", str(10**20)], ["train", "--config", "", "--out", "r"],
 ])
 def test_bad_command_lines(argv: list[str], capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -245,3 +249,256 @@ def test_default_run_folders_differ_by_configuration_and_are_portable() -> None:
            name(arch="hf:llama"), name(preset="paper"), name()}
     assert len(got) == 8
     assert name(arch="hf:llama") == "runs/main-hf_llama-quick" and all(":" not in n for n in got)
+
+
+# --- the filesystem is not what the code assumed: every entry of the layout, the wrong kind ----------
+LAYOUT = [n for n in (RunDir.CONFIG, RunDir.EVAL, RunDir.CELL, RunDir.TIMINGS, RunDir.METRICS, RunDir.GEOMETRY,
+                      RunDir.REPORT, RunDir.SUMMARY)] + list(RunDir.FOLDERS)
+READERS = {"eval": ["eval", "{run}", "--n", "8", "--force"], "report": ["report", "{run}"],
+           "analyze": ["analyze", "{run}", "--n", "8", "--force"], "resume": ["train", "--resume", "{run}", "--no-progress"]}
+
+
+@pytest.fixture(scope="module")
+def full_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny run evaluated, analysed and reported: every entry of the layout present."""
+    run = tmp_path_factory.mktemp("full") / "run"
+    shutil.copytree(tiny_run, run)
+    assert main(["eval", str(run), "--n", "8"]) == 0
+    assert main(["analyze", str(run), "--n", "8"]) in (0, 1)
+    (run / RunDir.CELL).write_text(json.dumps({"task": "x", "arch": "lstm", "seed": 0, "metrics": {}}))
+    return run
+
+
+@pytest.mark.parametrize("entry", LAYOUT)
+@pytest.mark.parametrize("command", list(READERS))
+def test_an_entry_of_the_wrong_kind_is_refused_before_anything_changes(entry: str, command: str, full_run: Path,
+                                                                       tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    target = run / entry
+    if target.is_dir():
+        shutil.rmtree(target)
+        target.write_text("not a folder")
+    else:
+        target.unlink(missing_ok=True)
+        (target / "inside").mkdir(parents=True)
+    before = snapshot(run)
+    err = user_error([a.format(run=run) for a in READERS[command]], capsys)
+    assert entry in err
+    assert snapshot(run) == before and target.exists()
+
+
+def _as_a_user(argv: list[str], cwd: Path) -> "subprocess.CompletedProcess[str]":
+    """Run the CLI in a child as a user the file modes apply to: as root, without the capabilities that
+    override them (``setpriv``), so read-only means read-only."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "windtunnel.cli", *argv]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: file modes cannot be tested")
+        caps = "-dac_override,-dac_read_search"
+        cmd = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+PERMISSION_CASES = {
+    "eval, read-only run": (["eval", "{run}", "--n", "8", "--force"], "."),
+    "report, read-only run": (["report", "{run}"], "."),
+    "analyze, read-only run": (["analyze", "{run}", "--n", "8", "--force"], "."),
+    "resume, read-only run": (["train", "--resume", "{run}", "--no-progress"], "."),
+    "eval, read-only figures": (["eval", "{run}", "--n", "8", "--force"], "figures"),
+    "resume, read-only checkpoints": (["train", "--resume", "{run}", "--no-progress"], "checkpoints"),
+    "resume, read-only training log": (["train", "--resume", "{run}", "--no-progress"], RunDir.METRICS),
+    "train into a read-only parent": (["train", "--task", "bijection", "--V", "4", "--L", "3", "--steps", "2",
+                                       "--out", "{run}/../locked/new", "--no-progress"], "../locked"),
+    "table into a read-only folder": (["table", "--steps", "2", "--tasks", "recall", "--archs", "lstm",
+                                       "--seeds", "1", "--out", "{run}/../locked"], "../locked"),
+}
+
+
+@pytest.mark.parametrize("case", list(PERMISSION_CASES))
+def test_permissions_are_one_line_and_change_nothing(case: str, full_run: Path, tmp_path: Path) -> None:
+    import os
+    import stat
+
+    argv, locked = PERMISSION_CASES[case]
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    (tmp_path / "locked").mkdir()
+    target = (run / locked).resolve()
+    paths = [target, *target.rglob("*")] if target.is_dir() else [target]
+    modes = {p: p.stat().st_mode for p in paths}
+    for p in paths:
+        os.chmod(p, modes[p] & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    before = snapshot(run)
+    try:
+        proc = _as_a_user([a.format(run=run) for a in argv], tmp_path)
+    finally:
+        for p in paths:
+            os.chmod(p, modes[p])
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and err.startswith("windtunnel: error:") and "\n" not in err, (case, proc.returncode, err)
+    assert snapshot(run) == before and not any((tmp_path / "locked").iterdir())
+
+
+# --- a damaged checkpoint's insides ----------------------------------------------------------------
+def _partial_run(tmp_path: Path, until: int | None) -> tuple[TrainConfig, Path]:
+    cfg = TrainConfig(task="bijection", task_params={"V": 4, "L": 3}, arch="lstm", model={"d_model": 8, "n_layers": 1},
+                      steps=8, eval_every=2, ckpt_every=2, eval_n=8, keep_last=3, log_checkpoints=False, progress=False)
+    run = tmp_path / f"run-{until}"
+    train(cfg, run, until=until)
+    return cfg, run
+
+
+def _state(run: Path) -> dict[str, "Any"]:
+    from safetensors.torch import load_file
+
+    return load_file(str(RunDir(run).latest_checkpoint() / "model.safetensors"))
+
+
+INSIDES = {
+    "optimizer truncated": lambda ck: (ck / "optimizer.safetensors").write_bytes((ck / "optimizer.safetensors").read_bytes()[:30]),
+    "optimizer missing": lambda ck: (ck / "optimizer.safetensors").unlink(),
+    "state without fields": lambda ck: (ck / "state.json").write_text("{}"),
+    "state of another step": lambda ck: (ck / "state.json").write_text(
+        json.dumps({**json.loads((ck / "state.json").read_text()), "step": 999})),
+    "generator state of the wrong size": lambda ck: (ck / "state.json").write_text(
+        json.dumps({**json.loads((ck / "state.json").read_text()), "rng": {"torch": "YWJj"}})),
+    "weights truncated": lambda ck: (ck / "model.safetensors").write_bytes((ck / "model.safetensors").read_bytes()[:50]),
+}
+
+
+@pytest.mark.parametrize("damage", list(INSIDES))
+def test_a_damaged_newest_checkpoint_falls_back_and_resumes_exactly(damage: str, tmp_path: Path, capsys) -> None:
+    """The newest checkpoint damaged inside: the resume starts from the one before, says so, and ends
+    bitwise where an undamaged run ends."""
+    import torch
+
+    _, whole = _partial_run(tmp_path, None)
+    cfg, run = _partial_run(tmp_path, 6)
+    newest = RunDir(run).checkpoints / "step_00000006"
+    INSIDES[damage](newest)
+    train(cfg, run, resume=True)
+    assert "resuming" in capsys.readouterr().err
+    a, b = _state(whole), _state(run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("damage", list(INSIDES) + ["checkpoints folder gone"])
+def test_no_whole_checkpoint_refuses_and_keeps_the_log(damage: str, tmp_path: Path, capsys) -> None:
+    """With no whole checkpoint left, resume refuses in one line: it never starts a new run over the
+    old one's training log."""
+    _, run = _partial_run(tmp_path, 6)
+    if damage == "checkpoints folder gone":
+        shutil.rmtree(RunDir(run).checkpoints)
+    else:
+        for ck in RunDir(run).checkpoints.glob("step_*"):
+            INSIDES[damage](ck)
+    before = snapshot(run)
+    user_error(["train", "--resume", str(run), "--no-progress"], capsys)
+    assert snapshot(run) == before
+
+
+# --- config values of the wrong type: every field of TrainConfig ------------------------------------
+WRONG_KIND = {"str": [3, True, ""], "int": [True, "3", 2.5], "float": [True, "x", None], "bool": ["no", "maybe", 1],
+              "int?": [True, "3", 2.5], "table": [[], "x"], "list": [{}, "x"]}
+
+
+def config_type_cases() -> list[tuple[str, "Any"]]:
+    from windtunnel.train_config import _KINDS
+
+    return [(f.name, bad) for f in dataclasses.fields(TrainConfig) for bad in WRONG_KIND[_KINDS[str(f.type)]]]
+
+
+@pytest.mark.parametrize("field,bad", config_type_cases())
+def test_a_config_value_of_the_wrong_type_is_refused(field: str, bad: "Any", tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"task": "bijection", "steps": 1, field: bad}))  # no flag overrides the field
+    err = user_error(["train", "--config", str(cfg), "--out", str(tmp_path / "r")], capsys)
+    assert field in err and not (tmp_path / "r").exists()
+
+
+# --- nothing overwrites a result by default ---------------------------------------------------------
+def test_a_finished_table_is_replaced_only_with_force(tmp_path: Path, capsys) -> None:
+    argv = ["table", "--steps", "2", "--tasks", "recall", "--archs", "lstm", "--seeds", "1", "--out", str(tmp_path / "t"),
+            "--workers", "1"]
+    assert main(argv) == 0
+    before = snapshot(tmp_path / "t")
+    user_error(argv, capsys)
+    user_error(argv[:2] + ["3"] + argv[3:], capsys)  # another recipe: refused the same way
+    assert snapshot(tmp_path / "t") == before
+    assert main(argv + ["--force"]) == 0
+
+
+def test_eval_keeps_a_better_evaluation_unless_forced(full_run: Path, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    assert main(["eval", str(run), "--n", "16", "--lengths", "3", "--force"]) == 0
+    before = snapshot(run)
+    for argv in (["--n", "3"], ["--n", "16", "--seed", "5"], ["--n", "16", "--lengths", "2"]):
+        assert "--force" in user_error(["eval", str(run), *argv], capsys)
+    assert snapshot(run) == before
+    assert main(["eval", str(run), "--n", "16"]) == 0  # the same evaluation again: its lengths kept
+    assert set(RunDir(run).read_eval()["lengths"]) == {"3"}
+    assert main(["eval", str(run), "--n", "3", "--force"]) == 0 and RunDir(run).read_eval()["n"] == 3
+
+
+def test_analyze_keeps_diagnostics_on_more_episodes_unless_forced(full_run: Path, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    before = snapshot(run)
+    assert "--force" in user_error(["analyze", str(run), "--n", "4"], capsys)
+    assert snapshot(run) == before
+
+
+def test_a_run_being_trained_is_not_evaluated_analysed_or_reported(full_run: Path, tmp_path: Path, capsys) -> None:
+    """Another process holds the run (training it): the readers refuse instead of reading a moving checkpoint."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(run / RunDir.LOCK)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(run)
+        for argv in (READERS["eval"], READERS["analyze"], READERS["report"]):
+            assert "in use" in user_error([a.format(run=run) for a in argv], capsys)
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_failing_diagnostic_fails_the_command_and_keeps_the_others(full_run: Path, tmp_path: Path, capsys,
+                                                                     monkeypatch) -> None:
+    import dataclasses as dc
+
+    from windtunnel.geometry import registry
+
+    name = next(iter(registry.discover()))
+    broken = dc.replace(registry.discover()[name], compute=lambda *a, **k: 1 / 0)
+    monkeypatch.setitem(registry._REGISTRY, name, broken)
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    assert main(["analyze", str(run), "--n", "8", "--force"]) == 1
+    assert name in capsys.readouterr().err
+    geo = RunDir(run).read_geometry()
+    assert "error" in geo[name] and any(k != name and isinstance(v, dict) and "error" not in v
+                                        for k, v in geo.items() if k not in ("summary", "meta", "interpretation"))
+
+
+def test_a_short_run_scales_the_preset_curriculum() -> None:
+    from windtunnel import grid
+
+    cfg = grid.with_steps(grid.preset("quick", "bijection_replacement", "transformer"), 400)
+    assert cfg["steps"] == 400 and [s["until"] for s in cfg["curriculum"]] == [50]
+    TrainConfig.from_dict(cfg)  # valid
+    assert grid.with_steps(grid.preset("quick", "bijection_replacement", "transformer"), 1)["curriculum"] == []

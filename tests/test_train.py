@@ -102,44 +102,78 @@ def test_a_fixed_training_set_is_the_only_data_and_resumes_exactly(tmp_path: Pat
 KILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
+    from pathlib import Path
     import torch
     torch.set_num_threads(__THREADS__)  # same float reductions as the parent's uninterrupted run
-    from windtunnel import checkpoint
+    from windtunnel import checkpoint, runs
     from windtunnel.training import TrainConfig, train
-    real = checkpoint.save_file
-    def dying_save_file(tensors, path):
-        if "step_00000020" in path and path.endswith("model.safetensors"):
-            with open(path, "wb") as f:
-                f.write(b"half a checkpoint")
+    where = sys.argv[2]
+
+    def die(path, data):  # half the bytes on disk, then the process is gone
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    real_save, real_atomic, real_bytes, real_rmtree = (checkpoint.save_file, checkpoint.write_bytes_atomic,
+                                                       checkpoint._write_bytes, checkpoint.shutil.rmtree)
+    def save_file(tensors, path):
+        if "step_00000020" in path and path.endswith(where + ".safetensors"):
+            die(path, b"x" * 64)
+        return real_save(tensors, path)
+    def write_bytes(path, data):
+        if where == "state" and "step_00000020" in str(path):
+            die(path, data)
+        return real_bytes(path, data)
+    def write_bytes_atomic(path, data):
+        path = Path(path)
+        if (where == "latest" and path.name == "latest" and b"00000020" in data) or (
+                where == "log-rewrite" and path.name == "metrics.jsonl"):
+            die(path.with_name("." + path.name + ".tmp"), data)
+        return real_atomic(path, data)
+    def rmtree(path, *a, **k):
+        if where == "prune" and Path(path).name == "step_00000010":
+            (Path(path) / "model.safetensors").unlink()
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(tensors, path)
-    checkpoint.save_file = dying_save_file
-    cfg = TrainConfig(**__CFG__)
-    train(cfg, sys.argv[1], resume=len(sys.argv) > 2)
+        return real_rmtree(path, *a, **k)
+    real_append = runs.RunDir.append_metrics
+    def append_metrics(self, record):
+        if where == "log" and record.get("step", 0) >= 15:
+            with open(self.metrics_path, "a") as f:
+                f.write('{"step": 15, "lo')
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_append(self, record)
+    checkpoint.save_file, checkpoint._write_bytes, checkpoint.write_bytes_atomic = save_file, write_bytes, write_bytes_atomic
+    checkpoint.shutil.rmtree, runs.RunDir.append_metrics = rmtree, append_metrics
+    train(TrainConfig(**__CFG__), sys.argv[1], resume=where == "log-rewrite")
     """
 )
+WRITES = ["model", "optimizer", "state", "latest", "prune", "log", "log-rewrite"]
+"""Every write of a run folder during training: checkpoint weights, optimizer state and state.json,
+the ``latest`` pointer, pruning an old checkpoint, a line of the training log, and the resume's rewrite
+of that log."""
 
 
-def test_sigkill_while_writing_checkpoint_resumes_from_previous(tmp_path: Path) -> None:
-    cfg = tiny(steps=30, log_checkpoints=False)
-    fields = {k: v for k, v in cfg.to_dict().items()}
+@pytest.mark.parametrize("where", WRITES)
+def test_sigkill_inside_every_write_resumes_exactly(where: str, tmp_path: Path) -> None:
+    """SIGKILL in the middle of each write (half its bytes on disk): the resume continues from the newest
+    whole checkpoint and ends bitwise where an uninterrupted run ends, with a log of each step once."""
+    cfg = tiny(steps=30, log_checkpoints=False, keep_last=1, log_every=5)
     script = tmp_path / "kill.py"
-    script.write_text(KILL_SCRIPT.replace("__CFG__", repr(fields)).replace("__THREADS__", str(torch.get_num_threads())))
+    script.write_text(KILL_SCRIPT.replace("__CFG__", repr(cfg.to_dict())).replace("__THREADS__", str(torch.get_num_threads())))
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(script), str(run)], capture_output=True)
-    assert proc.returncode == -signal.SIGKILL
-    # the half-written checkpoint is not the one `latest` points to
+    if where == "log-rewrite":  # a run killed at step 15 first, then killed again inside its resume's log rewrite
+        assert subprocess.run([sys.executable, str(script), str(run), "log"], capture_output=True).returncode == -signal.SIGKILL
+    proc = subprocess.run([sys.executable, str(script), str(run), where], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-500:]
     latest = ckpt.find_latest(run / "checkpoints")
-    assert latest is not None and latest.name == "step_00000010"
-    # resume without the killer and finish: identical to an uninterrupted run
+    assert latest is not None and ckpt.step_of(latest) in (10, 20)
     train(cfg, run, resume=True)
     train(cfg, tmp_path / "straight")
     a, b = weights(run), weights(tmp_path / "straight")
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [l["step"] for l in lines if "loss" in l]
-    assert steps == sorted(steps) and len(steps) == len(set(steps))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [line["step"] for line in lines if "loss" in line]
+    assert steps == sorted(set(steps)) and steps[-1] == 30
 
 
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

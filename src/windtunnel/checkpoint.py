@@ -158,17 +158,55 @@ def step_dir(ckpt_root: Path, step: int) -> Path:
 
 def step_of(path: Path) -> int:
     """The step a checkpoint folder holds, read from its name."""
-    return int(Path(path).name.split("_")[1])
+    try:
+        return int(Path(path).name.split("_")[1])
+    except (IndexError, ValueError):
+        return -1  # not a checkpoint folder's name: matches no recorded step
 
 
 def complete(path: Path) -> bool:
-    """Whether a checkpoint folder holds readable weights and state."""
+    """Whether a checkpoint folder holds everything a resume reads, each part readable (see :func:`verify`)."""
     try:
-        json.loads((path / "state.json").read_text())
-        load_file(str(path / "model.safetensors"))
+        verify(path)
         return True
-    except Exception:
+    except CheckpointError:
         return False
+
+
+def verify(path: Path) -> dict[str, Any]:
+    """Check a checkpoint as a whole and return its state; :class:`CheckpointError` naming the first fault.
+
+    Whole means: ``model.safetensors`` loads; ``state.json`` is an object whose ``step`` is the folder's and
+    whose ``rng`` holds a CPU generator state of this PyTorch's size; where it records optimizer state,
+    ``optimizer.safetensors`` loads and holds every tensor the record names.  A checkpoint that fails is
+    skipped by :func:`find_latest`, so a resume falls back to the newest whole one."""
+    path = Path(path)
+    try:
+        state = json.loads((path / "state.json").read_text())
+        load_file(str(path / "model.safetensors"))
+    except Exception as exc:  # missing, truncated or foreign files: any error safetensors or json raise
+        raise CheckpointError(f"checkpoint {path} is unreadable: {str(exc).splitlines()[0][:200]}") from None
+    if not isinstance(state, dict) or state.get("step") != step_of(path) or isinstance(state.get("step"), bool):
+        raise CheckpointError(f"checkpoint {path} is damaged: its state.json does not record step {step_of(path)}")
+    rng = state.get("rng")
+    try:
+        size = len(base64.b64decode(rng["torch"], validate=True))  # type: ignore[index]
+    except Exception:
+        size = -1
+    if size != torch.get_rng_state().numel():
+        raise CheckpointError(f"checkpoint {path} is damaged: its random-generator state is missing or of the wrong size")
+    skeleton = state.get("optimizer")
+    if skeleton is not None:
+        try:
+            tensors = load_file(str(path / "optimizer.safetensors"))
+            named = [v["tensor"] for entry in skeleton["state"].values() for v in entry.values()
+                     if isinstance(v, dict) and "tensor" in v]
+            ok = isinstance(skeleton["param_groups"], list) and all(k in tensors for k in named)
+        except Exception:
+            ok = False
+        if not ok:
+            raise CheckpointError(f"checkpoint {path} is damaged: its optimizer state is unreadable or incomplete")
+    return state
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
@@ -196,11 +234,8 @@ def find_latest(ckpt_root: Path) -> Path | None:
 def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
     """Load weights (and optimizer state) from a checkpoint folder; returns its JSON state."""
     path = Path(path)
-    try:
-        state = json.loads((path / "state.json").read_text())
-        weights = load_file(str(path / "model.safetensors"))
-    except Exception as exc:  # corrupt or missing files
-        raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
+    state = verify(path)
+    weights = load_file(str(path / "model.safetensors"))
     bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise CheckpointError(f"checkpoint {path} holds non-finite weights ({bad[0]}): the run diverged before it")
@@ -227,7 +262,7 @@ def prune(ckpt_root: Path, keep_last: int, keep_steps: set[int]) -> None:
     ckpts = list_checkpoints(ckpt_root)
     latest = find_latest(ckpt_root)
     for p in ckpts[:-keep_last] if keep_last > 0 else ckpts:
-        step = int(p.name.split("_")[1])
+        step = step_of(p)
         if step in keep_steps or p == latest:
             continue
         shutil.rmtree(p, ignore_errors=True)

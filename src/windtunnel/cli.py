@@ -10,6 +10,7 @@ destroyed.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from .errors import UserError
+from .errors import DiagnosticFailed, UserError
 
 EXIT_USAGE = 2
 
@@ -141,6 +142,15 @@ def _check_out(run: "Any", resume: bool, force: bool) -> None:
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
+def _keep_result(result: Path, force: bool) -> None:
+    """Refuse, before any work, to replace a finished result (a table, an EM or timescales experiment, a
+    model's signatures) unless ``--force``: a default output folder may hold hours of committed work, and a
+    smoke run with ``--steps 5`` must not silently take its place.  An unfinished one (killed before it
+    wrote ``result``) is resumed as before."""
+    if result.exists() and not force:
+        raise UsageError(f"{result} already holds a finished result; pass --force to replace it or --out to write elsewhere")
+
+
 def _out_path(text: str | None) -> Path | None:
     """``--out`` as given (``None``: the command's default); an empty string is a mistake, not ``.``."""
     if text is not None and text.strip() == "":
@@ -154,8 +164,23 @@ def positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    if not 1 <= value < 2**63:  # the largest count a tensor index or a numpy generator holds
+        raise argparse.ArgumentTypeError(f"must be a positive integer below 2^63, got {text!r}")
+    return value
+
+
+SEED_LIMIT = 2**31
+"""Seeds are integers in [0, 2^31): what ``TrainConfig.seed`` accepts and every generator can hold."""
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, an integer in [0, 2^31)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer seed, got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be a seed in [0, 2^31), got {text!r}")
     return value
 
 
@@ -163,7 +188,9 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
     from .training import TrainConfig, load_config_file
 
     d: dict[str, Any] = {}
-    if args.config:
+    if args.config is not None:
+        if not args.config.strip():
+            raise UsageError("--config needs a file name (got an empty one)")
         d.update(load_config_file(args.config))
     for key in ("task", "arch", "params", "steps", "seed", "batch_size", "lr"):
         val = getattr(args, key, None)
@@ -200,6 +227,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         train_run(cfg, run, resume=True)
         if rank == 0:
             print(f"resumed and finished {run.path}")
+            for line in run.stale_results():  # results of the earlier checkpoint are not silently kept as current
+                print(f"note: {line}; re-run `windtunnel eval` / `windtunnel analyze`", file=sys.stderr)
         return 0
     if args.out is None:
         raise UsageError("train needs --out DIR (or --resume DIR)")
@@ -229,7 +258,10 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from .stages import evaluate_run
 
     run = RunDir(args.run)
-    result = evaluate_run(run, n=args.n, lengths=args.lengths, seed=args.seed)
+    lengths = args.lengths
+    if lengths is None and run.eval_path.is_file():  # a re-evaluation keeps the lengths evaluated before
+        lengths = sorted(int(k) for k in run.read_eval().get("lengths") or {}) or None
+    result = evaluate_run(run, n=args.n, lengths=lengths, seed=args.seed, force=args.force)
     run = run.path
     print(f"evaluated {run} on {args.n} sequences:")
     _print_metrics(result)
@@ -274,8 +306,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     fields = grid.preset(args.preset, grid.MAIN_JOB if args.task is None else task_name, arch)
     if extra:
         fields["task_params"] = {**fields["task_params"], **_params(extra)}
-    if args.steps is not None:
-        fields["steps"] = args.steps
+    if args.steps is not None:  # the preset's schedule shortened or stretched, curriculum included
+        fields = grid.with_steps(fields, args.steps)
     if args.seed is not None:
         fields["seed"] = args.seed
     if args.params is not None:
@@ -312,15 +344,13 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _print_readings(path: Path) -> list[str]:
-    """Print what each diagnostic in ``geometry.json`` says about its claim; returns the failed diagnostics."""
+def _print_readings(path: Path) -> None:
+    """Print what each diagnostic in ``geometry.json`` says about its claim."""
     from .geometry.run import readings
 
-    doc = json.loads(Path(path).read_text())
     print("what the geometry says about the papers' claims:")
-    for r in readings(doc):
+    for r in readings(json.loads(Path(path).read_text())):
         print("  " + r.line())
-    return [k for k, v in doc.items() if isinstance(v, dict) and "error" in v]
 
 
 def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
@@ -329,11 +359,17 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
-    path = analyze_run(RunDir(args.run), n=args.n)
-    failed = _print_readings(path)
-    print(f"wrote {path}")
-    if failed:  # a crash is not a result: the command fails (the other diagnostics are kept)
-        print(f"windtunnel analyze: diagnostics failed: {', '.join(failed)} (tracebacks above)", file=sys.stderr)
+
+    run = RunDir(args.run)
+    try:
+        analyze_run(run, n=args.n, force=args.force)
+        failure = None
+    except DiagnosticFailed as exc:  # a crash is not a result: the command fails (the other diagnostics are kept)
+        failure = exc
+    _print_readings(run.geometry_path)
+    print(f"wrote {run.geometry_path}")
+    if failure is not None:
+        print(f"windtunnel analyze: {failure}", file=sys.stderr)
         return 1
     return 0
 
@@ -343,9 +379,11 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
+    out = _out_path(args.out) or Path(f"results/{args.preset}")
+    _keep_result(out / "table.json", args.force)
     path = run_table(
         preset=args.preset, seeds=args.seeds, archs=args.archs, tasks=args.tasks, params=args.params,
-        out=_out_path(args.out), workers=args.workers, steps=args.steps,
+        out=out, workers=args.workers, steps=args.steps,
     )
     print(f"wrote {path}")
     return 0
@@ -387,7 +425,9 @@ def cmd_routing_timescales(args: argparse.Namespace, extra: list[str]) -> int:
             change["min_lr"] = setup.lr
         setups[name] = dataclasses.replace(setup, **change)
     default_out = "results/routing/timescales-constant" if args.constant_lr else "results/routing/timescales"
-    md = run_timescales(setups, _out_path(args.out) or Path(default_out))
+    out = _out_path(args.out) or Path(default_out)
+    _keep_result(out / "timescales.json", args.force)
+    md = run_timescales(setups, out)
     print(md.read_text())
     print(f"wrote {md}")
     return 0
@@ -413,7 +453,9 @@ def cmd_routing_em(args: argparse.Namespace, extra: list[str]) -> int:
         setup, default_out = EMSetup.deep(**fields), "results/routing/deep"
     else:
         setup, default_out = EMSetup(**fields), "results/routing"
-    md = run_em(setup, _out_path(args.out) or Path(default_out))
+    out = _out_path(args.out) or Path(default_out)
+    _keep_result(out / "em.json", args.force)
+    md = run_em(setup, out)
     print(md.read_text())
     print(f"wrote {md}")
     return 0
@@ -430,6 +472,8 @@ def cmd_llm_signatures(args: argparse.Namespace, extra: list[str]) -> int:
     if len(prompts) < 3:
         raise UsageError(f"invalid prompts: need at least 3, got {len(prompts)}")
     out = _out_path(args.out) or Path("results/llm") / f"{Path(args.model).stem or 'model'}-{Path(args.prompts).stem}.json"
+    if not out.is_dir():
+        _keep_result(out, args.force)
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     model, tokenizer, what = load_model(args.model)
@@ -471,6 +515,8 @@ def cmd_llm_global(args: argparse.Namespace, extra: list[str]) -> int:
     if len(set(stems)) != len(stems):
         raise UsageError(f"invalid model: the models need distinct file names, got {', '.join(stems)}")
     out = _out_path(args.out) or Path("results/llm") / f"global-{'-'.join(stems)}.json"
+    if not out.is_dir():
+        _keep_result(out, args.force)
     _writable_file(out)
     loaded = {stem: load_model(m)[:2] for stem, m in zip(stems, args.model)}
     result = cross_model(loaded, SulaSetup(per_k=args.per_k, n_boot=args.n_boot))
@@ -500,6 +546,8 @@ def cmd_llm_sula(args: argparse.Namespace, extra: list[str]) -> int:
     from .llm.sula import SulaSetup, run_sula
 
     out = _out_path(args.out) or Path("results/llm") / f"{Path(args.model).stem or 'model'}-sula.json"
+    if not out.is_dir():
+        _keep_result(out, args.force)
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     model, tokenizer, what = load_model(args.model)
@@ -612,7 +660,7 @@ def make_parser() -> argparse.ArgumentParser:
                                   "with their parameters)")
     show = t_sub.add_parser("show", help="one sampled episode of a task with its exact posterior")
     show.add_argument("name", help="the task to show (extra --NAME VALUE pairs are its parameters)")
-    show.add_argument("--seed", type=int, default=0, help="seed of the sampled episode (default 0)")
+    show.add_argument("--seed", type=seed_int, default=0, help="seed of the sampled episode (default 0)")
     t.set_defaults(func=cmd_tasks)
 
     def train_args(q: argparse.ArgumentParser, params_default: str, steps_default: str) -> None:
@@ -620,7 +668,7 @@ def make_parser() -> argparse.ArgumentParser:
         q.add_argument("--params", type=positive_int,
                        help=f"size the model to this many parameters, ±3%% (default: {params_default})")
         q.add_argument("--steps", type=positive_int, help=f"optimiser steps (default: {steps_default})")
-        q.add_argument("--seed", type=int, help="training seed: initialisation and data stream (default 0)")
+        q.add_argument("--seed", type=seed_int, help="training seed: initialisation and data stream (default 0)")
         q.add_argument("--out", help="run folder (train: required; run: runs/main for the main job, otherwise runs/TASK "
                                      "with the architecture, preset, seed, steps, size and task parameters added "
                                      "where they are not the defaults)")
@@ -653,9 +701,12 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("run", help="run folder")
     e.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
     e.add_argument("--lengths", type=positive_int, nargs="+",
-                   help="also evaluate at these lengths (HMM: K; length generalisation; default: the trained length only)")
-    e.add_argument("--seed", type=int, default=EVAL_SEED,
+                   help="also evaluate at these lengths (HMM: K; length generalisation; default: those of the run's "
+                        "eval.json, else the trained length only)")
+    e.add_argument("--seed", type=seed_int, default=EVAL_SEED,
                    help=f"seed of the evaluation episodes (default {EVAL_SEED}, shared by every run)")
+    e.add_argument("--force", action="store_true",
+                   help="replace an eval.json of this checkpoint made with more sequences, another seed or more lengths")
     e.set_defaults(func=cmd_eval)
 
     rp = sub.add_parser("report", help="(re)write a run's report.html and summary.md")
@@ -666,6 +717,7 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("run", help="run folder")
     a.add_argument("--n", type=positive_int, default=grid.ANALYZE_N,
                    help=f"episodes the diagnostics read (default {grid.ANALYZE_N})")
+    a.add_argument("--force", action="store_true", help="replace a geometry.json of this checkpoint made on more episodes")
     a.set_defaults(func=cmd_analyze)
 
     tb = sub.add_parser("table", help="the architecture × inference-primitive table")
@@ -678,6 +730,7 @@ def make_parser() -> argparse.ArgumentParser:
     tb.add_argument("--out", help="table folder (default results/PRESET)")
     tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: one per GPU, else one per core)")
     tb.add_argument("--steps", type=positive_int, help="override every cell's training steps (smoke runs)")
+    tb.add_argument("--force", action="store_true", help="replace a finished table.json in the output folder")
     tb.set_defaults(func=cmd_table)
 
     ro = sub.add_parser("routing", help="Paper II: the routing law on a run's heads (law RUN), EM-like vs SGD (em), "
@@ -701,6 +754,7 @@ def make_parser() -> argparse.ArgumentParser:
     em.add_argument("--authors-model", dest="authors_model", action="store_true",
                     help="with --deep: as the papers' code builds it — LayerNorm, dropout 0.1, no positions, gradient "
                          "clip 1.0, the AdamW arm only (≈3 h a seed on one CPU core: a GPU job)")
+    em.add_argument("--force", action="store_true", help="replace a finished em.json in the output folder")
     em.set_defaults(func=cmd_routing_em)
     ts = ro_sub.add_parser("timescales", help="frame before precision: when attention settles against when the "
                                               "error does, bijection and sticky HMM")
@@ -710,6 +764,7 @@ def make_parser() -> argparse.ArgumentParser:
                                   "results/routing/timescales-constant)")
     ts.add_argument("--constant-lr", dest="constant_lr", action="store_true",
                     help="hold the learning rate constant after warmup instead of the cosine decay")
+    ts.add_argument("--force", action="store_true", help="replace a finished timescales.json in the output folder")
     ts.set_defaults(func=cmd_routing_timescales)
 
     cp = sub.add_parser("compare", help="several runs' metrics side by side and their curves overlaid")
@@ -750,6 +805,7 @@ def make_parser() -> argparse.ArgumentParser:
                     help="that many prompts from each next-token-entropy quintile (default: all prompts)")
     sg.add_argument("--n-boot", dest="n_boot", **n_boot)
     sg.add_argument("--out", help="JSON file (default results/llm/MODEL-PROMPTS.json)")
+    sg.add_argument("--force", action="store_true", help="replace an existing output file")
     sg.set_defaults(func=cmd_llm_signatures)
     su = lm_sub.add_parser("sula", help="the two-label in-context task, its controls and the entropy-axis cut")
     su.add_argument("model", help=one_model)
@@ -757,12 +813,14 @@ def make_parser() -> argparse.ArgumentParser:
     su.add_argument("--layers", type=int, nargs="+", help="layers of the entropy-axis cut (default: middle and last)")
     su.add_argument("--n-boot", dest="n_boot", **n_boot)
     su.add_argument("--out", help="JSON file (default results/llm/MODEL-sula.json)")
+    su.add_argument("--force", action="store_true", help="replace an existing output file")
     su.set_defaults(func=cmd_llm_sula)
     gl = lm_sub.add_parser("global", help="one PCA basis across two or more models on the same SULA prompts")
     gl.add_argument("model", nargs="+", help=one_model + " (two or more)")
     gl.add_argument("--per-k", dest="per_k", **per_k)
     gl.add_argument("--n-boot", dest="n_boot", **n_boot)
     gl.add_argument("--out", help="JSON file (default results/llm/global-MODEL-MODEL.json)")
+    gl.add_argument("--force", action="store_true", help="replace an existing output file")
     gl.set_defaults(func=cmd_llm_global)
     return p
 
@@ -799,6 +857,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"windtunnel: error: not enough memory for this request ({str(exc).splitlines()[0][:160]}); "
               "use smaller sizes", file=sys.stderr)
+        return EXIT_USAGE
+    except DiagnosticFailed as exc:  # the others were written; the tracebacks were printed where they arose
+        print(f"windtunnel: {exc}", file=sys.stderr)
+        return 1
+    except (PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+        # the filesystem is not what the command needs (a folder it cannot write, an entry of the wrong
+        # kind): the user's to fix.  Owners check their folders before writing; this is the last line.
+        print(f"windtunnel: error: cannot use {exc.filename or 'a path'}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.ENAMETOOLONG):
+            raise
+        print(f"windtunnel: error: cannot write {exc.filename or 'the output'}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("windtunnel: interrupted; rerun the same command (or --resume) to continue from the last checkpoint", file=sys.stderr)

@@ -16,3 +16,8 @@ class UserError(Exception):
 
 class InvalidValue(UserError, ValueError):
     """An invalid name or parameter value given to the library (also a ``ValueError``)."""
+
+
+class DiagnosticFailed(RuntimeError):
+    """Diagnostics raised while the others completed: a bug, not a user error.  ``geometry.json`` holds the
+    others and an ``error`` entry for each failed one; the command exits 1 after writing it."""

@@ -191,6 +191,21 @@ def experiment(name: str) -> Experiment:
     return _exp(name, name, {}, {})  # a registered task runs as itself; an unknown name fails where it is made
 
 
+def with_steps(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
+    """``TrainConfig`` fields ``cfg`` trained for ``steps`` instead: the curriculum keeps its share of training
+    (a stage that would end at or after the last step is dropped), warm-up at most a tenth of it, evaluation
+    and checkpoints at least once."""
+    cfg = dict(cfg)
+    cfg["curriculum"] = [dict(stage, until=max(1, stage["until"] * steps // cfg["steps"]))
+                         for stage in cfg.get("curriculum", [])
+                         if max(1, stage["until"] * steps // cfg["steps"]) < steps]
+    cfg["warmup"] = min(cfg["warmup"], steps // 10)
+    cfg["eval_every"] = max(1, min(cfg["eval_every"], steps))
+    cfg["ckpt_every"] = max(1, min(cfg["ckpt_every"], steps))
+    cfg["steps"] = steps
+    return cfg
+
+
 def eval_lengths(name: str, task_params: dict[str, Any]) -> list[int] | None:
     """The lengths an experiment is evaluated at (``None``: its training length only): the trained
     ``K`` and every longer length of the experiment's own (HMM: trained at 20, evaluated at 20, 30, 50)."""
@@ -301,12 +316,4 @@ class Cell:
         cfg["progress"] = False
         if self.params is not None:
             cfg["params"] = self.params
-        if steps is not None:
-            cfg["curriculum"] = [
-                dict(stage, until=max(1, stage["until"] * steps // cfg["steps"])) for stage in cfg["curriculum"]
-                if max(1, stage["until"] * steps // cfg["steps"]) < steps
-            ]
-            cfg["steps"] = steps
-            cfg["warmup"] = min(cfg["warmup"], steps // 10)
-            cfg["eval_every"] = cfg["ckpt_every"] = max(1, min(cfg["eval_every"], steps))
-        return cfg
+        return with_steps(cfg, steps) if steps is not None else cfg

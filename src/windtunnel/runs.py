@@ -47,6 +47,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+_HELD: set[str] = set()
+"""Run folders whose lock this process holds (the lock is re-entrant)."""
+
+
 class RunDir:
     """A run folder (see the module docstring)."""
 
@@ -59,6 +63,8 @@ class RunDir:
     REPORT = "report.html"
     SUMMARY = "summary.md"
     LOCK = ".lock"
+    FOLDERS = ("checkpoints", "figures")
+    """The entries that are folders; every other named entry (the constants above) is a file."""
 
     def __init__(self, path: str | Path) -> None:
         if str(path).strip() == "":
@@ -153,6 +159,21 @@ class RunDir:
         return p
 
     # --- state ------------------------------------------------------------------------------
+    def check_layout(self) -> None:
+        """:class:`RunError` if an entry of the layout is of the wrong kind (a file where a folder belongs,
+        a folder where a file belongs, a dangling link) — checked before anything reads or writes, so a
+        refused command leaves the folder as it was."""
+        files = (self.CONFIG, self.EVAL, self.CELL, self.TIMINGS, self.METRICS, self.GEOMETRY, self.REPORT,
+                 self.SUMMARY, self.LOCK)
+        for name in files + self.FOLDERS:
+            entry = self.path / name
+            if not entry.exists() and not entry.is_symlink():
+                continue
+            if name in self.FOLDERS and not entry.is_dir():
+                raise RunError(f"{entry} should be a folder but is not; move it away or choose another run folder")
+            if name not in self.FOLDERS and not entry.is_file():
+                raise RunError(f"{entry} should be a file but is not; move it away or choose another run folder")
+
     def is_run(self) -> bool:
         """Whether the folder holds a run (a ``config.json``)."""
         return self.config_path.is_file()
@@ -162,30 +183,49 @@ class RunDir:
         return not self.path.exists() or (self.path.is_dir() and not any(self.path.iterdir()))
 
     def prepare(self) -> None:
-        """Create the folder, or raise :class:`RunError` saying why it cannot be written."""
+        """Create the folder, or raise :class:`RunError` saying why it cannot be written (its layout
+        included: see :meth:`check_layout`)."""
         if self.path.exists() and not self.path.is_dir():
             raise RunError(f"cannot use {self.path} as a run folder: it is a file")
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / f".write-test{os.getpid()}"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as exc:
-            raise RunError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
+        self.check_layout()
+        for folder in (self.path,) + tuple(self.path / f for f in self.FOLDERS if (self.path / f).is_dir()):
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                probe = folder / f".write-test{os.getpid()}"
+                probe.write_text("")
+                probe.unlink()
+            except OSError as exc:
+                raise RunError(f"cannot write the run folder {folder}: {exc.strerror or exc}") from None
+        if self.metrics_path.is_file() and not os.access(self.metrics_path, os.W_OK):
+            raise RunError(f"cannot write {self.metrics_path}: permission denied")
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the folder's lock for the duration; :class:`RunError` if another process holds it."""
+        """Hold the folder's lock for the duration; :class:`RunError` if another process holds it (a run
+        being trained, evaluated or analysed).  Re-entrant within a process: a stage that calls another
+        (analyze → report) holds it once."""
         self.prepare()
         import fcntl
 
-        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        key = str(self.path.resolve())
+        if key in _HELD:
+            yield
+            return
+        try:
+            fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                raise RunError(f"{self.path} is in use by another windtunnel process; wait for it or choose another folder") from None
-            yield
+                raise RunError(f"{self.path} is in use by another windtunnel process (training, evaluating or "
+                               "analysing it); wait for it to finish or choose another folder") from None
+            _HELD.add(key)
+            try:
+                yield
+            finally:
+                _HELD.discard(key)
         finally:
             os.close(fd)  # closing releases the lock
 
@@ -196,11 +236,27 @@ class RunDir:
         import hashlib
 
         from .checkpoint import find_latest
-
         latest = find_latest(self.checkpoints) if self.checkpoints.is_dir() else None
-        step = int(latest.name.split("_")[-1]) if latest is not None else None
+        step = ckpt.step_of(latest) if latest is not None else None
         sha = hashlib.sha256(self.config_path.read_bytes()).hexdigest()[:16] if self.config_path.is_file() else None
         return {"step": step, "config_sha256": sha}
+
+    def stale_results(self) -> list[str]:
+        """What in ``eval.json`` / ``geometry.json`` was computed from another checkpoint step or
+        ``config.json`` than the run's newest, one sentence each (files written before provenance was
+        recorded are not judged)."""
+        now = self.provenance()
+        ev = self.read_eval() if self.eval_path.is_file() else {}
+        geo = self.read_geometry() or {}
+        out = []
+        for name, prov in ((self.EVAL, ev.get("provenance")), (self.GEOMETRY, geo.get("meta"))):
+            if not isinstance(prov, dict) or "step" not in prov:
+                continue
+            if prov.get("step") != now["step"]:
+                out.append(f"{name} is from checkpoint step {prov.get('step')}, the newest is {now['step']}")
+            elif prov.get("config_sha256") != now["config_sha256"]:
+                out.append(f"{name} was computed under another config.json")
+        return out
 
     # --- JSON records -----------------------------------------------------------------------
     def _read(self, name: str, what: str) -> Any:
@@ -220,6 +276,8 @@ class RunDir:
 
     def read_config(self) -> dict[str, Any]:
         """The run's ``config.json``: ``{"train": {...}, "task": {"name", "params"}, "model": {"arch", ...}, "n_params"}``."""
+        if self.path.is_dir():
+            self.check_layout()
         cfg = self._read(self.CONFIG, "not a windtunnel run folder")
         ok = (
             isinstance(cfg, dict) and isinstance(cfg.get("train"), dict) and isinstance(cfg.get("task"), dict)
@@ -255,6 +313,16 @@ class RunDir:
         if not isinstance(ev, dict) or not isinstance(ev.get("metrics"), dict) or not ev["metrics"]:
             raise RunError(f"{self.eval_path} is damaged: no metrics in it")
         return ev
+
+    def read_geometry(self) -> dict[str, Any] | None:
+        """``geometry.json`` (``None`` where the run was not analysed); :class:`RunError` if it is not the
+        diagnostics' record (an object with a ``summary`` table)."""
+        if not self.geometry_path.is_file():
+            return None
+        geo = self._read(self.GEOMETRY, "the geometric diagnostics")
+        if not isinstance(geo, dict) or not isinstance(geo.get("summary"), dict):
+            raise RunError(f"{self.geometry_path} is damaged: not a windtunnel geometry record; re-run `windtunnel analyze`")
+        return geo
 
     def write_eval(self, record: dict[str, Any]) -> Path:
         return self._write(self.EVAL, record)

@@ -39,45 +39,96 @@ def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: i
 
 
 def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | None = None,
-                 seed: int = EVAL_SEED, device: str | None = None) -> Any:
+                 seed: int = EVAL_SEED, device: str | None = None, force: bool = False) -> Any:
     """Evaluate the run's latest checkpoint on ``n`` episodes (and ``lengths``); write ``eval.json``
-    and the figures; return the :class:`~windtunnel.evaluation.EvalResult`."""
+    and the figures; return the :class:`~windtunnel.evaluation.EvalResult`.
+
+    An ``eval.json`` of the same checkpoint made with more episodes, other episodes or lengths this one
+    lacks is a better result than the one asked for: it is replaced only with ``force``
+    (:class:`~windtunnel.runs.RunError` otherwise, before any work)."""
     from .evaluation import evaluate
     from .report import figures
     from .training import load
 
     rd = _rundir(run)
-    t0 = time.perf_counter()
-    task, model = load(rd)
-    if device:
-        model.to(device)
-    result = evaluate(model, task, n=n, seed=seed, lengths=lengths)
-    rd.write_eval({**result.to_dict(), "provenance": {**rd.provenance(), "n": n, "seed": seed}})
-    figs = rd.figures
-    figures.entropy_curve(result, figs / "entropy.png")
-    figures.kl_curve(result, figs / "kl.png")
-    if rd.metrics_path.exists():
-        figures.training_curves(rd.metrics_path, figs / "training.png")
-    ep = task.sample(min(n, 512), seed)
-    with torch.no_grad():
-        logits = model(**{k: v.to(next(model.parameters()).device) for k, v in ep.inputs.items()}).cpu()
-    figures.calibration(logits, ep, figs / "calibration.png")
-    rd.add_timing(eval_s=time.perf_counter() - t0)
+    with rd.lock():  # not while the run is being trained: the evaluation would be of a moving checkpoint
+        if not force:
+            _keep_better_eval(rd, n, seed, lengths or [])
+        t0 = time.perf_counter()
+        task, model = load(rd)
+        if device:
+            model.to(device)
+        result = evaluate(model, task, n=n, seed=seed, lengths=lengths)
+        rd.write_eval({**result.to_dict(), "provenance": {**rd.provenance(), "n": n, "seed": seed}})
+        figs = rd.figures
+        figures.entropy_curve(result, figs / "entropy.png")
+        figures.kl_curve(result, figs / "kl.png")
+        if rd.metrics_path.exists():
+            figures.training_curves(rd.metrics_path, figs / "training.png")
+        ep = task.sample(min(n, 512), seed)
+        with torch.no_grad():
+            logits = model(**{k: v.to(next(model.parameters()).device) for k, v in ep.inputs.items()}).cpu()
+        figures.calibration(logits, ep, figs / "calibration.png")
+        rd.add_timing(eval_s=time.perf_counter() - t0)
     return result
 
 
-def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = True) -> Path:
+def _keep_better_eval(rd: RunDir, n: int, seed: int, lengths: list[int]) -> None:
+    """:class:`RunError` if the run's ``eval.json`` is of its current checkpoint and configuration and was
+    made with more episodes, another seed, or lengths that ``lengths`` lacks."""
+    from .runs import RunError
+
+    if not rd.eval_path.is_file():
+        return
+    old = rd.read_eval()
+    prov = old.get("provenance") if isinstance(old.get("provenance"), dict) else {}
+    now = rd.provenance()
+    if any(prov.get(k) not in (None, now[k]) for k in ("step", "config_sha256")):
+        return  # stale: of another checkpoint or configuration, so a new evaluation replaces it
+    had = sorted(int(k) for k in (old.get("lengths") or {}))
+    lost = [K for K in had if K not in lengths]
+    why = []
+    if isinstance(old.get("n"), int) and old["n"] > n:
+        why.append(f"{old['n']} sequences (this one: {n})")
+    if old.get("seed") not in (None, seed):
+        why.append(f"episode seed {old['seed']} (this one: {seed})")
+    if lost:
+        why.append(f"lengths {', '.join(map(str, lost))} that this one lacks")
+    if why:
+        raise RunError(f"{rd.eval_path} already holds an evaluation of this checkpoint with {'; '.join(why)}; "
+                       "pass --force to replace it")
+
+
+def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = True, force: bool = False) -> Path:
     """The geometric diagnostics of the run (``geometry.json``, figures, and the report unless
-    ``report=False``); records ``analyze_s``."""
+    ``report=False``); records ``analyze_s``.  :class:`~windtunnel.errors.DiagnosticFailed` after
+    writing them if any diagnostic raised.  A ``geometry.json`` of the same checkpoint computed on more
+    episodes is replaced only with ``force`` (:class:`~windtunnel.runs.RunError` otherwise)."""
+    from .errors import DiagnosticFailed
+    from .geometry.run import failed_diagnostics
     from .geometry import analyze_run as _analyze
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a damaged folder before any work
-    t0 = time.perf_counter()
-    path = _analyze(rd.path, n=n)
-    rd.add_timing(analyze_s=time.perf_counter() - t0)
-    if report:
-        write_report(rd)
+    with rd.lock():
+        old = rd.read_geometry()
+        meta = (old or {}).get("meta") or {}
+        now = rd.provenance()
+        same = all(meta.get(k) == now[k] for k in ("step", "config_sha256"))
+        if not force and same and isinstance(meta.get("n_episodes"), int) and meta["n_episodes"] > n:
+            from .runs import RunError
+
+            raise RunError(f"{rd.geometry_path} already holds the diagnostics of this checkpoint on {meta['n_episodes']} "
+                           f"episodes (this one: {n}); pass --force to replace it")
+        t0 = time.perf_counter()
+        path = _analyze(rd.path, n=n)
+        rd.add_timing(analyze_s=time.perf_counter() - t0)
+        if report:
+            write_report(rd)
+    failed = failed_diagnostics(path)
+    if failed:
+        raise DiagnosticFailed(f"{len(failed)} diagnostic(s) failed ({', '.join(failed)}): their tracebacks are "
+                               f"printed above; the others are in {path}")
     return path
 
 
@@ -85,4 +136,7 @@ def write_report(run: str | Path | RunDir) -> Path:
     """``report.html`` and ``summary.md`` of the run."""
     from .report import write_report as _write
 
-    return _write(_rundir(run))
+    rd = _rundir(run)
+    rd.read_config()
+    with rd.lock():
+        return _write(rd)

@@ -85,10 +85,13 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
         if cell is not None:
             run.write_cell(cell)
     if cell is not None:
+        run.read_eval()  # a finished cell whose evaluation is damaged is refused, not tabulated from its summary
         return cell
     cfg = TrainConfig.from_dict(job["config"])
     train_run(cfg, run, resume=run.is_run())
-    result = evaluate_run(run, n=job["eval_n"], lengths=job.get("lengths"), seed=EVAL_SEED, device=job.get("device"))
+    # a cell is evaluated at its recipe's size whatever an earlier hand-made evaluation of the folder used
+    result = evaluate_run(run, n=job["eval_n"], lengths=job.get("lengths"), seed=EVAL_SEED, device=job.get("device"),
+                          force=True)
     cell = {
         "task": job["column"],
         "arch": job["arch"],

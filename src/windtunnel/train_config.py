@@ -71,6 +71,10 @@ class TrainConfig:
             if not cond:
                 raise ConfigError(f"invalid config value for {key!r}: must be {allowed}, got {getattr(self, key)!r}")
 
+        for f in dataclasses.fields(self):  # the type first: no `true` for a count, no "no" for a flag
+            kind = _KINDS[str(f.type)]
+            need(_is_kind(getattr(self, f.name), kind), f.name, _KIND_WORDS[kind])
+
         need(isinstance(self.task, str), "task", "a task name")
         need(isinstance(self.task_params, dict), "task_params", "a table of task parameters")
         need(isinstance(self.arch, str) and (self.arch in models.names() or models.is_external(self.arch)), "arch",
@@ -133,6 +137,30 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_KINDS = {"str": "str", "int": "int", "float": "float", "bool": "bool", "int | None": "int?",
+          "dict[str, Any]": "table", "list[dict[str, Any]]": "list"}
+"""Each ``TrainConfig`` annotation and the kind of value it admits (a new field of another type fails the
+test suite until it is named here)."""
+_KIND_WORDS = {"str": "a string", "int": "an integer", "float": "a finite number", "bool": "true or false",
+               "int?": "an integer or none", "table": "a table", "list": "a list"}
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    """Whether ``value`` is of ``kind`` exactly: a bool is not an integer, a string is not a bool."""
+    import math
+
+    if kind == "int?":
+        return value is None or _is_kind(value, "int")
+    if isinstance(value, bool):
+        return kind == "bool"
+    return {"str": isinstance(value, str) and value != "",
+            "int": isinstance(value, int),
+            "float": isinstance(value, (int, float)) and math.isfinite(value),
+            "bool": False,
+            "table": isinstance(value, dict),
+            "list": isinstance(value, list)}[kind]
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -107,6 +108,13 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
         return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world)
 
 
+def _logged_past_first_checkpoint(run: RunDir, cfg: TrainConfig) -> bool:
+    """Whether the run's log reaches a step at which training writes a checkpoint (step 0 when it keeps
+    log-spaced ones, else ``ckpt_every``): then a run with no checkpoint has lost them, not been killed early."""
+    first = 0 if cfg.log_checkpoints else min(cfg.ckpt_every, cfg.steps)
+    return any(isinstance(r.get("step"), int) and r["step"] >= first for r in run.metrics())
+
+
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
                   resume: bool, until: int | None, shards: int, rank: int, world: int) -> Path:
     ddp, main_proc = world > 1, rank == 0
@@ -124,15 +132,20 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     ckpt_root = run.checkpoints
     if resume:
         found = ckpt.find_latest(ckpt_root)
+        newer = [p for p in ckpt.list_checkpoints(ckpt_root) if found is None or ckpt.step_of(p) > ckpt.step_of(found)]
+        if found is not None and newer and main_proc:  # say what the fallback costs: those steps are trained again
+            print(f"windtunnel: resuming {run.path} from step {ckpt.step_of(found)}: the newer checkpoint(s) "
+                  f"{', '.join(p.name for p in newer)} are damaged and will be replaced", file=sys.stderr)
         if found is not None:
             state = ckpt.load(found, model, optimizer)
             start = int(state["step"])
             elapsed = float(state.get("elapsed", 0.0))
             ckpt.set_rng_state(state["rng"])
-        elif ckpt.list_checkpoints(ckpt_root):
+        elif ckpt.list_checkpoints(ckpt_root) or _logged_past_first_checkpoint(run, cfg):
+            # checkpoints that should be there are not: resuming would start a new run over the old log
             raise ckpt.CheckpointError(
-                f"cannot resume {run.path}: none of its checkpoints can be read; nothing was changed "
-                "(start over with --force, or another folder)"
+                f"cannot resume {run.path}: none of its checkpoints can be read or {ckpt_root.name}/ is gone although "
+                "its training log passed a checkpoint step; nothing was changed (start over with --force, or another folder)"
             )
         if main_proc:
             run.truncate_metrics(start)  # also drops lines logged before a kill that preceded any checkpoint

@@ -86,13 +86,12 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     :func:`untrained_model`.  A diagnostic over checkpoints (``frame_precision``) runs on
     ``dynamics_n`` (default ``min(n, 256)``) episodes, and is skipped with ``dynamics=False``.
     ``only``: recompute just these diagnostics and keep the others of the existing ``geometry.json``.
-    A diagnostic that raises is recorded as ``{"error": ...}`` (and printed) so the others still run.
+    A diagnostic that raises is recorded as ``{"error": ...}`` (and its traceback printed) so the others
+    still run; ``stages.analyze_run`` then raises :class:`~windtunnel.errors.DiagnosticFailed` naming it.
     """
     run = Path(run_dir)
     out = RunDir(run).geometry_path
-    old: dict[str, Any] = {}
-    if only is not None and out.is_file():
-        old = json.loads(out.read_text())
+    old: dict[str, Any] = (RunDir(run).read_geometry() or {}) if only is not None else {}
     diags = discover()  # also what a module imported since registered
     names = [k for k in diags if only is None or k in only]
     task, model = RunDir(run).load()
@@ -139,6 +138,12 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     }
     ckpt.write_text_atomic(out, json.dumps(clean(doc), indent=1, allow_nan=False))
     return out
+
+
+def failed_diagnostics(path: str | Path) -> list[str]:
+    """The diagnostics a ``geometry.json`` records as failed."""
+    doc = json.loads(Path(path).read_text())
+    return [k for k, v in doc.items() if isinstance(v, dict) and "error" in v]
 
 
 def _provenance(run: Path) -> dict[str, Any]:

@@ -51,12 +51,6 @@ _UNITS = {
 }
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
 
 def _fmt(x: Any) -> str:
     if x is None:
@@ -216,11 +210,7 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
     run = rd.path
     config = rd.read_config()
     ev = rd.read_eval() if rd.eval_path.exists() else None
-    geometry = _read_json(rd.geometry_path) if rd.geometry_path.exists() else None
-    if rd.geometry_path.exists() and geometry is None:
-        from ..runs import RunError
-
-        raise RunError(f"{rd.geometry_path} is damaged; re-run `windtunnel analyze`")
+    geometry = rd.read_geometry()
     rows = rd.metrics()
     _ensure_figures(run, ev)
     figs = sorted((run / "figures").glob("*.png"), key=_figure_key) if (run / "figures").exists() else []
@@ -240,7 +230,7 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
                    f"{int(100 * ev.get('level', 0.95))}% bootstrap over sequences, {ev.get('n_boot')} resamples")
     parts = [f"<h1>{html.escape(title)}</h1><div class='sub'>{' · '.join(sub)}<br>generated {now}</div>"]
     md = [f"# {title}", ""]
-    stale = _staleness(rd.provenance(), ev, geometry)
+    stale = rd.stale_results()
     if stale:  # a result of another checkpoint or configuration than the run's newest: say so first
         parts.append("<p class='note'><b>Stale:</b> " + html.escape("; ".join(stale)) + "</p>")
         md += ["**Stale:** " + "; ".join(stale), ""]
@@ -374,18 +364,3 @@ def _readings(geometry: Any) -> list[Any]:
         return readings(dict(geometry))
     except (TypeError, KeyError, ValueError):  # a geometry.json of another shape: shown as numbers only
         return []
-
-
-def _staleness(now: dict[str, Any], ev: Any, geometry: Any) -> list[str]:
-    """What in ``eval.json`` / ``geometry.json`` was computed from another checkpoint step or config than
-    the run's newest (files written before provenance was recorded are not judged)."""
-    out = []
-    for name, prov in (("eval.json", (ev or {}).get("provenance") if isinstance(ev, Mapping) else None),
-                       ("geometry.json", (geometry or {}).get("meta") if isinstance(geometry, Mapping) else None)):
-        if not isinstance(prov, Mapping) or "step" not in prov:
-            continue
-        if prov.get("step") != now.get("step"):
-            out.append(f"{name} is from checkpoint step {prov.get('step')}, the newest is {now.get('step')}")
-        elif prov.get("config_sha256") != now.get("config_sha256"):
-            out.append(f"{name} was computed under another config.json")
-    return out
