@@ -135,14 +135,16 @@ def _hand_pooled_mean(column: str, read) -> float | None:
 
 def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     """The HMM claims recomputed by hand from the committed table, cells and their controls (the 4× budget
-    cells, the position encodings)."""
+    cells on fresh episodes and on a fixed set, the position encodings)."""
     ev = Evidence(RESULTS)
     table = json.loads((RESULTS / "quick" / "table.json").read_text())
     row = next(c for c in table["cells"] if c["task"] == "hmm" and c["arch"] == "transformer")
     ours = row["metrics"]["kl"]["mean"]
-    longer = _hand_pooled_mean("hmm_long", lambda e: e["lengths"]["20"]["metrics"]["kl"]["value"])
-    if longer is None:
-        pytest.skip("the budget control (hmm_long cells) is not committed")
+    measured = [m for m in (_hand_pooled_mean(c, lambda e: e["lengths"]["20"]["metrics"]["kl"]["value"])
+                            for c in ("hmm_long", "hmm_fixed")) if m is not None]
+    if not measured:
+        pytest.skip("the budget controls (hmm_long, hmm_fixed cells) are not committed")
+    longer = min(measured)  # a claim is explained when any control closes its gap
     assert ours > 1.5 * 0.049  # the quick cell itself meets none of the three figures
     assert claims.CLAIMS["A6"].assess(ev).kind == (claims.DISAGREE_EXPLAINED if longer <= 1.5 * 7.5e-5
                                                    else claims.DISAGREE)
@@ -157,7 +159,7 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
         c = [x for x in e["lengths"]["50"]["curves"]["kl"] if x is not None]  # header positions have none
         return (sum(c[20:25]) / 5) / (sum(c[15:20]) / 5)
 
-    controls = [c for c in ("hmm_rotary", "hmm_alibi", "hmm_none", "hmm_long")
+    controls = [c for c in ("hmm_rotary", "hmm_alibi", "hmm_none", "hmm_long", "hmm_fixed")
                 if _hand_pooled_mean(c, kl(20)) is not None]
     if not controls:
         pytest.skip("length-generalisation controls not committed")
@@ -204,6 +206,25 @@ def _tiny_plan(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_cell_of_another_recipe_or_shape_is_refused_not_read(tmp_path: Path) -> None:
+    """The claims read a committed cell only if its config.json is the grid's recipe for it now and its
+    records have their shape: a changed recipe or a damaged eval.json is one line naming the file."""
+    from windtunnel.errors import UserError
+
+    for s in reproduce.SEEDS:
+        shutil.copytree(RESULTS / "quick" / "cells" / f"main-transformer-s{s}", tmp_path / "quick" / "cells" / f"main-transformer-s{s}")
+    assert Evidence(tmp_path).eval_metric("main", "transformer", reproduce.SEEDS, "kl") is not None
+    config = tmp_path / "quick" / "cells" / "main-transformer-s1" / "config.json"
+    record = json.loads(config.read_text())
+    config.write_text(json.dumps({**record, "train": {**record["train"], "lr": record["train"]["lr"] / 2}}))
+    with pytest.raises(UserError, match="main-transformer-s1/config.json is not the grid's recipe"):
+        Evidence(tmp_path).eval_metric("main", "transformer", reproduce.SEEDS, "kl")
+    config.write_text(json.dumps(record))
+    (tmp_path / "quick" / "cells" / "main-transformer-s2" / "eval.json").write_text('{"metrics": []}')
+    with pytest.raises(UserError, match="main-transformer-s2/eval.json is damaged"):
+        Evidence(tmp_path).eval_metric("main", "transformer", reproduce.SEEDS, "kl")
 
 
 def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: Path,

@@ -69,6 +69,7 @@ class Evidence:
     root: Path
     preset: str = "quick"
     _cache: dict[str, Any] = field(default_factory=dict)
+    _recipes_checked: set[str] = field(default_factory=set)
 
     def json(self, rel: str) -> Any | None:
         """A committed JSON file (``None`` if absent); a damaged one is a :class:`UserError`."""
@@ -109,12 +110,22 @@ class Evidence:
 
     # --- the reproduction's cells -----------------------------------------------------------
     def cells(self, column: str, arch: str, seeds: Sequence[int]) -> list[tuple[str, Path]] | None:
-        """The cell folders of every seed, or ``None`` unless all are committed."""
+        """The cell folders of every seed, or ``None`` unless all are committed.  A committed cell trained
+        under another recipe than the grid's for it now is a :class:`UserError` naming it: its numbers
+        would be another experiment's."""
+        from .. import grid
+        from ..runs import RunDir
+
         out = []
         for s in seeds:
             rel = f"{self.preset}/cells/{column}-{arch}-s{s}"
             if not (self.root / rel / "cell.json").is_file():
                 return None
+            if rel not in self._recipes_checked:
+                if not RunDir(self.root / rel).holds(grid.Cell(self.preset, column, arch, s).config()):
+                    raise UserError(f"{self.root / rel}/config.json is not the grid's recipe for this cell: it was "
+                                    "trained under another one; regenerate it with `windtunnel reproduce`")
+                self._recipes_checked.add(rel)
             out.append((rel, self.root / rel))
         return out
 
@@ -130,6 +141,10 @@ class Evidence:
             doc = self.json(f"{rel}/{file}")
             if doc is None:
                 return None
+            if not isinstance(doc, dict) or not isinstance(doc.get(SHAPES.get(file, ""), {}), dict) or (
+                    file in SHAPES and not doc.get(SHAPES[file])):
+                raise UserError(f"{self.root / rel / file} is damaged: not a windtunnel {file} record; regenerate it "
+                                "with `windtunnel reproduce`")
             try:
                 v = get(doc)
             except (KeyError, TypeError, IndexError, ZeroDivisionError):  # the statistic is not in this file
@@ -152,6 +167,10 @@ class Evidence:
             return _num(block.get(metric, {}).get("value"))
 
         return self.cell_stat(column, arch, seeds, "eval.json", get)
+
+
+SHAPES = {"eval.json": "metrics", "geometry.json": "summary"}
+"""The table every record of a cell must hold, by file (the run folder's readers check the same)."""
 
 
 def _num(x: Any) -> float | None:
