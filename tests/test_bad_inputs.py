@@ -252,10 +252,10 @@ def test_default_run_folders_differ_by_configuration_and_are_portable() -> None:
 
 
 # --- the filesystem is not what the code assumed: every entry of the layout, the wrong kind ----------
-LAYOUT = [n for n in (RunDir.CONFIG, RunDir.EVAL, RunDir.CELL, RunDir.TIMINGS, RunDir.METRICS, RunDir.GEOMETRY,
-                      RunDir.REPORT, RunDir.SUMMARY)] + list(RunDir.FOLDERS)
+LAYOUT = list(RunDir.FILES + RunDir.FOLDERS)
 READERS = {"eval": ["eval", "{run}", "--n", "8", "--force"], "report": ["report", "{run}"],
-           "analyze": ["analyze", "{run}", "--n", "8", "--force"], "resume": ["train", "--resume", "{run}", "--no-progress"]}
+           "analyze": ["analyze", "{run}", "--n", "8", "--force"], "resume": ["train", "--resume", "{run}", "--no-progress"],
+           "routing law": ["routing", "law", "{run}", "--n", "4"], "compare": ["compare", "{run}", "{run}", "--out", "{run}.png"]}
 
 
 @pytest.fixture(scope="module")
@@ -422,14 +422,24 @@ def test_a_config_value_of_the_wrong_type_is_refused(field: str, bad: "Any", tmp
 
 
 # --- nothing overwrites a result by default ---------------------------------------------------------
-def test_a_finished_table_is_replaced_only_with_force(tmp_path: Path, capsys) -> None:
-    argv = ["table", "--steps", "2", "--tasks", "recall", "--archs", "lstm", "--seeds", "1", "--out", str(tmp_path / "t"),
-            "--workers", "1"]
+FINISHED_RESULTS = {
+    "table": ["table", "--steps", "2", "--tasks", "recall", "--archs", "lstm", "--seeds", "1", "--workers", "1"],
+    "routing em": ["routing", "em", "--steps", "2", "--seeds", "1", "--arms", "sgd"],
+    "routing timescales": ["routing", "timescales", "--steps", "2", "--seeds", "1"],
+}
+
+
+@pytest.mark.parametrize("command", list(FINISHED_RESULTS))
+def test_a_finished_result_is_replaced_only_with_force(command: str, tmp_path: Path, capsys) -> None:
+    """A second run into a folder that holds a finished result — the same recipe or a smoke run of
+    another — is refused before any work; ``--force`` replaces it."""
+    argv = FINISHED_RESULTS[command] + ["--out", str(tmp_path / "out")]
     assert main(argv) == 0
-    before = snapshot(tmp_path / "t")
-    user_error(argv, capsys)
-    user_error(argv[:2] + ["3"] + argv[3:], capsys)  # another recipe: refused the same way
-    assert snapshot(tmp_path / "t") == before
+    capsys.readouterr()
+    before = snapshot(tmp_path / "out")
+    assert "--force" in user_error(argv, capsys)
+    assert "--force" in user_error([a if a != "2" else "3" for a in argv], capsys)  # another recipe: the same
+    assert snapshot(tmp_path / "out") == before
     assert main(argv + ["--force"]) == 0
 
 

@@ -139,6 +139,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("hmm_fixed", "hmm", {"K": 20}, {"K": 20}, replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps, train_set=10_000),
          replace(_PAPER_HMM, steps=7_813, train_set=10_000), metric="kl", lengths=(20, 30, 50),
          model={"transformer": _HMM_TRANSFORMER}),
+    # the mechanism of the length-generalisation error: the HMM column trained at K=50 (every position
+    # evaluated is a trained one), same steps; its per-position KL across step 20 is the jump without
+    # untrained positions
+    _exp("hmm_k50", "hmm", {"K": 50}, {"K": 50}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
+         model={"transformer": _HMM_TRANSFORMER}),
     _RECALL,
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
@@ -208,12 +213,13 @@ def with_steps(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
 
 def eval_lengths(name: str, task_params: dict[str, Any]) -> list[int] | None:
     """The lengths an experiment is evaluated at (``None``: its training length only): the trained
-    ``K`` and every longer length of the experiment's own (HMM: trained at 20, evaluated at 20, 30, 50)."""
+    ``K`` and every length of the experiment's own (HMM: trained at 20, evaluated at 20, 30, 50; trained
+    at 50, evaluated at the same three, the shorter ones inside its trained positions)."""
     e = experiment(name)
     if not e.lengths:
         return None
     k = task_params.get("K", e.lengths[0])
-    return sorted({k, *(length for length in e.lengths if length > k)})
+    return sorted({k, *e.lengths})
 
 
 def task_spec(name: str, preset: str) -> tuple[str, dict[str, Any]]:

@@ -70,7 +70,7 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + HEAD_WIDTH_CELLS
+    controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa,
              "all": GEOMETRY_CELLS + controls + EM_CELLS}
@@ -96,6 +96,10 @@ BUDGET_CELLS = (("hmm_long", "transformer"), ("hmm_fixed", "transformer"))
 episodes (``hmm_long``) and on one fixed set of 10,000 episodes revisited ≈51 times (``hmm_fixed``, the
 papers' data regime): whether the HMM error at K=20 and the length-generalisation error at K=30/50 are the
 budget's or the data regime's."""
+
+LENGTH_CELLS = (("hmm_k50", "transformer"),)
+"""The HMM transformer trained at K = 50 instead of 20 (same steps), evaluated at K = 20, 30, 50: the boundary
+jump and the long-length error with every evaluated position a trained one (the mechanism behind A11/A12)."""
 
 HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
 """The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key

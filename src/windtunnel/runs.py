@@ -63,8 +63,11 @@ class RunDir:
     REPORT = "report.html"
     SUMMARY = "summary.md"
     LOCK = ".lock"
+    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, GEOMETRY, REPORT, SUMMARY)
+    """The records a run folder may hold (a new one is added here, and the layout check and the
+    bad-input tests cover it)."""
     FOLDERS = ("checkpoints", "figures")
-    """The entries that are folders; every other named entry (the constants above) is a file."""
+    """The entries that are folders."""
 
     def __init__(self, path: str | Path) -> None:
         if str(path).strip() == "":
@@ -163,9 +166,7 @@ class RunDir:
         """:class:`RunError` if an entry of the layout is of the wrong kind (a file where a folder belongs,
         a folder where a file belongs, a dangling link) — checked before anything reads or writes, so a
         refused command leaves the folder as it was."""
-        files = (self.CONFIG, self.EVAL, self.CELL, self.TIMINGS, self.METRICS, self.GEOMETRY, self.REPORT,
-                 self.SUMMARY, self.LOCK)
-        for name in files + self.FOLDERS:
+        for name in self.FILES + (self.LOCK,) + self.FOLDERS:
             entry = self.path / name
             if not entry.exists() and not entry.is_symlink():
                 continue
@@ -260,6 +261,8 @@ class RunDir:
 
     # --- JSON records -----------------------------------------------------------------------
     def _read(self, name: str, what: str) -> Any:
+        if self.path.is_dir():
+            self.check_layout()  # every reader sees a folder of the right shape, or refuses in one line
         path = self.path / name
         if not path.is_file():
             raise RunError(f"{self.path} has no {name} ({what})")
@@ -276,8 +279,6 @@ class RunDir:
 
     def read_config(self) -> dict[str, Any]:
         """The run's ``config.json``: ``{"train": {...}, "task": {"name", "params"}, "model": {"arch", ...}, "n_params"}``."""
-        if self.path.is_dir():
-            self.check_layout()
         cfg = self._read(self.CONFIG, "not a windtunnel run folder")
         ok = (
             isinstance(cfg, dict) and isinstance(cfg.get("train"), dict) and isinstance(cfg.get("task"), dict)
