@@ -179,8 +179,10 @@ def test_committed_cells_were_trained_with_todays_grid() -> None:
         assert got == want, path.parent.name
 
 def test_evaluation_lengths_come_from_the_grid() -> None:
-    """HMM is evaluated at its trained K and the experiment's longer lengths; other tasks at their own."""
+    """HMM is evaluated at its trained K and every length of the experiment's own (shorter ones included:
+    a model trained at K=50 is read at 20 and 30 inside its trained positions); other tasks at their own."""
     assert grid.eval_lengths("hmm", {"K": 20}) == [20, 30, 50]
     assert grid.eval_lengths("hmm", {"K": 10}) == [10, 20, 30, 50]
-    assert grid.eval_lengths("hmm_alibi", {"K": 40}) == [40, 50]
+    assert grid.eval_lengths("hmm_alibi", {"K": 40}) == [20, 30, 40, 50]
+    assert grid.eval_lengths("hmm_k50", grid.task_spec("hmm_k50", "quick")[1]) == [20, 30, 50]
     assert grid.eval_lengths(grid.MAIN_JOB, {}) is None and grid.eval_lengths("recall", {}) is None

@@ -310,3 +310,67 @@ def test_train_command_records_its_training_time(tmp_path: Path) -> None:
     assert first > 0 and first == pytest.approx(run.training_seconds())
     assert cli_main(["train", "--resume", str(out), "--steps", "5", "--no-progress"]) == 0
     assert run.latest_step() == 5 and run.timings()["train_s"] >= first
+
+
+def test_dynamics_checkpoints_keep_weights_without_optimizer_state(tmp_path: Path) -> None:
+    """The log-spaced checkpoints kept for the training-dynamics curves hold weights alone; the newest
+    ``keep_last`` (and step 0, whose optimizer state is empty) stay whole, so a resume is still exact."""
+    cfg = tiny(steps=40, ckpt_every=20, keep_last=1)
+    train(cfg, tmp_path / "run", until=30)
+    kept = ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
+    newest = kept[-1]
+    assert ckpt.step_of(newest) == 30 and (newest / "optimizer.safetensors").is_file()
+    dynamics = [p for p in kept if ckpt.step_of(p) not in (0, 30)]
+    assert dynamics and all(not (p / "optimizer.safetensors").exists() and not ckpt.has_optimizer(p) for p in dynamics)
+    assert all(ckpt.complete(p) for p in kept)  # every one still loads for the dynamics diagnostics
+    train(cfg, tmp_path / "run", resume=True)
+    train(cfg, tmp_path / "straight")
+    a, b = weights(tmp_path / "run"), weights(tmp_path / "straight")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+ARTIFACT_KILL = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from windtunnel import checkpoint
+    from windtunnel.stages import evaluate_run
+    real = checkpoint.write_bytes_atomic
+    def dying(path, data):
+        path = Path(path)
+        if path.name == "eval.json":  # half the new record in the temporary file, then the process is gone
+            with open(path.with_name("." + path.name + ".tmp"), "wb") as f:
+                f.write(data[: len(data) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, data)
+    checkpoint.write_bytes_atomic = dying
+    evaluate_run(sys.argv[1], n=32, force=True)
+    """
+)
+
+
+def test_sigkill_inside_an_artifact_write_keeps_the_old_one_and_a_rerun_writes_it(tmp_path: Path) -> None:
+    from windtunnel.runs import RunDir
+    from windtunnel.stages import evaluate_run
+
+    run = tmp_path / "run"
+    train(tiny(steps=10), run)
+    evaluate_run(run, n=16)
+    before = (run / "eval.json").read_bytes()
+    script = tmp_path / "kill.py"
+    script.write_text(ARTIFACT_KILL)
+    assert subprocess.run([sys.executable, str(script), str(run)], capture_output=True).returncode == -signal.SIGKILL
+    assert (run / "eval.json").read_bytes() == before  # the reader never sees half a record
+    evaluate_run(run, n=32)
+    assert RunDir(run).read_eval()["n"] == 32
+
+
+def test_no_progress_prints_one_line_per_evaluation_interval(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Without a bar (``--no-progress``, or a log file): a plain line per evaluation interval, no carriage returns."""
+    assert cli_main(["train", "--task", "bijection", "--V", "4", "--L", "3", "--arch", "lstm", "--steps", "12",
+                     "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    assert cli_main(["train", "--resume", str(tmp_path / "r"), "--steps", "24", "--no-progress"]) == 0
+    out = capsys.readouterr()
+    lines = [line for line in out.out.splitlines() if "lstm/bijection step" in line]
+    assert [line.split("step ")[1].split(":")[0] for line in lines] == ["12/12", "24/24"]
+    assert "\r" not in out.out + out.err

@@ -217,18 +217,44 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     return sorted(p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith("step_"))
 
 
-def find_latest(ckpt_root: Path) -> Path | None:
-    """The newest checkpoint that loads: ``latest`` if valid, else the newest complete folder."""
+def find_latest(ckpt_root: Path, resumable: bool = False) -> Path | None:
+    """The newest checkpoint that loads: ``latest`` if valid, else the newest complete folder.
+    ``resumable``: only one that also holds the optimizer state a resume continues from (the
+    training-dynamics checkpoints keep their weights alone, see :func:`prune`)."""
     ckpt_root = Path(ckpt_root)
+
+    def ok(cand: Path) -> bool:
+        return complete(cand) and (not resumable or has_optimizer(cand))
+
     pointer = ckpt_root / LATEST
     if pointer.is_file():
         cand = ckpt_root / pointer.read_text().strip()
-        if cand.is_dir() and complete(cand):
+        if cand.is_dir() and ok(cand):
             return cand
     for cand in reversed(list_checkpoints(ckpt_root)):
-        if complete(cand):
+        if ok(cand):
             return cand
     return None
+
+
+def has_optimizer(path: Path) -> bool:
+    """Whether a checkpoint records optimizer state (every checkpoint a resume may need does)."""
+    try:
+        return "optimizer" in json.loads((Path(path) / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def drop_optimizer(path: Path) -> None:
+    """Remove a checkpoint's optimizer state, keeping its weights (a training-dynamics checkpoint no
+    resume will start from: the optimizer's moments are twice the weights' size).  The record goes
+    first, atomically, then the file: a kill in between leaves an unreferenced file, never a record
+    pointing at a missing one."""
+    path = Path(path)
+    state = json.loads((path / "state.json").read_text())
+    if state.pop("optimizer", None) is not None:
+        write_text_atomic(path / "state.json", json.dumps(state, indent=1))
+    (path / "optimizer.safetensors").unlink(missing_ok=True)
 
 
 def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
@@ -258,11 +284,17 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
 
 
 def prune(ckpt_root: Path, keep_last: int, keep_steps: set[int]) -> None:
-    """Delete old checkpoints, keeping the newest ``keep_last`` and any step in ``keep_steps``."""
+    """Delete old checkpoints, keeping the newest ``keep_last`` whole and the weights of any step in
+    ``keep_steps`` (the training-dynamics checkpoints: their optimizer state is dropped, except at step
+    0 where it is empty)."""
     ckpts = list_checkpoints(ckpt_root)
     latest = find_latest(ckpt_root)
     for p in ckpts[:-keep_last] if keep_last > 0 else ckpts:
         step = step_of(p)
-        if step in keep_steps or p == latest:
+        if p == latest:
+            continue
+        if step in keep_steps:
+            if step != 0 and complete(p):
+                drop_optimizer(p)
             continue
         shutil.rmtree(p, ignore_errors=True)

@@ -224,7 +224,7 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
             fields["steps"] = args.steps
         fields["progress"] = not args.no_progress and fields.get("progress", True)
         cfg = TrainConfig.from_dict(fields)
-        train_run(cfg, run, resume=True)
+        train_run(cfg, run, resume=True, log_lines=True)
         if rank == 0:
             print(f"resumed and finished {run.path}")
             for line in run.stale_results():  # results of the earlier checkpoint are not silently kept as current
@@ -237,7 +237,7 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     build(cfg)  # validate task and model before anything on disk is touched
     if rank == 0:
         _check_out(run, False, args.force)
-    train_run(cfg, run)
+    train_run(cfg, run, log_lines=True)
     if rank == 0:
         print(f"trained {cfg.arch} on {cfg.task}: {run.path}")
     return 0
@@ -326,7 +326,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
             if not run.holds(cfg.to_dict()):
                 raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
             resume = True
-    train_run(cfg, run, resume=resume)
+    train_run(cfg, run, resume=resume, log_lines=True)
     lengths = grid.eval_lengths(grid.MAIN_JOB if args.task is None else task_name, cfg.task_params)
     result = evaluate_run(run, n=args.n or grid.EVAL_N[args.preset], lengths=lengths, seed=EVAL_SEED)
     geometry = None
@@ -673,7 +673,8 @@ def make_parser() -> argparse.ArgumentParser:
                                      "with the architecture, preset, seed, steps, size and task parameters added "
                                      "where they are not the defaults)")
         q.add_argument("--force", action="store_true", help="replace an existing run folder")
-        q.add_argument("--no-progress", action="store_true", help="no progress bar")
+        q.add_argument("--no-progress", action="store_true",
+                       help="no progress bar: one line per evaluation interval instead (as when standard error is not a terminal)")
 
     tr = sub.add_parser("train", help="train one model (extra --NAME VALUE pairs are task parameters)")
     tr.add_argument("--task", help="wind tunnel to train on (windtunnel tasks lists them; default bijection)")

@@ -25,14 +25,16 @@ def _rundir(run: str | Path | RunDir) -> RunDir:
     return run if isinstance(run, RunDir) else RunDir(run)
 
 
-def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: int | None = None) -> RunDir:
+def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: int | None = None,
+              log_lines: bool = False) -> RunDir:
     """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``) and record the
-    training wall time in ``timings.json`` (under ``torchrun``, rank 0 alone writes)."""
+    training wall time in ``timings.json`` (under ``torchrun``, rank 0 alone writes).  ``log_lines``:
+    see :func:`~windtunnel.training.train`."""
     from .training import process_group, train
 
     rd = _rundir(run)
     t0 = time.perf_counter()
-    train(cfg, rd, resume=resume, until=until)
+    train(cfg, rd, resume=resume, until=until, log_lines=log_lines)
     if process_group()[0] == 0:
         rd.add_timing(train_s=rd.training_seconds() or (time.perf_counter() - t0))
     return rd

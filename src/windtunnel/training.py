@@ -90,11 +90,15 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
 # --- the loop -------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, until: int | None = None) -> Path:
+def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, until: int | None = None,
+          log_lines: bool = False) -> Path:
     """Train (or resume) a run in ``out_dir``; returns the run folder.
 
     ``until``: stop (with a checkpoint) after that step although the schedule runs to
     ``cfg.steps`` — an interruption on purpose; resuming continues exactly where it stopped.
+    ``log_lines``: where no progress bar is drawn (``progress`` off, or standard error not a terminal)
+    print one plain line per evaluation interval on standard output instead (the command line's
+    choice: a log file gets lines, not carriage returns; a library caller gets silence).
     """
     run = out_dir if isinstance(out_dir, RunDir) else RunDir(out_dir)
     rank, world = process_group()
@@ -105,7 +109,7 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
     if main_proc:
         run.prepare()
     with (run.lock() if main_proc else contextlib.nullcontext()):
-        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world)
+        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines)
 
 
 def _logged_past_first_checkpoint(run: RunDir, cfg: TrainConfig) -> bool:
@@ -116,7 +120,7 @@ def _logged_past_first_checkpoint(run: RunDir, cfg: TrainConfig) -> bool:
 
 
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
-                  resume: bool, until: int | None, shards: int, rank: int, world: int) -> Path:
+                  resume: bool, until: int | None, shards: int, rank: int, world: int, log_lines: bool) -> Path:
     ddp, main_proc = world > 1, rank == 0
     own_group = ddp and not torch.distributed.is_initialized()
     if own_group:
@@ -131,8 +135,9 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     elapsed = 0.0
     ckpt_root = run.checkpoints
     if resume:
-        found = ckpt.find_latest(ckpt_root)
-        newer = [p for p in ckpt.list_checkpoints(ckpt_root) if found is None or ckpt.step_of(p) > ckpt.step_of(found)]
+        found = ckpt.find_latest(ckpt_root, resumable=True)
+        newer = [p for p in ckpt.list_checkpoints(ckpt_root) if (found is None or ckpt.step_of(p) > ckpt.step_of(found))
+                 and not (ckpt.complete(p) and not ckpt.has_optimizer(p))]  # dynamics checkpoints are not damaged
         if found is not None and newer and main_proc:  # say what the fallback costs: those steps are trained again
             print(f"windtunnel: resuming {run.path} from step {ckpt.step_of(found)}: the newer checkpoint(s) "
                   f"{', '.join(p.name for p in newer)} are damaged and will be replaced", file=sys.stderr)
@@ -182,10 +187,12 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         save(0)  # the untrained model: the origin of every training-dynamics curve
 
     bar = None
-    if cfg.progress and main_proc:
+    if cfg.progress and main_proc and (sys.stderr.isatty() or not log_lines):
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.arch}/{task.name}", dynamic_ncols=True)
+    lines = log_lines and main_proc and bar is None
+    last_loss: dict[str, float] = {}
 
     model.train()
     t0 = time.perf_counter()
@@ -229,11 +236,17 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                 "time": elapsed + time.perf_counter() - t0,
             }
             run.append_metrics(record)
+            last_loss.update(loss=record["loss"], gap=gap)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
         if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
-            run.append_metrics({"step": done, "eval": evaluate_batch(model, eval_batch)})
+            held_out = evaluate_batch(model, eval_batch)
+            run.append_metrics({"step": done, "eval": held_out})
             model.train()
+            if lines:
+                print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {last_loss.get('loss', float('nan')):.4f} bits, "
+                      f"held-out KL {held_out.get('kl', float('nan')):.3g} bits, "
+                      f"{elapsed + time.perf_counter() - t0:.0f} s", flush=True)
         if done % cfg.ckpt_every == 0 or done in (cfg.steps, stop) or done in keep_steps:
             elapsed_now = elapsed + time.perf_counter() - t0
             elapsed, t0 = elapsed_now, time.perf_counter()

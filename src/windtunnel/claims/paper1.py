@@ -244,6 +244,12 @@ LENGTH_CONTROLS = {"rotary": "hmm_rotary", "alibi": "hmm_alibi", "none": "hmm_no
 2000 steps on fresh episodes): the position encoding, the budget, or the data regime."""
 
 
+MECHANISM_COLUMN = "hmm_k50"
+"""The HMM column trained at K=50: no evaluated position is untrained, so its jump at step 20 measures what the
+training length, not the model, does at the boundary.  Reported beside A12's verdict, never a control that
+closes it: the papers' model, trained at K=20 with learned positions too, would share the cause."""
+
+
 def _boundary_jump(doc: dict[str, Any]) -> float | None:
     """Per-position KL at K=50: mean over steps 21–25 / mean over steps 16–20 (the training boundary is K=20)."""
     kl = [x for x in doc["lengths"]["50"]["curves"]["kl"] if x is not None]
@@ -310,6 +316,11 @@ def _a12(ev: Evidence) -> Verdict:
     m = Measure(m.value, m.ci, m.seeds, (), files)
     smooth = [label for label, r in ctrl.items() if r["kl@20"].value < 0.5 * 0.42 and r["jump"].value <= 1.5]
     said = f"KL just past the boundary / just before it (learned positions); {_control_text(ctrl)}"
+    trained = ev.cell_stat(MECHANISM_COLUMN, "transformer", SEEDS, "eval.json", _boundary_jump)
+    if trained is not None:  # where the jump comes from; it does not say why the papers' model shows none
+        kl50 = ev.eval_metric(MECHANISM_COLUMN, "transformer", SEEDS, "kl", 50)
+        said += (f"; mechanism — trained at K=50 (every evaluated position trained): jump {trained.text()}, "
+                 f"KL {kl50.text() if kl50 else '–'} at K=50")
     if smooth:
         return Verdict(DISAGREE_EXPLAINED, m, f"{said}: no jump under {smooth[0]}",
                        control=_cells_control(ev, LENGTH_CONTROLS[smooth[0]], "eval.json"))

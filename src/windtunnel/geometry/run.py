@@ -100,7 +100,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     untrained, how = untrained_model(run)
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
-    fig_dir = run / "figures"
+    fig_dir = RunDir(run).figures
     results: dict[str, Any] = {k: old[k] for k in diags if k in old and k not in names}
     timings: dict[str, float] = dict((old.get("meta") or {}).get("timings_s") or {})
     for name in names:

@@ -88,12 +88,12 @@ def _figure_key(p: Path) -> tuple[int, str]:
     return (len(F.FIGURE_ORDER), p.name)
 
 
-def _ensure_figures(run: Path, ev: Mapping[str, Any] | None) -> None:
-    fig_dir = run / "figures"
-    have = {p.stem for p in fig_dir.glob("*.png")} if fig_dir.exists() else set()
+def _ensure_figures(rd: "RunDir", ev: Mapping[str, Any] | None) -> None:
+    fig_dir = rd.figures
+    have = {p.stem for p in fig_dir.glob("*.png")}
     jobs = []
-    if (run / "metrics.jsonl").exists() and not any(s.startswith("training") for s in have):
-        jobs.append(lambda: F.training_curves(run / "metrics.jsonl", fig_dir / "training.png"))
+    if rd.metrics_path.is_file() and not any(s.startswith("training") for s in have):
+        jobs.append(lambda: F.training_curves(rd.metrics_path, fig_dir / "training.png"))
     if ev and "curves" in ev:
         if not any(s.startswith("entropy") for s in have) and "entropy_model" in ev["curves"]:
             jobs.append(lambda: F.entropy_curve(ev, fig_dir / "entropy.png"))
@@ -212,8 +212,8 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
     ev = rd.read_eval() if rd.eval_path.exists() else None
     geometry = rd.read_geometry()
     rows = rd.metrics()
-    _ensure_figures(run, ev)
-    figs = sorted((run / "figures").glob("*.png"), key=_figure_key) if (run / "figures").exists() else []
+    _ensure_figures(rd, ev)
+    figs = sorted(rd.figures.glob("*.png"), key=_figure_key)
     versions = _versions()
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
 
