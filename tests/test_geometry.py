@@ -290,3 +290,28 @@ def test_diagnostics_read_the_tasks_anatomy_not_their_names() -> None:
     assert hypothesis_tokens(coin) is None and set(attention_regions(coin, coin.sample(2, 0).tokens)) == {"self"}
     r = G.key_orthogonality(tiny("transformer", coin, 0), coin, episodes=coin.sample(8, 0))
     assert r["applicable"] is False and "hypothesis tokens" in r["reason"]
+
+
+def test_bayes_lens_reads_each_layer_through_the_readout() -> None:
+    """The last layer's lens is the model's output; an inert layer reads the same as the one before it;
+    layer 0's value is the hand-computed KL of head(norm(stream)) against the posterior."""
+    from windtunnel.geometry.bayes_lens import bayes_lens
+    from windtunnel.metrics import kl_bits
+
+    task = tasks.make("hmm", S=2, O=2, K=4)
+    model = tiny("transformer", task)
+    with torch.no_grad():
+        model.blocks[1].attn.out_proj.weight.zero_()
+        model.blocks[1].mlp.proj.weight.zero_()
+    ep = task.sample(16, 3)
+    r = bayes_lens(model, task, episodes=ep, untrained=tiny("transformer", task))
+    assert r["layers"] == ["embed", "L0", "L1"]
+    assert r["summary"]["final_kl_vs_output"] < 1e-5
+    kl = r["kl_by_layer"]
+    assert kl[2] == pytest.approx(kl[1], abs=1e-7)  # the inert block 1 adds nothing to the stream
+    with torch.no_grad():
+        _, cache = model.run_with_cache(**ep.inputs, names=["blocks.0.hook_resid_post"])
+        q = torch.softmax(model.head(model.norm(cache["blocks.0.hook_resid_post"])).double(), -1)[ep.mask]
+    assert kl[1] == pytest.approx(float(kl_bits(ep.posterior[ep.mask].double(), q).mean()), rel=1e-6)
+    assert len(r["summary"]["kl_by_layer_untrained"]) == 3
+    assert not bayes_lens(Encoder(task), task, episodes=ep)["applicable"]  # no final norm to read through

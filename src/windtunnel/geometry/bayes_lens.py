@@ -1,0 +1,110 @@
+"""The Bayes lens: where in depth the posterior forms.
+
+Each layer's residual stream is read out through the model's own final norm and output head (a
+logit lens), and the distribution it gives is scored against the exact posterior at every scored
+position:
+
+    q_l = softmax(head(norm(x_l)))           x_l: the stream after block l (``embed``: before block 0)
+    KL_l = mean over positions of KL(p ‖ q_l) in bits,   Herr_l = mean |H(q_l) − H(p)| in bits
+
+The last layer's lens is the model's output, so ``KL_L`` equals the evaluation's KL on the same
+episodes (a check recorded as ``final_kl_vs_output``).  ``formation_layer`` is the first layer whose
+KL is within twice the final one.  The untrained model's lens is the null: a readout that has
+learned nothing gives its KL at every depth.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..metrics import kl_bits
+from ..tasks.base import Episodes, Task, entropy_bits
+from . import _plot
+from ._common import GEOMETRY_SEED, arch_of, collect_scored, episodes_for, has_hooks, n_layers, not_applicable
+from .registry import Diagnostic, register
+
+__all__ = ["bayes_lens", "bayes_lens_figure", "lens_layers"]
+
+
+def lens_layers(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """``(label, hook name)`` of every stream the lens reads: the input to block 0, then each block's output."""
+    return [("embed", "blocks.0.hook_resid_pre")] + [(f"L{l}", f"blocks.{l}.hook_resid_post") for l in range(n_layers(model))]
+
+
+def _readable(model: torch.nn.Module) -> bool:
+    return (has_hooks(model, "hook_resid_post") and n_layers(model) > 0
+            and all(isinstance(getattr(model, part, None), torch.nn.Module) for part in ("norm", "head")))
+
+
+@torch.no_grad()
+def _lens(model: torch.nn.Module, episodes: Episodes) -> dict[str, Any]:
+    layers = lens_layers(model)
+    sc = collect_scored(model, episodes, [name for _, name in layers])
+    p, h = sc.posterior, sc.entropy
+    dev, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    kl, herr = [], []
+    for _, name in layers:
+        logits = model.head(model.norm(sc.acts[name].to(dev, dtype))).double().cpu()
+        q = torch.softmax(logits, -1)
+        kl.append(float(kl_bits(p, q).mean()))
+        herr.append(float((entropy_bits(q) - h).abs().mean()))
+    output_kl = float(kl_bits(p, torch.softmax(sc.logits, -1)).mean())
+    return {"layers": [label for label, _ in layers], "kl_by_layer": kl, "entropy_error_by_layer": herr,
+            "output_kl": output_kl}
+
+
+def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEOMETRY_SEED,
+               episodes: Episodes | None = None, untrained: torch.nn.Module | None = None) -> dict[str, Any]:
+    """The KL and entropy error to the exact posterior of every layer's readout (see the module
+    docstring), on at most ``n`` episodes, beside the untrained model's."""
+    if not _readable(model):
+        return not_applicable(f"architecture {arch_of(model)!r} has no residual stream to read through a final "
+                              "norm and head (needs model.norm, model.head and blocks.{l}.hook_resid_post)")
+    ep = episodes_for(task, n, seed, episodes)
+    ep = ep[: min(n, len(ep))]
+    trained = _lens(model, ep)
+    kl = trained["kl_by_layer"]
+    final = kl[-1]
+    formation = next((i for i, v in enumerate(kl) if v <= 2 * final), None)
+    out: dict[str, Any] = {
+        "applicable": True,
+        "n_episodes": len(ep),
+        **trained,
+        "summary": {
+            "kl_by_layer": kl,
+            "entropy_error_by_layer": trained["entropy_error_by_layer"],
+            "final_kl": final,
+            "final_kl_vs_output": abs(final - trained["output_kl"]),
+            "formation_layer": trained["layers"][formation] if formation is not None else None,
+        },
+    }
+    if untrained is not None and _readable(untrained):
+        null = _lens(untrained, ep)
+        out["untrained"] = null
+        out["summary"]["kl_by_layer_untrained"] = null["kl_by_layer"]
+    return out
+
+
+def bayes_lens_figure(result: dict[str, Any], path: Path) -> Path:
+    """KL to the posterior of each layer's readout, trained beside untrained (log scale)."""
+    if not result.get("applicable", False):
+        return _plot.placeholder(f"Bayes lens: {result.get('reason', 'not applicable')}", path)
+    fig, ax = _plot.figure(w=4.8, h=3.4)
+    a = ax[0, 0]
+    x = list(range(len(result["layers"])))
+    a.plot(x, result["kl_by_layer"], "o-", label="trained")
+    if "untrained" in result:
+        a.plot(x, result["untrained"]["kl_by_layer"], "s--", color="0.5", label="untrained")
+    a.set_xticks(x, result["layers"])
+    a.set_yscale("log")
+    a.set_ylabel("KL(posterior ‖ layer readout), bits")
+    a.set_title("Bayes lens: where in depth the posterior forms", fontsize=9)
+    a.legend(fontsize=7)
+    return _plot.save(fig, path)
+
+
+register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, None, untrained=True, order=65,
+                    requires=("hook_resid_post",)))
