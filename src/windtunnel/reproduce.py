@@ -91,11 +91,11 @@ POSITION_CELLS = (("hmm_rotary", "transformer"), ("hmm_alibi", "transformer"), (
 """Paper I's length generalisation under control: the HMM transformer with rotary, ALiBi and no position
 encoding (the HMM column's own is learned absolute), trained at K = 20 and evaluated at K = 20, 30, 50."""
 
-BUDGET_CELLS = (("hmm_long", "transformer"), ("hmm_fixed", "transformer"))
+BUDGET_CELLS = (("hmm_long", "transformer"), ("hmm_fixed", "transformer"), ("hmm_long", "mamba"))
 """The HMM transformer trained four times as long as its column (8000 steps at the quick preset), on fresh
 episodes (``hmm_long``) and on one fixed set of 10,000 episodes revisited ≈51 times (``hmm_fixed``, the
 papers' data regime): whether the HMM error at K=20 and the length-generalisation error at K=30/50 are the
-budget's or the data regime's."""
+budget's or the data regime's; and Mamba's HMM cell four times as long (its error beside the papers')."""
 
 LENGTH_CELLS = (("hmm_k50", "transformer"),)
 """The HMM transformer trained at K = 50 instead of 20 (same steps), evaluated at K = 20, 30, 50: the boundary

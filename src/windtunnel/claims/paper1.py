@@ -27,9 +27,9 @@ LEARNED_FRACTION = 0.1
 """A model 'learns' a task when its error is below this fraction of the context-blind floor."""
 
 
-def _cells_control(ev: Evidence, column: str, file: str) -> str:
+def _cells_control(ev: Evidence, column: str, file: str, arch: str = "transformer") -> str:
     """How a verdict names a control made of grid cells: the first seed's file, then the seeds and command."""
-    return (f"{ev.preset}/cells/{column}-transformer-s{SEEDS[0]}/{file} (and seeds "
+    return (f"{ev.preset}/cells/{column}-{arch}-s{SEEDS[0]}/{file} (and seeds "
             f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
 
 
@@ -118,23 +118,24 @@ DATA_COLUMN = "hmm_fixed"
 HMM_CONTROLS = {BUDGET_COLUMN: "fresh episodes", DATA_COLUMN: "a fixed set of 10,000 episodes"}
 
 
-def _hmm_controls(ev: Evidence) -> list[tuple[Measure, str, str]]:
-    """The HMM transformer's controls that are measured (four times the steps, on fresh episodes and on the
-    authors' fixed set): each one's KL at K=20, how to name it, and the control to cite."""
+def _hmm_controls(ev: Evidence, arch: str = "transformer") -> list[tuple[Measure, str, str]]:
+    """An HMM cell's controls that are measured for ``arch`` (four times the steps, on fresh episodes and on
+    the authors' fixed set): each one's KL at K=20, how to name it, and the control to cite."""
     out = []
     for column, data in HMM_CONTROLS.items():
-        m = ev.eval_metric(column, "transformer", SEEDS, "kl", 20)
+        m = ev.eval_metric(column, arch, SEEDS, "kl", 20)
         if m is not None:
             steps = grid.EXPERIMENTS[column].recipes[ev.preset].steps
             out.append((m, f"the {steps}-step control on {data} ({len(SEEDS)} seeds)",
-                        _cells_control(ev, column, "eval.json")))
+                        _cells_control(ev, column, "eval.json", arch)))
     return out
 
 
-def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why: str, paper: float | None) -> Verdict:
+def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why: str, paper: float | None,
+                 arch: str = "transformer") -> Verdict:
     """A disagreeing HMM error judged against its controls: explained by the first control that ``closes``
     the gap, else a disagreement that says where each control stands."""
-    ctls = _hmm_controls(ev)
+    ctls = _hmm_controls(ev, arch)
     for longer, name, control in ctls:
         if closes(longer.value):
             return Verdict(DISAGREE_EXPLAINED, m, f"{why}; {name} reaches {longer.text()}", control=control)
@@ -360,14 +361,18 @@ def _a15(ev: Evidence) -> Verdict:
     return Verdict(_lower(ma, tr), ma, f"transformer {tr.text()}")
 
 
-@claim("A16", "I", "v3", "primitives table", "Mamba's HMM error", "0.024 bits", "secondary", "kl (bits), mamba, 3 seeds",
-       f"agree if our mean is at most {ERROR_FACTOR}× 0.024", TABLE)
+@claim("A16", "I", "v3", "primitives table", "Mamba's HMM error", "0.024 bits", "secondary",
+       "kl (bits), mamba, 3 seeds; control: the same cell trained four times as long",
+       f"agree if our mean is at most {ERROR_FACTOR}× 0.024; explained by the longer-run control if its mean reaches it",
+       f"{TABLE}; {REPRO}")
 def _a16(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "mamba", "kl")
     if m is None:
         return missing("table cell")
     ok, why = _error_rule(m, 0.024)
-    return Verdict(AGREE if ok else DISAGREE, m, why)
+    if ok:
+        return Verdict(AGREE, m, why)
+    return _hmm_verdict(ev, m, lambda v: v <= ERROR_FACTOR * 0.024, why, 0.024, arch="mamba")
 
 
 @claim("A17", "I", "v3", "primitives table", "The LSTM fails HMM filtering", "0.411 bits", "paper",
