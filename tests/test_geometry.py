@@ -315,3 +315,29 @@ def test_bayes_lens_reads_each_layer_through_the_readout() -> None:
     assert kl[1] == pytest.approx(float(kl_bits(ep.posterior[ep.mask].double(), q).mean()), rel=1e-6)
     assert len(r["summary"]["kl_by_layer_untrained"]) == 3
     assert not bayes_lens(Encoder(task), task, episodes=ep)["applicable"]  # no final norm to read through
+
+
+class _OneStream(nn.Module):
+    """A user's model with one ``hook_resid_post`` outside any ``blocks``: a stream, not layers."""
+
+    def __init__(self, task: tasks.Task) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(task.vocab_size, 8)
+        self.hook_resid_post = HookPoint()
+        self.head = nn.Linear(8, task.n_classes)
+
+    def hook_names(self) -> list[str]:
+        return ["hook_resid_post"]
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.hook_resid_post(self.embed(tokens)))
+
+
+def test_per_layer_diagnostics_say_what_a_model_without_layers_lacks() -> None:
+    """A residual hook outside ``blocks`` is not a layer: the per-layer diagnostics answer "not
+    applicable" naming the hooks they read, instead of crashing on zero layers."""
+    task = tasks.make("bijection", V=4, L=3)
+    model, ep = _OneStream(task), task.sample(8, 0)
+    for diag in (G.probes, G.value_manifold):
+        r = diag(model, task, episodes=ep)
+        assert r["applicable"] is False and "blocks.{l}.hook_resid_post" in r["reason"]

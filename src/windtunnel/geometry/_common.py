@@ -53,6 +53,14 @@ def has_hooks(model: torch.nn.Module, suffix: str) -> bool:
     return any(n.endswith(suffix) for n in names)
 
 
+def has_layer_hooks(model: torch.nn.Module, suffix: str) -> bool:
+    """Whether every block of ``model`` exposes ``blocks.{l}.{suffix}`` (the per-layer reading the
+    diagnostics do; a hook of that name outside ``blocks`` is one stream, not a layer's)."""
+    names = set(model.hook_names()) if hasattr(model, "hook_names") else set()
+    L = n_layers(model)
+    return L > 0 and all(f"blocks.{l}.{suffix}" in names for l in range(L))
+
+
 def device_of(model: torch.nn.Module) -> torch.device:
     for p in model.parameters():
         return p.device

@@ -23,7 +23,7 @@ import torch
 from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task, entropy_bits
 from . import _plot
-from ._common import GEOMETRY_SEED, arch_of, collect_scored, episodes_for, has_hooks, n_layers, not_applicable
+from ._common import GEOMETRY_SEED, arch_of, collect_scored, episodes_for, has_layer_hooks, n_layers, not_applicable
 from .registry import Diagnostic, register
 
 __all__ = ["bayes_lens", "bayes_lens_figure", "lens_layers"]
@@ -35,7 +35,7 @@ def lens_layers(model: torch.nn.Module) -> list[tuple[str, str]]:
 
 
 def _readable(model: torch.nn.Module) -> bool:
-    return (has_hooks(model, "hook_resid_post") and n_layers(model) > 0
+    return (has_layer_hooks(model, "hook_resid_pre") and has_layer_hooks(model, "hook_resid_post")
             and all(isinstance(getattr(model, part, None), torch.nn.Module) for part in ("norm", "head")))
 
 

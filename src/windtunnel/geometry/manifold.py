@@ -11,7 +11,7 @@ from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, TRAIN_FRAC, Scored, arch_of, clean, collect_scored, episodes_for,
-                      has_hooks, n_layers, not_applicable, pca, position_onehot, r2, residualise_on_position,
+                      has_layer_hooks, n_layers, not_applicable, pca, position_onehot, r2, residualise_on_position,
                       ridge_r2, spearman, split_rows, variance_stats)
 
 __all__ = ["value_manifold", "value_manifold_figure", "manifold_stats", "sources"]
@@ -23,9 +23,9 @@ def sources(model: torch.nn.Module) -> dict[str, str]:
     """Representation sources: ``attn_out`` (``blocks.{l}.hook_attn_out``, transformers) and
     ``resid`` (``blocks.{l}.hook_resid_post``, every architecture) — name -> hook-name template."""
     out = {}
-    if has_hooks(model, "hook_attn_out"):
+    if has_layer_hooks(model, "hook_attn_out"):
         out["attn_out"] = "blocks.{l}.hook_attn_out"
-    if has_hooks(model, "hook_resid_post"):
+    if has_layer_hooks(model, "hook_resid_post"):
         out["resid"] = "blocks.{l}.hook_resid_post"
     return out
 
@@ -117,7 +117,8 @@ def value_manifold(
     """
     srcs = sources(model)
     if not srcs:
-        return not_applicable(f"architecture {arch_of(model)!r} exposes no residual stream hooks")
+        return not_applicable(f"architecture {arch_of(model)!r} exposes no per-layer residual stream hooks "
+                              "(blocks.{l}.hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     sc = _collect(model, ep, srcs)
     train, test = split_rows(sc.seq, train_frac)

@@ -14,7 +14,7 @@ from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, TRAIN_FRAC, Scored, adjusted_rand_index, arch_of, clean, collect_scored,
-                      episodes_for, has_hooks, kmeans, n_layers, not_applicable, r2, residualise_on_position,
+                      episodes_for, has_hooks, has_layer_hooks, kmeans, n_layers, not_applicable, r2, residualise_on_position,
                       ridge_fit, ridge_r2, split_rows)
 
 __all__ = ["probes", "probes_figure", "posterior_probe", "cluster_states", "PROBE_FLOOR"]
@@ -113,8 +113,9 @@ def probes(
     posterior vectors themselves (how clustered the targets already are).  ``entropy_within_cluster_std``
     vs ``entropy_std``: entropy still varies inside each cluster (the papers' observation).
     """
-    if not has_hooks(model, "hook_resid_post"):
-        return not_applicable(f"architecture {arch_of(model)!r} exposes no residual stream hooks")
+    if not has_layer_hooks(model, "hook_resid_post"):
+        return not_applicable(f"architecture {arch_of(model)!r} exposes no per-layer residual stream hooks "
+                              "(blocks.{l}.hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     do_clusters = task.discrete_latent_state if clusters is None else clusters
     names = _layer_names(model)
