@@ -15,7 +15,8 @@ without the part it measures, and has a figure function ``f_figure(result, path)
 registers itself in its own module (:mod:`windtunnel.geometry.registry`): a new one is one new file.
 """
 
-from ._common import GEOMETRY_SEED, adjusted_rand_index, kmeans, not_applicable, pca, ridge_fit, spearman
+from ._common import GEOMETRY_SEED, not_applicable, spearman
+from .readouts import adjusted_rand_index, kmeans, pca, ridge_fit
 from .ablation import ablation_figure, head_ablation, head_ablation_figure, layer_ablation, layer_ablation_figure
 from .attention import attention_focusing, attention_focusing_figure, attention_regions
 from .dynamics import frame_precision, frame_precision_figure, js_bits, settle_step

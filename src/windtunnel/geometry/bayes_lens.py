@@ -24,7 +24,7 @@ from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task, entropy_bits
 from . import _plot
 from ._common import GEOMETRY_SEED, arch_of, collect_scored, episodes_for, has_layer_hooks, n_layers, not_applicable
-from .registry import Diagnostic, register
+from .registry import Diagnostic, Reading, register
 
 __all__ = ["bayes_lens", "bayes_lens_figure", "lens_layers"]
 
@@ -106,5 +106,18 @@ def bayes_lens_figure(result: dict[str, Any], path: Path) -> Path:
     return _plot.save(fig, path)
 
 
-register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, None, untrained=True, order=65,
-                    requires=("hook_resid_post",)))
+def _interpret(r: dict[str, Any]) -> list[Reading]:
+    """B10 through the model's own readout: the stream before the last block already holds the posterior."""
+    s = r["summary"]
+    kl, null = s["kl_by_layer"], s.get("kl_by_layer_untrained")
+    if len(kl) < 3 or not null:
+        return []
+    before, base = kl[-2], null[-2]
+    return [Reading("bayes_lens.kl_by_layer[-2]", before, "untrained model", base,
+                    "below half the untrained model's is consistent", before < 0.5 * base, "B10",
+                    f"the stream entering the last block, read through the final norm and head, is {before:.3g} bits "
+                    f"from the posterior (output {kl[-1]:.3g}; first within 2× of the output: {s['formation_layer']})")]
+
+
+register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, _interpret, untrained=True, order=65, version=2,
+                    claims=("B10",), requires=("hook_resid_pre", "hook_resid_post")))

@@ -15,7 +15,8 @@ from ..tasks.base import Episodes
 from . import _plot
 from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, has_hooks, inputs_on, n_layers,
-                      pca, spearman)
+                      spearman)
+from .readouts import pca
 
 __all__ = ["frame_precision", "frame_precision_figure", "first_below", "settle_step", "js_bits"]
 

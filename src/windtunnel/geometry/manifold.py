@@ -10,9 +10,10 @@ import torch
 from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, TRAIN_FRAC, Scored, arch_of, clean, collect_scored, episodes_for,
-                      has_layer_hooks, n_layers, not_applicable, pca, position_onehot, r2, residualise_on_position,
-                      ridge_r2, spearman, split_rows, variance_stats)
+from ._common import (GEOMETRY_SEED, Scored, arch_of, clean, collect_scored, episodes_for, has_layer_hooks, n_layers,
+                      not_applicable, spearman)
+from .readouts import (TRAIN_FRAC, pca, position_onehot, r2, residualise_on_position, ridge_r2, split_rows,
+                       variance_stats)
 
 __all__ = ["value_manifold", "value_manifold_figure", "manifold_stats", "sources"]
 

@@ -13,9 +13,10 @@ from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, TRAIN_FRAC, Scored, adjusted_rand_index, arch_of, clean, collect_scored,
-                      episodes_for, has_hooks, has_layer_hooks, kmeans, n_layers, not_applicable, r2, residualise_on_position,
-                      ridge_fit, ridge_r2, split_rows)
+from ._common import (GEOMETRY_SEED, Scored, arch_of, clean, collect_scored, episodes_for, has_hooks, has_layer_hooks,
+                      n_layers, not_applicable)
+from .readouts import (TRAIN_FRAC, adjusted_rand_index, kmeans, r2, residualise_on_position, ridge_fit, ridge_r2,
+                       split_rows)
 
 __all__ = ["probes", "probes_figure", "posterior_probe", "cluster_states", "PROBE_FLOOR"]
 
