@@ -512,3 +512,22 @@ def test_a_short_run_scales_the_preset_curriculum() -> None:
     assert cfg["steps"] == 400 and [s["until"] for s in cfg["curriculum"]] == [50]
     TrainConfig.from_dict(cfg)  # valid
     assert grid.with_steps(grid.preset("quick", "bijection_replacement", "transformer"), 1)["curriculum"] == []
+
+
+def test_a_model_whose_outputs_overflow_is_refused_not_scored(tmp_path: Path, capsys) -> None:
+    """Finite weights whose outputs overflow (a diverged run caught between checkpoints' checks): eval
+    refuses in one line instead of printing NaN metrics."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    cfg = TrainConfig(task="bijection", task_params={"V": 4, "L": 3}, arch="transformer", params=20_000,
+                      model={"n_layers": 1, "n_heads": 2}, steps=2, eval_n=8, progress=False)
+    run = tmp_path / "run"
+    train(cfg, run)
+    for f in RunDir(run).checkpoints.glob("step_*/model.safetensors"):
+        w = load_file(str(f))  # the output head at the edge of float32: finite, but its sums overflow
+        save_file({k: torch.full_like(v, 3e38) if k.startswith("head.") else v for k, v in w.items()}, str(f))
+    before = snapshot(run)
+    assert "not finite" in user_error(["eval", str(run), "--n", "8"], capsys)
+    assert "not finite" in user_error(["analyze", str(run), "--n", "8"], capsys)
+    assert snapshot(run) == before

@@ -32,7 +32,7 @@ import torch
 
 from . import metrics as M
 from .tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
-from .errors import InvalidValue
+from .errors import InvalidValue, UserError
 from .stats import LEVEL, finite, mean_std, percentile_ci, resample_weights
 
 __all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "mean_std", "percentile_ci", "predict", "resample_weights"]
@@ -215,6 +215,10 @@ def _as_logits(out: Any) -> torch.Tensor:
     raise TypeError(f"model must return a logits tensor [B, T, C], got {type(out).__name__}")
 
 
+class NonFiniteOutput(UserError, ValueError):
+    """A model whose logits at scored positions are NaN or infinite: no metric of it means anything."""
+
+
 def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
             device: torch.device | str | None = None) -> torch.Tensor:
     """Logits ``[B,T,C]`` (on CPU) of ``model`` on ``episodes``: one forward per chunk of ``chunk``
@@ -230,7 +234,14 @@ def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
             for part in episodes.chunks(chunk):
                 inputs = {k: v.to(dev) for k, v in part.inputs.items()}
                 outs.append(_as_logits(model(**inputs)).detach().cpu())
-        return torch.cat(outs)
+        logits = torch.cat(outs)
+        scored = logits[episodes.mask]
+        # −inf is a legitimate zero probability (an oracle's log-posterior); NaN, +inf or a row with no finite
+        # logit is a model that diverged (finite weights can still overflow)
+        if bool((scored.isnan() | scored.isposinf()).any() or (~scored.isfinite()).all(-1).any()):
+            raise NonFiniteOutput("the model's outputs are not finite on these episodes (NaN or +inf logits at "
+                                  "scored positions): its weights have diverged; evaluate an earlier checkpoint")
+        return logits
     finally:
         for m, mode in modes:
             m.training = mode

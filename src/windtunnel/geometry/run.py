@@ -14,6 +14,7 @@ import torch
 from .. import checkpoint as ckpt
 from .. import models
 from ..runs import RunDir
+from ..evaluation import predict
 from ._common import GEOMETRY_SEED, arch_of, clean
 from .registry import Diagnostic, Reading, discover, interpret
 
@@ -100,6 +101,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     untrained, how = untrained_model(run)
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
+    predict(model, episodes[: min(n, 64)])  # NonFiniteOutput (one line) for a model whose outputs overflow
     fig_dir = RunDir(run).figures
     results: dict[str, Any] = {k: old[k] for k in diags if k in old and k not in names}
     timings: dict[str, float] = dict((old.get("meta") or {}).get("timings_s") or {})
