@@ -341,3 +341,17 @@ def test_per_layer_diagnostics_say_what_a_model_without_layers_lacks() -> None:
     for diag in (G.probes, G.value_manifold):
         r = diag(model, task, episodes=ep)
         assert r["applicable"] is False and "blocks.{l}.hook_resid_post" in r["reason"]
+
+
+@pytest.mark.parametrize("pos", ["rotary", "alibi"])
+def test_a_model_evaluated_first_can_still_be_differentiated(pos: str) -> None:
+    """Evaluation runs under inference mode; the position caches it builds must not leak into the
+    autograd graph of a diagnostic run on the same model afterwards (the routing law)."""
+    from windtunnel.evaluation import predict
+
+    task = tasks.make("bijection", V=4, L=3)
+    model = models.make("transformer", task, d_model=16, n_layers=1, n_heads=2, pos=pos)
+    predict(model, task.sample(4, 0))
+    from windtunnel.geometry.routing_law import routing_law
+
+    assert routing_law(model, task, n=4)["summary"]["max_score_rel_error"] < 1e-4

@@ -14,8 +14,8 @@ import torch
 from .. import checkpoint as ckpt
 from .. import models
 from ..runs import RunDir
-from ..evaluation import predict
-from ._common import GEOMETRY_SEED, arch_of, clean
+from ..evaluation import NonFiniteOutput
+from ._common import GEOMETRY_SEED, arch_of, clean, eval_mode, inputs_on
 from .registry import Diagnostic, Reading, discover, interpret
 
 __all__ = ["analyze_run", "untrained_model", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
@@ -101,7 +101,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     untrained, how = untrained_model(run)
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
-    predict(model, episodes[: min(n, 64)])  # NonFiniteOutput (one line) for a model whose outputs overflow
+    _refuse_non_finite(model, episodes[: min(n, 64)])
     fig_dir = RunDir(run).figures
     results: dict[str, Any] = {k: old[k] for k in diags if k in old and k not in names}
     timings: dict[str, float] = dict((old.get("meta") or {}).get("timings_s") or {})
@@ -140,6 +140,18 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
     }
     ckpt.write_text_atomic(out, json.dumps(clean(doc), indent=1, allow_nan=False))
     return out
+
+
+def _refuse_non_finite(model: torch.nn.Module, episodes: Any) -> None:
+    """:class:`NonFiniteOutput` (one line) for a model whose logits at scored positions are NaN or +inf.
+    Under ``no_grad``, not ``inference_mode``: tensors a module caches in inference mode cannot enter the
+    autograd graphs later diagnostics build (the routing law differentiates the same model)."""
+    with eval_mode(model):
+        logits = model(**inputs_on(episodes, next(model.parameters()).device)).float().cpu()
+    scored = logits[episodes.mask]
+    if bool((scored.isnan() | scored.isposinf()).any() or (~scored.isfinite()).all(-1).any()):
+        raise NonFiniteOutput("the model's outputs are not finite on these episodes (NaN or +inf logits at scored "
+                              "positions): its weights have diverged; analyse an earlier checkpoint")
 
 
 def failed_diagnostics(path: str | Path) -> list[str]:

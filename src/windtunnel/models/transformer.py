@@ -211,7 +211,7 @@ class Attention(nn.Module):
 
     def rope(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [T,1,dh]`` for positions ``0..T-1`` (cached per length/device/dtype)."""
-        key = (T, device, dtype)
+        key = (T, device, dtype, torch.is_inference_mode_enabled())  # an inference tensor cannot enter autograd
         if key not in self._rope:
             half = self.head_dim // 2
             inv = self.rope_base ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
@@ -223,7 +223,7 @@ class Attention(nn.Module):
     def alibi_bias(self, T: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         r"""``[H,T,T]``: :math:`-m_h (i - j)` on and below the diagonal, :math:`-\infty` above it, with
         :math:`m_h = 2^{-8h/H}` for heads :math:`h = 1..H` (cached per length/device/dtype)."""
-        key = (T, device, dtype)
+        key = (T, device, dtype, torch.is_inference_mode_enabled())  # an inference tensor cannot enter autograd
         if key not in self._alibi:
             H = self.n_heads
             slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, device=device, dtype=torch.float32) / H)
