@@ -374,3 +374,15 @@ def test_no_progress_prints_one_line_per_evaluation_interval(tmp_path: Path, cap
     lines = [line for line in out.out.splitlines() if "lstm/bijection step" in line]
     assert [line.split("step ")[1].split(":")[0] for line in lines] == ["12/12", "24/24"]
     assert "\r" not in out.out + out.err
+
+
+def test_checkpoint_files_get_the_mode_every_other_file_gets(tmp_path: Path) -> None:
+    """safetensors creates its files readable by the owner alone; a run folder shared on a cluster must
+    be readable as any file the user writes (the umask decides)."""
+    old = os.umask(0o022)
+    try:
+        train(tiny(steps=2), tmp_path / "run")
+    finally:
+        os.umask(old)
+    files = [f for f in (tmp_path / "run" / "checkpoints").rglob("*") if f.is_file() and f.name != ckpt.LATEST]
+    assert files and all(f.stat().st_mode & 0o777 == 0o644 for f in files), {f.name: oct(f.stat().st_mode) for f in files}

@@ -140,7 +140,9 @@ def save(
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         full_state["optimizer"] = skeleton
     _write_bytes(tmp / "state.json", json.dumps(full_state, indent=1).encode())
+    mode = 0o666 & ~_umask()  # safetensors creates its files 0600: give them the mode any other file gets
     for f in tmp.iterdir():  # weights were written by safetensors: flush them too
+        os.chmod(f, mode)
         with open(f, "rb+") as fh:
             os.fsync(fh.fileno())
     if final.exists():
@@ -149,6 +151,13 @@ def save(
     _fsync_dir(ckpt_root)
     write_text_atomic(ckpt_root / LATEST, name + "\n")
     return final
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def step_dir(ckpt_root: Path, step: int) -> Path:
