@@ -219,6 +219,16 @@ class NonFiniteOutput(UserError, ValueError):
     """A model whose logits at scored positions are NaN or infinite: no metric of it means anything."""
 
 
+def refuse_non_finite(logits: torch.Tensor, mask: torch.Tensor) -> None:
+    """:class:`NonFiniteOutput` if the logits at scored positions hold NaN, +inf, or a row with no finite
+    value.  −inf is a legitimate zero probability (an oracle's log-posterior); the rest is a model that
+    diverged (finite weights can still overflow)."""
+    scored = logits[mask]
+    if bool((scored.isnan() | scored.isposinf()).any() or (~scored.isfinite()).all(-1).any()):
+        raise NonFiniteOutput("the model's outputs are not finite on these episodes (NaN or +inf logits at "
+                              "scored positions): its weights have diverged; use an earlier checkpoint")
+
+
 def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
             device: torch.device | str | None = None) -> torch.Tensor:
     """Logits ``[B,T,C]`` (on CPU) of ``model`` on ``episodes``: one forward per chunk of ``chunk``
@@ -235,12 +245,7 @@ def predict(model: torch.nn.Module, episodes: Episodes, chunk: int = 256,
                 inputs = {k: v.to(dev) for k, v in part.inputs.items()}
                 outs.append(_as_logits(model(**inputs)).detach().cpu())
         logits = torch.cat(outs)
-        scored = logits[episodes.mask]
-        # −inf is a legitimate zero probability (an oracle's log-posterior); NaN, +inf or a row with no finite
-        # logit is a model that diverged (finite weights can still overflow)
-        if bool((scored.isnan() | scored.isposinf()).any() or (~scored.isfinite()).all(-1).any()):
-            raise NonFiniteOutput("the model's outputs are not finite on these episodes (NaN or +inf logits at "
-                                  "scored positions): its weights have diverged; evaluate an earlier checkpoint")
+        refuse_non_finite(logits, episodes.mask)
         return logits
     finally:
         for m, mode in modes:

@@ -14,7 +14,7 @@ import torch
 from .. import checkpoint as ckpt
 from .. import models
 from ..runs import RunDir
-from ..evaluation import NonFiniteOutput
+from ..evaluation import refuse_non_finite
 from ._common import GEOMETRY_SEED, arch_of, clean, eval_mode, inputs_on
 from .registry import Diagnostic, Reading, discover, interpret
 
@@ -143,15 +143,12 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
 
 
 def _refuse_non_finite(model: torch.nn.Module, episodes: Any) -> None:
-    """:class:`NonFiniteOutput` (one line) for a model whose logits at scored positions are NaN or +inf.
+    """``NonFiniteOutput`` (one line) for a model whose logits at scored positions are NaN or +inf.
     Under ``no_grad``, not ``inference_mode``: tensors a module caches in inference mode cannot enter the
     autograd graphs later diagnostics build (the routing law differentiates the same model)."""
     with eval_mode(model):
         logits = model(**inputs_on(episodes, next(model.parameters()).device)).float().cpu()
-    scored = logits[episodes.mask]
-    if bool((scored.isnan() | scored.isposinf()).any() or (~scored.isfinite()).all(-1).any()):
-        raise NonFiniteOutput("the model's outputs are not finite on these episodes (NaN or +inf logits at scored "
-                              "positions): its weights have diverged; analyse an earlier checkpoint")
+    refuse_non_finite(logits, episodes.mask)
 
 
 def failed_diagnostics(path: str | Path) -> list[str]:
