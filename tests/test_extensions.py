@@ -140,14 +140,14 @@ def test_a_task_an_architecture_and_a_diagnostic_each_from_one_file(extension, t
         check_task_contract(task, seed, 5)
     check_arch_contract("gru_demo", task)
     # it trains, evaluates and is analysed like any built-in: the new diagnostic runs on the new model
-    from windtunnel.geometry import analyze_run
+    from windtunnel.stages import analyze_run
     from windtunnel.training import TrainConfig, train
 
     cfg = TrainConfig(task="copy_previous_demo", task_params={"V": 4, "T": 6}, arch="gru_demo", model={"d_model": 8},
                       steps=4, batch_size=8, eval_every=4, ckpt_every=4, eval_n=8, progress=False, device="cpu",
                       warmup=1)
     run = train(cfg, tmp_path / "run")
-    doc = json.loads(analyze_run(run, n=16, n_boot=10, device="cpu").read_text())
+    doc = json.loads(analyze_run(run, n=16, n_boot=10, device="cpu", report=False).read_text())
     assert doc["state_norm_demo"]["summary"]["state_norm"] > 0
     assert any(r["claim"] == "X1" for r in doc["interpretation"])
     assert doc["key_orthogonality"]["applicable"] is False  # no keys: its declared requirement says so

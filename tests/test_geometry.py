@@ -249,10 +249,13 @@ def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
                       model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=12, batch_size=16, eval_every=12,
                       ckpt_every=6, eval_n=16, progress=False, device="cpu", warmup=2)
     run = train(cfg, tmp_path / "run")
-    out = G.analyze_run(run, n=24, n_boot=30, device="cpu")
-    from windtunnel.stages import write_report
+    from windtunnel.stages import analyze_run
 
-    write_report(run)  # the stage that follows analysis (geometry itself writes only its results)
+    untouched = {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()}
+    doc = G.diagnose(run, n=24, n_boot=30, device="cpu")  # the analysis writes nothing: the stage does
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()} == untouched
+    out = analyze_run(run, n=24, n_boot=30, device="cpu")
+    assert json.loads(out.read_text())["summary"] == doc["summary"]
     doc = json.loads(out.read_text())
     assert set(G.DIAGNOSTICS) | {"summary", "meta", "interpretation"} <= set(doc)
     assert doc["meta"]["untrained_null"] == "step-0 checkpoint"

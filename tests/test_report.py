@@ -37,7 +37,7 @@ def test_figures_exist(run_dir: Path) -> None:
 
 
 def test_report_is_self_contained(run_dir: Path) -> None:
-    out = report.write_report(run_dir)
+    out = stages.write_report(run_dir)
     assert out == run_dir / "report.html"
     text = out.read_text()
     assert text.count("data:image/png;base64,") == len(list((run_dir / "figures").glob("*.png")))
@@ -65,11 +65,11 @@ def test_report_shows_the_training_time_the_loop_logged(run_dir: Path) -> None:
 def test_report_draws_missing_figures_and_keeps_existing(tmp_path: Path, run_dir: Path) -> None:
     for name in ("eval.json", "metrics.jsonl", "config.json"):
         (tmp_path / name).write_text((run_dir / name).read_text())
-    report.write_report(tmp_path)
+    stages.write_report(tmp_path)
     made = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
     assert made == ["entropy.png", "kl.png", "training.png"]
     before = (tmp_path / "figures" / "kl.png").stat().st_mtime_ns
-    report.write_report(tmp_path)
+    stages.write_report(tmp_path)
     assert (tmp_path / "figures" / "kl.png").stat().st_mtime_ns == before
 
 
@@ -79,7 +79,7 @@ def test_report_refuses_a_damaged_config(tmp_path: Path, run_dir: Path, damage: 
         (tmp_path / name).write_text((run_dir / name).read_text())
     (tmp_path / "config.json").write_text(damage)
     with pytest.raises(RunError, match="config.json"):
-        report.write_report(tmp_path)
+        stages.write_report(tmp_path)
     assert not (tmp_path / "report.html").exists()
 
 
@@ -87,9 +87,9 @@ def test_report_refuses_an_empty_eval(tmp_path: Path, run_dir: Path) -> None:
     (tmp_path / "config.json").write_text((run_dir / "config.json").read_text())
     (tmp_path / "eval.json").write_text("{}")
     with pytest.raises(RunError, match="eval.json"):
-        report.write_report(tmp_path)
+        stages.write_report(tmp_path)
     with pytest.raises(RunError, match="config.json"):
-        report.write_report(tmp_path / "missing")
+        stages.write_report(tmp_path / "missing")
 
 
 def test_training_time_accumulates_across_a_resume(tmp_path: Path) -> None:

@@ -310,9 +310,12 @@ def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
     assert seeds[0]["frame"][-1] == 0.0  # JS to the final checkpoint vanishes there
     assert "| bijection | 2 |" in md.read_text()
     assert set(seeds[0]) >= {"t90_ratio", "log_t90_ratio", "tau_ratio", "log_tau_ratio", "precision_log_t90"}
-    stamp = (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns
+    from windtunnel.runs import RunDir
+
+    stamp = (tmp_path / "runs" / "bijection-s0.curves.json").stat().st_mtime_ns
     TS.run_timescales({"bijection": setup}, tmp_path, progress=False)  # resumes: nothing redone
-    assert (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns == stamp
+    assert (tmp_path / "runs" / "bijection-s0.curves.json").stat().st_mtime_ns == stamp
+    assert "train_s" in RunDir(tmp_path / "runs" / "bijection-s0").timings()  # trained through the stage
     # another configuration in the same folder is refused, not answered with the old curves
     from dataclasses import replace
 
@@ -320,7 +323,7 @@ def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidValue, match="another configuration"):
         TS.run_timescales({"bijection": replace(setup, steps=60)}, tmp_path, progress=False)
-    assert (tmp_path / "runs" / "bijection-s0" / "curves.json").stat().st_mtime_ns == stamp
+    assert (tmp_path / "runs" / "bijection-s0.curves.json").stat().st_mtime_ns == stamp
 
 
 def test_constant_lr_timescales_hold_the_rate_after_warmup(tmp_path: Path) -> None:

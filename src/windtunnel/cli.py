@@ -645,6 +645,7 @@ def _arch_names() -> list[str]:
 
 def make_parser() -> argparse.ArgumentParser:
     from . import __version__, grid
+    from .reproduce import TARGETS as REPRODUCE_TARGETS
     from .train_config import TrainConfig
 
     train_defaults = TrainConfig()  # what `train` uses for every flag not given
@@ -776,8 +777,9 @@ def make_parser() -> argparse.ArgumentParser:
     cp.set_defaults(func=cmd_compare)
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
-    rep.add_argument("target", choices=["paper1", "paper2", "paper3", "all"],
-                     help="whose claims: paper1 (Paper I's geometry cells), paper2, paper3, or all")
+    rep.add_argument("target", choices=list(REPRODUCE_TARGETS),
+                     help="whose claims: paper1 (Paper I's geometry cells), paper2, paper3, beyond (the tests beyond "
+                          "the papers: belief geometry on Mess3), or all")
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
     rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: one per core, or per GPU)")

@@ -9,6 +9,8 @@ it keeps its traceback and the interpreter's own exit status (1).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class UserError(Exception):
     """A mistake in what was asked for; reported as one line, exit status 2."""
@@ -21,3 +23,14 @@ class InvalidValue(UserError, ValueError):
 class DiagnosticFailed(RuntimeError):
     """Diagnostics raised while the others completed: a bug, not a user error.  ``geometry.json`` holds the
     others and an ``error`` entry for each failed one; the command exits 1 after writing it."""
+
+
+def is_int(x: Any) -> bool:
+    """Whether ``x`` is an integer and not a bool (JSON's ``true`` is not a count): the one test every
+    validator applies to a count, a seed or an index."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_real(x: Any) -> bool:
+    """Whether ``x`` is an int or a float and not a bool (finiteness is the caller's test)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

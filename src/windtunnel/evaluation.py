@@ -32,10 +32,10 @@ import torch
 
 from . import metrics as M
 from .tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
-from .errors import InvalidValue, UserError
+from .errors import InvalidValue, UserError, is_int
 from .stats import LEVEL, finite, mean_std, percentile_ci, resample_weights
 
-__all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "mean_std", "percentile_ci", "predict", "resample_weights"]
+__all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "held_out_metrics", "mean_std", "percentile_ci", "predict", "resample_weights"]
 
 def bootstrap(result: Mapping[str, Any], weights: torch.Tensor, level: float = LEVEL) -> dict[str, Any]:
     """Percentile intervals for every metric and curve of a ``metrics.compute`` result.
@@ -305,9 +305,9 @@ def evaluate(
     evaluates ``task.with_length(K)`` for each ``K`` (``ValueError`` if the task has no length
     parameter).  The model's train/eval state is restored afterwards.
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    if not is_int(n) or n < 1:
         raise InvalidValue(f"invalid n: must be a positive integer, got {n!r}")
-    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 1:
+    if not is_int(n_boot) or n_boot < 1:
         raise InvalidValue(f"invalid n_boot: must be a positive integer, got {n_boot!r}")
     lengths = list(lengths) if lengths is not None else []
     if lengths and task.length_param is None:
@@ -385,6 +385,15 @@ def evaluate(
 
 
 # --- across seeds ---------------------------------------------------------------------------------
+@torch.no_grad()
+def held_out_metrics(model: torch.nn.Module, ep: Episodes) -> dict[str, float]:
+    """Entropy error, KL and accuracy of ``model`` on one fixed batch (no intervals): the training loop's
+    periodic held-out evaluation.  Leaves the model in eval mode."""
+    model.eval()
+    values = M.compute(model(**ep.inputs).float().cpu(), ep.to("cpu"))["values"]
+    return {k: float(values[k]) for k in ("entropy_mae_curve", "entropy_mae", "kl", "accuracy") if k in values}
+
+
 def aggregate(results: Sequence[EvalResult | Mapping[str, Any]]) -> dict[str, Any]:
     """Mean ± sample standard deviation (ddof = 1; 0 for a single result) of each metric over results
     (typically training seeds), for the model, the oracle and each evaluated length.

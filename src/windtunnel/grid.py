@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import InvalidValue
+from .errors import InvalidValue, is_int
 
 PRESETS = ("quick", "paper")
 
@@ -158,6 +158,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {}),
     _exp("coin", "coin", {}, {}),
     _exp("sticky", "sticky", {}, {}),
+    # beyond the papers: one fixed 3-state process (no hypothesis to infer, a hidden state to track); the
+    # HMM column's budget, for the belief-geometry readouts
+    _exp("mess3", "mess3", {}, {}, _QUICK_SHORT),
 )}
 
 TABLE_COLUMNS = ("bijection", "bijection_replacement", "hmm", "recall")
@@ -315,7 +318,7 @@ class Cell:
     def config(self) -> dict[str, Any]:
         """``TrainConfig`` fields; a changed ``steps`` keeps the curriculum's share of training."""
         steps = self.steps
-        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        if steps is not None and (not is_int(steps) or steps < 1):
             raise InvalidValue(f"invalid steps: must be a positive integer, got {steps!r}")
         cfg = preset(self.preset, self.column, self.arch)
         cfg["seed"] = self.seed

@@ -35,7 +35,7 @@ from .checkpoint import copy_atomic
 from .errors import InvalidValue
 from .runs import RunDir
 
-TARGETS = ("paper1", "paper2", "paper3", "all")
+TARGETS = ("paper1", "paper2", "paper3", "beyond", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
 GEOMETRY = "geometry.json"
 SEEDS = (0, 1, 2)
@@ -63,7 +63,8 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     checkpoints); the sawtooth, where posterior entropy is not a function of position (the value
     manifold); HMM for the transformer (head ablation), Mamba and the LSTM (clusters, entropy R²,
     PC1 share).  Paper II adds the three primitives with uniform attention (which of them need
-    routing); Paper III adds the main job with grouped-query attention (focusing, MHA vs GQA).
+    routing); Paper III adds the main job with grouped-query attention (focusing, MHA vs GQA); ``beyond``
+    holds the tests beyond the papers (belief-state geometry on Mess3, for each architecture).
     """
     if target not in TARGETS:
         raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
@@ -72,9 +73,9 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
     controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
-    cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa,
-             "all": GEOMETRY_CELLS + controls + EM_CELLS}
-    analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS
+    cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": BELIEF_CELLS,
+             "all": GEOMETRY_CELLS + controls + EM_CELLS + BELIEF_CELLS}
+    analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in cells[target] for seed in SEEDS]
 
@@ -104,6 +105,11 @@ jump and the long-length error with every evaluated position a trained one (the 
 HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
 """The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key
 orthogonality (B1) at the papers' head width."""
+
+BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
+"""Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)
+for each of the papers' sequence architectures, analysed — does the stream hold the belief linearly
+(``belief_geometry``), beyond what a random network's features already give?"""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
@@ -137,7 +143,7 @@ def external(target: str, preset: str, results: Path) -> list[tuple[str, str]]:
     names = ("paper1", "paper2", "paper3") if target == "all" else (target,)
     out = []
     for name in names:
-        for rel, cmd in EXTERNAL[name]:
+        for rel, cmd in EXTERNAL.get(name, ()):
             rel, cmd = rel.format(preset=preset), cmd.format(preset=preset)
             if not (results / rel).is_file():
                 out.append((rel, cmd))
@@ -179,23 +185,17 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     table.run_cell(job)
     rd = RunDir(job["run_dir"])
-    refs = rd.path / "references.json"
-    if not refs.is_file():  # the Bayes oracle and the context-blind floor on the cell's own evaluation episodes
-        from .checkpoint import write_text_atomic
-
-        ref = table.references(job.get("preset", "quick"), job["column"], job["eval_n"], job.get("lengths"))
-        write_text_atomic(refs, json.dumps(ref, indent=1))
+    if not rd.references_path.is_file():  # the Bayes oracle and the context-blind floor on the cell's own evaluation episodes
+        rd.write_references(table.references(job.get("preset", "quick"), job["column"], job["eval_n"], job.get("lengths")))
     if job["analyze"]:
-        from .geometry.run import analyze_run as analyze_some, stale_diagnostics
+        from .geometry import stale_diagnostics
 
         doc = rd.read_geometry()
         stale = stale_diagnostics(doc)
-        t1 = time.perf_counter()
         if doc is None:
             analyze_run(rd, n=job.get("analyze_n", ANALYZE_N))
-        elif stale:  # only what changed since the cell was analysed
-            analyze_some(rd.path, n=job.get("analyze_n", ANALYZE_N), only=stale)
-            rd.add_timing(reanalyze_s=time.perf_counter() - t1)  # analyze_s keeps the full analysis's time
+        elif stale:  # only what changed since the cell was analysed (analyze_s keeps the full analysis's time)
+            analyze_run(rd, n=job.get("analyze_n", ANALYZE_N), only=stale, report=False)
     return {"run_dir": job["run_dir"], "wall_s": time.perf_counter() - t0}
 
 

@@ -8,11 +8,14 @@ A run folder holds everything one training run produced::
     eval.json        the evaluation (EvalResult.to_dict)            (write_eval / read_eval)
     timings.json     wall seconds of the stages                     (add_timing / timings)
     cell.json        a table cell's summary, when a table made it   (write_cell / read_cell)
-    geometry.json    the geometric diagnostics                      (geometry_path)
-    figures/*.png    report.html, summary.md
+    geometry.json    the geometric diagnostics                      (write_geometry / read_geometry)
+    references.json  a table cell's Bayes oracle and context-blind floor  (write_references)
+    report.html, summary.md  the report                             (write_report)
+    figures/*.png    the evaluation's and the diagnostics' figures  (figures)
 
 Training, evaluation, analysis, the report, the table and the CLI reach these files only through
-this class, so a file's name and shape are written down once.  Reading a damaged record raises
+this class, so a file's name and shape are written down once; the analyses compute, and the stages
+write what they return through the ``write_…`` methods here.  Reading a damaged record raises
 :class:`RunError` (a user error: one line, exit 2), never returns an empty stand-in.
 :meth:`RunDir.lock` keeps two processes from writing one run at the same time.
 """
@@ -62,8 +65,9 @@ class RunDir:
     GEOMETRY = "geometry.json"
     REPORT = "report.html"
     SUMMARY = "summary.md"
+    REFERENCES = "references.json"
     LOCK = ".lock"
-    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, GEOMETRY, REPORT, SUMMARY)
+    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, GEOMETRY, REFERENCES, REPORT, SUMMARY)
     """The records a run folder may hold (a new one is added here, and the layout check and the
     bad-input tests cover it)."""
     FOLDERS = ("checkpoints", "figures")
@@ -328,6 +332,29 @@ class RunDir:
     def write_eval(self, record: dict[str, Any]) -> Path:
         return self._write(self.EVAL, record)
 
+    def write_geometry(self, record: dict[str, Any]) -> Path:
+        """Write ``geometry.json``: strict JSON (a NaN or infinity in a diagnostic's result is a bug, not a value)."""
+        if not isinstance(record, dict) or not isinstance(record.get("summary"), dict):
+            raise ValueError("a geometry record is an object with a summary table")
+        self.prepare()
+        write_text_atomic(self.geometry_path, json.dumps(record, indent=1, allow_nan=False))
+        return self.geometry_path
+
+    def write_references(self, record: dict[str, Any]) -> Path:
+        """Write ``references.json`` (a table cell's reference predictors on its own evaluation episodes)."""
+        return self._write(self.REFERENCES, record)
+
+    @property
+    def references_path(self) -> Path:
+        return self.path / self.REFERENCES
+
+    def write_report(self, html: str, markdown: str) -> Path:
+        """Write ``report.html`` and ``summary.md``; returns the HTML path."""
+        self.prepare()
+        write_text_atomic(self.report_path, html)
+        write_text_atomic(self.summary_path, markdown)
+        return self.report_path
+
     def read_cell(self) -> dict[str, Any] | None:
         """A table cell's summary, or ``None`` where the run was not (yet) made by a table."""
         if not (self.path / self.CELL).is_file():
@@ -359,6 +386,33 @@ class RunDir:
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
+
+    def restore(self, model: Any, optimizer: Any, first_checkpoint: int, say: bool = True) -> tuple[int, float]:
+        """Load the newest checkpoint that can resume training (weights, optimizer, generator state) into
+        ``model`` and ``optimizer``; return ``(step, training seconds so far)`` — ``(0, 0.0)`` for a run
+        killed before its first checkpoint.  Newer damaged checkpoints are named on standard error
+        (``say``): their steps are trained again.  :class:`~windtunnel.checkpoint.CheckpointError` when
+        none is whole although some exist, or ``checkpoints/`` is gone although the training log
+        passed ``first_checkpoint`` (resuming would start a new run over the old log)."""
+        import sys
+
+        found = ckpt.find_latest(self.checkpoints, resumable=True)
+        newer = [p for p in ckpt.list_checkpoints(self.checkpoints)
+                 if (found is None or ckpt.step_of(p) > ckpt.step_of(found))
+                 and not (ckpt.complete(p) and not ckpt.has_optimizer(p))]  # dynamics checkpoints are not damaged
+        if found is not None:
+            if newer and say:
+                print(f"windtunnel: resuming {self.path} from step {ckpt.step_of(found)}: the newer checkpoint(s) "
+                      f"{', '.join(p.name for p in newer)} are damaged and will be replaced", file=sys.stderr)
+            state = ckpt.load(found, model, optimizer)
+            ckpt.set_rng_state(state["rng"])
+            return int(state["step"]), float(state.get("elapsed", 0.0))
+        logged = any(isinstance(r.get("step"), int) and r["step"] >= first_checkpoint for r in self.metrics())
+        if ckpt.list_checkpoints(self.checkpoints) or logged:
+            raise ckpt.CheckpointError(
+                f"cannot resume {self.path}: none of its checkpoints can be read or checkpoints/ is gone although "
+                "its training log passed a checkpoint step; nothing was changed (start over with --force, or another folder)")
+        return 0, 0.0
 
     def truncate_metrics(self, step: int) -> None:
         """Drop log lines after ``step`` (resuming from the checkpoint of that step)."""

@@ -101,14 +101,17 @@ def _keep_better_eval(rd: RunDir, n: int, seed: int, lengths: list[int]) -> None
                        "pass --force to replace it")
 
 
-def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = True, force: bool = False) -> Path:
-    """The geometric diagnostics of the run (``geometry.json``, figures, and the report unless
-    ``report=False``); records ``analyze_s``.  :class:`~windtunnel.errors.DiagnosticFailed` after
-    writing them if any diagnostic raised.  A ``geometry.json`` of the same checkpoint computed on more
-    episodes is replaced only with ``force`` (:class:`~windtunnel.runs.RunError` otherwise)."""
+def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = True, force: bool = False, *,
+                device: str | None = None, n_boot: int = 1000, dynamics: bool = True,
+                only: list[str] | None = None) -> Path:
+    """The geometric diagnostics of the run (:func:`windtunnel.geometry.diagnose`): write
+    ``geometry.json`` and the figures, and the report unless ``report=False``; record ``analyze_s``
+    (``reanalyze_s`` when ``only`` recomputes some diagnostics and keeps the others).  Returns the
+    ``geometry.json`` path.  :class:`~windtunnel.errors.DiagnosticFailed` after writing them if any
+    diagnostic raised.  A ``geometry.json`` of the same checkpoint computed on more episodes is replaced
+    only with ``force`` (:class:`~windtunnel.runs.RunError` otherwise)."""
     from .errors import DiagnosticFailed
-    from .geometry.run import failed_diagnostics
-    from .geometry import analyze_run as _analyze
+    from .geometry import diagnose, failed_diagnostics
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a damaged folder before any work
@@ -123,11 +126,12 @@ def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = Tru
             raise RunError(f"{rd.geometry_path} already holds the diagnostics of this checkpoint on {meta['n_episodes']} "
                            f"episodes (this one: {n}); pass --force to replace it")
         t0 = time.perf_counter()
-        path = _analyze(rd.path, n=n)
-        rd.add_timing(analyze_s=time.perf_counter() - t0)
+        doc = diagnose(rd.path, n=n, device=device, n_boot=n_boot, dynamics=dynamics, only=only, figures=rd.figures)
+        path = rd.write_geometry(doc)
+        rd.add_timing(**{"analyze_s" if only is None else "reanalyze_s": time.perf_counter() - t0})
         if report:
             write_report(rd)
-    failed = failed_diagnostics(path)
+    failed = failed_diagnostics(doc)
     if failed:
         raise DiagnosticFailed(f"{len(failed)} diagnostic(s) failed ({', '.join(failed)}): their tracebacks are "
                                f"printed above; the others are in {path}")
@@ -135,10 +139,10 @@ def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = Tru
 
 
 def write_report(run: str | Path | RunDir) -> Path:
-    """``report.html`` and ``summary.md`` of the run."""
-    from .report import write_report as _write
+    """``report.html`` and ``summary.md`` of the run (:func:`windtunnel.report.render_report`)."""
+    from .report import render_report
 
     rd = _rundir(run)
     rd.read_config()
     with rd.lock():
-        return _write(rd)
+        return rd.write_report(*render_report(rd))

@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 from . import grid
-from .errors import InvalidValue
+from .errors import InvalidValue, is_int
 
 COLUMNS: dict[str, dict[str, Any]] = {
     name: {"primitive": e.primitive, "metric": e.metric, "unit": e.unit,
@@ -341,9 +341,9 @@ def run_table(
     if out is not None and str(out).strip() == "":
         raise InvalidValue("invalid out: the output folder is empty")
     out = Path(out or f"results/{preset}")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+    if workers is not None and (not is_int(workers) or workers < 1):
         raise InvalidValue(f"invalid workers: must be a positive integer, got {workers!r}")
-    if eval_n is not None and (not isinstance(eval_n, int) or isinstance(eval_n, bool) or eval_n < 1):
+    if eval_n is not None and (not is_int(eval_n) or eval_n < 1):
         raise InvalidValue(f"invalid eval_n: must be a positive integer, got {eval_n!r}")
     _validate_cells(preset, columns, archs, params, steps)  # every config builds, before anything is written
     if out.exists() and not out.is_dir():

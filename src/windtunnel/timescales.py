@@ -141,7 +141,8 @@ def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool 
     from .checkpoint import write_text_atomic
     from .geometry.dynamics import frame_precision
     from .runs import RunDir
-    from .training import TrainConfig, train
+    from .stages import train_run
+    from .training import TrainConfig
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -153,14 +154,14 @@ def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool 
         per_seed = []
         for seed, cfg in configs.items():
             run = RunDir(out / "runs" / f"{name}-s{seed}")
-            cache = run.path / "curves.json"  # the measured curves; timescales are recomputed from them
+            cache = run.path.with_name(run.path.name + ".curves.json")  # the measured curves; timescales are recomputed from them
             if run.is_run() and not run.holds(cfg.to_dict()):
                 raise InvalidValue(f"{run.path} holds a run with another configuration (steps, seeds or schedule "
                                    "changed); choose another --out or remove it")
             if cache.is_file():
                 rec = json.loads(cache.read_text())
             else:
-                train(cfg, run, resume=run.is_run())  # the loop logs its own wall time (training_seconds)
+                train_run(cfg, run, resume=run.is_run())  # records its wall time, as every run does
                 fp = frame_precision(run.path, n=setup.n)
                 rec = json_safe({"seed": seed, "steps": fp["steps"], "frame": [r.get("js_mean") for r in fp["series"]],
                                  "precision": [r.get("kl") for r in fp["series"]], "train_s": run.training_seconds()})

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from . import models
-from .errors import UserError
+from .errors import UserError, is_int, is_real
 
 
 class ConfigError(UserError, ValueError):
@@ -92,7 +92,7 @@ class TrainConfig:
         need(isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, "weight_decay", "≥ 0")
         need(isinstance(self.beta2, (int, float)) and 0 < self.beta2 < 1, "beta2", "in (0, 1)")
         need(isinstance(self.grad_clip, (int, float)) and self.grad_clip > 0, "grad_clip", "a positive number")
-        need(isinstance(self.readout_lr_mult, (int, float)) and not isinstance(self.readout_lr_mult, bool)
+        need(is_real(self.readout_lr_mult)
              and 0 < self.readout_lr_mult <= 100, "readout_lr_mult", "a number in (0, 100]")
         need(self.loss in ("auto", "targets", "posterior"), "loss", "auto, targets or posterior")
         need(isinstance(self.seed, int) and 0 <= self.seed < 2**31, "seed", "an integer in [0, 2^31)")
@@ -106,17 +106,16 @@ class TrainConfig:
         if self.device == "mps":
             need(getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(), "device",
                  "a device this machine has (no MPS here)")
-        need(isinstance(self.data_shards, int) and not isinstance(self.data_shards, bool) and self.data_shards >= 0,
+        need(is_int(self.data_shards) and self.data_shards >= 0,
              "data_shards", "an integer ≥ 0 (0: one shard per process)")
         need(self.data_shards == 0 or self.batch_size % self.data_shards == 0, "data_shards",
              f"a divisor of batch_size {self.batch_size}")
-        need(self.train_set is None or (isinstance(self.train_set, int) and not isinstance(self.train_set, bool)
+        need(self.train_set is None or (is_int(self.train_set)
                                         and self.train_set >= 1), "train_set", "a positive integer or none")
         need(self.train_set is None or not self.curriculum, "train_set",
              "none when a curriculum is given (a fixed set has one task's episodes)")
         stages_ok = isinstance(self.curriculum, list) and all(
-            isinstance(s, dict) and set(s) == {"until", "task_params"} and isinstance(s["until"], int)
-            and not isinstance(s["until"], bool) and isinstance(s["task_params"], dict)
+            isinstance(s, dict) and set(s) == {"until", "task_params"} and is_int(s["until"]) and isinstance(s["task_params"], dict)
             for s in self.curriculum
         )
         need(stages_ok, "curriculum", 'a list of {"until": step, "task_params": {...}} stages')

@@ -40,6 +40,7 @@ import torch
 from . import checkpoint as ckpt
 from . import models, tasks
 from .errors import UserError
+from .evaluation import held_out_metrics
 from .metrics import bayes_gap
 from .optim import log_spaced_steps, loss_fn, lr_at, param_groups, pick_device
 from .runs import RunDir
@@ -112,13 +113,6 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
         return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines)
 
 
-def _logged_past_first_checkpoint(run: RunDir, cfg: TrainConfig) -> bool:
-    """Whether the run's log reaches a step at which training writes a checkpoint (step 0 when it keeps
-    log-spaced ones, else ``ckpt_every``): then a run with no checkpoint has lost them, not been killed early."""
-    first = 0 if cfg.log_checkpoints else min(cfg.ckpt_every, cfg.steps)
-    return any(isinstance(r.get("step"), int) and r["step"] >= first for r in run.metrics())
-
-
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
                   resume: bool, until: int | None, shards: int, rank: int, world: int, log_lines: bool) -> Path:
     ddp, main_proc = world > 1, rank == 0
@@ -131,27 +125,11 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     model.to(device)
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(0.9, cfg.beta2))
 
-    start = 0
-    elapsed = 0.0
+    start, elapsed = 0, 0.0
     ckpt_root = run.checkpoints
-    if resume:
-        found = ckpt.find_latest(ckpt_root, resumable=True)
-        newer = [p for p in ckpt.list_checkpoints(ckpt_root) if (found is None or ckpt.step_of(p) > ckpt.step_of(found))
-                 and not (ckpt.complete(p) and not ckpt.has_optimizer(p))]  # dynamics checkpoints are not damaged
-        if found is not None and newer and main_proc:  # say what the fallback costs: those steps are trained again
-            print(f"windtunnel: resuming {run.path} from step {ckpt.step_of(found)}: the newer checkpoint(s) "
-                  f"{', '.join(p.name for p in newer)} are damaged and will be replaced", file=sys.stderr)
-        if found is not None:
-            state = ckpt.load(found, model, optimizer)
-            start = int(state["step"])
-            elapsed = float(state.get("elapsed", 0.0))
-            ckpt.set_rng_state(state["rng"])
-        elif ckpt.list_checkpoints(ckpt_root) or _logged_past_first_checkpoint(run, cfg):
-            # checkpoints that should be there are not: resuming would start a new run over the old log
-            raise ckpt.CheckpointError(
-                f"cannot resume {run.path}: none of its checkpoints can be read or {ckpt_root.name}/ is gone although "
-                "its training log passed a checkpoint step; nothing was changed (start over with --force, or another folder)"
-            )
+    if resume:  # the newest whole checkpoint (a damaged newer one is said and trained again)
+        start, elapsed = run.restore(model, optimizer, first_checkpoint=0 if cfg.log_checkpoints else min(cfg.ckpt_every, cfg.steps),
+                                     say=main_proc)
         if main_proc:
             run.truncate_metrics(start)  # also drops lines logged before a kill that preceded any checkpoint
     if main_proc:
@@ -240,7 +218,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
         if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
-            held_out = evaluate_batch(model, eval_batch)
+            held_out = held_out_metrics(model, eval_batch)
             run.append_metrics({"step": done, "eval": held_out})
             model.train()
             if lines:
@@ -264,18 +242,6 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     if own_group:
         torch.distributed.destroy_process_group()
     return run.path
-
-
-@torch.no_grad()
-def evaluate_batch(model: torch.nn.Module, ep: Episodes) -> dict[str, float]:
-    """Metrics of ``model`` on a fixed batch (the periodic in-training evaluation)."""
-    from .metrics import compute
-
-    model.eval()
-    logits = model(**ep.inputs).float().cpu()
-    res = compute(logits, ep.to("cpu"))
-    vals = res["values"]
-    return {k: float(vals[k]) for k in ("entropy_mae_curve", "entropy_mae", "kl", "accuracy") if k in vals}
 
 
 def load(run_dir: str | Path | RunDir, step: int | None = None) -> tuple[Task, torch.nn.Module]:

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, is_real
 from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict)
 from .evidence import Evidence, Measure, _g
 
@@ -58,7 +58,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             if doc is None:
                 raise KeyError(rel)
             v = _dig(doc, path)
-            return _g(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+            return _g(float(v)) if is_real(v) else str(v)
         if kind in ("ours", "verdict"):
             v = verdicts[rest]
             if kind == "verdict":

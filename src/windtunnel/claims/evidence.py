@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import UserError
+from ..errors import UserError, is_real
 from ..stats import t975
 
 
@@ -174,7 +174,7 @@ SHAPES = {"eval.json": "metrics", "geometry.json": "summary"}
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    return float(x) if is_real(x) else None
 
 
 def geometry_stat(doc: dict[str, Any], key: str) -> Any:

@@ -11,7 +11,8 @@ without the part it measures, and has a figure function ``f_figure(result, path)
 * :func:`probes` — ridge probes of the posterior and its entropy per layer; HMM k-means + ARI;
 * :func:`frame_precision` — over checkpoints: attention change vs manifold precision vs error.
 
-:func:`analyze_run` runs all that apply to a run folder (``windtunnel analyze DIR``).  Each diagnostic
+:func:`diagnose` runs all that apply to a run folder and returns the ``geometry.json`` record, which
+:func:`windtunnel.stages.analyze_run` writes (``windtunnel analyze DIR``).  Each diagnostic
 registers itself in its own module (:mod:`windtunnel.geometry.registry`): a new one is one new file.
 """
 
@@ -24,10 +25,10 @@ from .keys import gaussian_abs_cos, hypothesis_tokens, key_orthogonality, key_or
 from .manifold import value_manifold, value_manifold_figure
 from .probes import cluster_states, posterior_probe, probes, probes_figure
 from .registry import Diagnostic, Reading, register
-from .run import DIAGNOSTICS, analyze_run, readings, stale_diagnostics, untrained_model
+from .run import DIAGNOSTICS, diagnose, failed_diagnostics, readings, stale_diagnostics, untrained_model
 
 __all__ = [
-    "DIAGNOSTICS", "Diagnostic", "GEOMETRY_SEED", "Reading", "readings", "register", "stale_diagnostics", "ablation_figure", "adjusted_rand_index", "analyze_run", "attention_focusing",
+    "DIAGNOSTICS", "Diagnostic", "GEOMETRY_SEED", "Reading", "readings", "register", "stale_diagnostics", "ablation_figure", "adjusted_rand_index", "attention_focusing", "diagnose", "failed_diagnostics",
     "attention_focusing_figure", "attention_regions", "cluster_states", "frame_precision", "frame_precision_figure",
     "gaussian_abs_cos", "head_ablation", "head_ablation_figure", "hypothesis_tokens", "js_bits", "key_orthogonality",
     "key_orthogonality_figure", "kmeans", "layer_ablation", "layer_ablation_figure", "not_applicable", "pca",

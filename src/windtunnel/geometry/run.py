@@ -1,8 +1,7 @@
-"""``analyze_run``: every diagnostic that applies to a run folder -> ``geometry.json`` + figures + report."""
+"""``diagnose``: every diagnostic that applies to a run folder -> the ``geometry.json`` record (and figures)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import traceback
@@ -18,7 +17,7 @@ from ..evaluation import refuse_non_finite
 from ._common import GEOMETRY_SEED, arch_of, clean, eval_mode, inputs_on
 from .registry import Diagnostic, Reading, discover, interpret
 
-__all__ = ["analyze_run", "untrained_model", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
+__all__ = ["diagnose", "failed_diagnostics", "untrained_model", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
 
 DIAGNOSTICS: dict[str, Diagnostic] = discover()
 """Every registered diagnostic, in report order (each registers itself in its own module)."""
@@ -77,32 +76,34 @@ def stale_diagnostics(doc: dict[str, Any] | None) -> list[str]:
             if name not in doc or "error" in (doc.get(name) or {}) or int(versions.get(name, 1)) != d.version]
 
 
-def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_boot: int = 1000,
-                dynamics: bool = True, dynamics_n: int | None = None, only: list[str] | None = None) -> Path:
-    """Run every registered diagnostic that applies to ``run_dir``'s trained model; write
-    ``geometry.json`` (with each diagnostic's readings under ``interpretation``) and
-    ``figures/geometry_*.png``.  Returns the JSON path.  (``stages.analyze_run`` also refreshes the report.)
+def diagnose(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_boot: int = 1000,
+             dynamics: bool = True, dynamics_n: int | None = None, only: list[str] | None = None,
+             figures: Path | None = None) -> dict[str, Any]:
+    """Run every registered diagnostic that applies to ``run_dir``'s trained model and return the
+    ``geometry.json`` record: each diagnostic's result under its name, the headline table
+    (``summary``), each diagnostic's readings (``interpretation``) and ``meta`` (episodes, seed,
+    untrained null, versions, timings, the checkpoint's provenance).  Nothing is written but each
+    applicable diagnostic's figure, drawn into ``figures`` (``geometry_{name}.png``) when given;
+    :func:`windtunnel.stages.analyze_run` writes the record.
 
     All diagnostics share ``n`` episodes sampled with :data:`GEOMETRY_SEED`; the untrained null is
     :func:`untrained_model`.  A diagnostic over checkpoints (``frame_precision``) runs on
     ``dynamics_n`` (default ``min(n, 256)``) episodes, and is skipped with ``dynamics=False``.
-    ``only``: recompute just these diagnostics and keep the others of the existing ``geometry.json``.
-    A diagnostic that raises is recorded as ``{"error": ...}`` (and its traceback printed) so the others
-    still run; ``stages.analyze_run`` then raises :class:`~windtunnel.errors.DiagnosticFailed` naming it.
+    ``only``: recompute just these diagnostics and keep the others of the run's ``geometry.json``.
+    A diagnostic (or its figure) that raises is recorded as ``{"error": ...}`` (and its traceback
+    printed) so the others still run; see :func:`failed_diagnostics`.
     """
-    run = Path(run_dir)
-    out = RunDir(run).geometry_path
-    old: dict[str, Any] = (RunDir(run).read_geometry() or {}) if only is not None else {}
+    rd = RunDir(run_dir)
+    old: dict[str, Any] = (rd.read_geometry() or {}) if only is not None else {}
     diags = discover()  # also what a module imported since registered
     names = [k for k in diags if only is None or k in only]
-    task, model = RunDir(run).load()
+    task, model = rd.load()
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(dev).eval()
-    untrained, how = untrained_model(run)
+    untrained, how = untrained_model(rd.path)
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
     _refuse_non_finite(model, episodes[: min(n, 64)])
-    fig_dir = RunDir(run).figures
     results: dict[str, Any] = {k: old[k] for k in diags if k in old and k not in names}
     timings: dict[str, float] = dict((old.get("meta") or {}).get("timings_s") or {})
     for name in names:
@@ -112,7 +113,7 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
         t0 = time.perf_counter()
         try:
             if diag.checkpoints:
-                results[name] = diag.compute(run, n=dynamics_n or min(n, 256), device=dev)
+                results[name] = diag.compute(rd.path, n=dynamics_n or min(n, 256), device=dev)
             else:
                 kw: dict[str, Any] = {"episodes": episodes}
                 if diag.untrained:
@@ -120,26 +121,23 @@ def analyze_run(run_dir: str | Path, n: int = 512, *, device: str | None = None,
                 if diag.resamples:
                     kw["n_boot"] = n_boot
                 results[name] = diag.compute(model, task, **kw)
-            if results[name].get("applicable", True) and diag.figure is not None:
-                diag.figure(results[name], fig_dir / f"geometry_{name}.png")
+            if figures is not None and results[name].get("applicable", True) and diag.figure is not None:
+                diag.figure(results[name], Path(figures) / f"geometry_{name}.png")
         except Exception as e:  # noqa: BLE001 - one failing diagnostic must not lose the others
             traceback.print_exc()
             print(f"windtunnel analyze: {name} failed ({type(e).__name__}: {e})", file=sys.stderr)
             results[name] = {"error": f"{type(e).__name__}: {e}"}
         timings[name] = time.perf_counter() - t0
     results = {k: results[k] for k in diags if k in results}  # report order
-    readings = interpret(results)
-    doc = {
+    return clean({
         "summary": _headline(results),
-        "interpretation": [r.to_dict() for r in readings],
-        "meta": {"run": run.resolve().name, "task": getattr(task, "name", "?"), "arch": arch_of(model),
-                 **_provenance(run),
+        "interpretation": [r.to_dict() for r in interpret(results)],
+        "meta": {"run": rd.path.resolve().name, "task": getattr(task, "name", "?"), "arch": arch_of(model),
+                 **rd.provenance(),
                  "n_episodes": n, "episode_seed": GEOMETRY_SEED, "untrained_null": how,
                  "versions": {k: diags[k].version for k in results}, "timings_s": timings},
         **results,
-    }
-    ckpt.write_text_atomic(out, json.dumps(clean(doc), indent=1, allow_nan=False))
-    return out
+    })
 
 
 def _refuse_non_finite(model: torch.nn.Module, episodes: Any) -> None:
@@ -151,14 +149,9 @@ def _refuse_non_finite(model: torch.nn.Module, episodes: Any) -> None:
     refuse_non_finite(logits, episodes.mask)
 
 
-def failed_diagnostics(path: str | Path) -> list[str]:
-    """The diagnostics a ``geometry.json`` records as failed."""
-    doc = json.loads(Path(path).read_text())
+def failed_diagnostics(doc: dict[str, Any]) -> list[str]:
+    """The diagnostics a ``geometry.json`` record holds as failed."""
     return [k for k, v in doc.items() if isinstance(v, dict) and "error" in v]
-
-
-def _provenance(run: Path) -> dict[str, Any]:
-    return RunDir(run).provenance()
 
 
 def readings(doc: dict[str, Any]) -> list[Reading]:

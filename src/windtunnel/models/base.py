@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int
 
 try:  # torch >= 2.3; older versions keep PyTorch's own backend choice
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -137,7 +137,7 @@ def _check(condition: bool, field: str, allowed: str) -> None:
 
 
 def _pos_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return is_int(value) and value >= 1
 
 
 class Block(nn.Module):

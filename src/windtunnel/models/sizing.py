@@ -10,7 +10,7 @@ import torch
 
 from .base import ModelConfig
 from .catalog import get as _arch
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int
 
 TOLERANCE = 0.03
 """Relative tolerance of capacity matching: ``|n_params - N| <= 0.03 N``."""
@@ -60,7 +60,7 @@ def fit_width(
     the target, and among the candidates within ``tol`` the one whose knob is closest (in ratio)
     to its default wins.  ``ValueError`` if nothing is within ``tol``.
     """
-    if not isinstance(target, int) or isinstance(target, bool) or target < 1:
+    if not is_int(target) or target < 1:
         raise InvalidValue(f"invalid params: must be a positive integer, got {target!r}")
     cache: dict[tuple[int, int | None], int] = {}
 

@@ -68,7 +68,7 @@ from torch import nn
 from .base import (Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int,
                    causal_attention)
 from .catalog import Arch, register_arch
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int
 
 POSITIONS = ("rotary", "learned", "alibi", "none")
 NORMS = ("rms", "layer")
@@ -124,13 +124,13 @@ class TransformerConfig(ModelConfig):
         _check(_pos_int(self.max_len), "max_len", "a positive integer")
         _check(0.0 <= self.dropout < 1.0, "dropout", "in [0, 1)")
         _check(isinstance(self.attn_off, (list, tuple)) and all(
-            isinstance(l, int) and not isinstance(l, bool) and 0 <= l < self.n_layers for l in self.attn_off)
+            is_int(l) and 0 <= l < self.n_layers for l in self.attn_off)
             and len(set(self.attn_off)) == len(self.attn_off), "attn_off",
             f"a list of distinct layer indices in [0, {self.n_layers - 1}]")
         _check(self.n_kv_heads is None or (_pos_int(self.n_kv_heads) and self.n_heads % self.n_kv_heads == 0),
                "n_kv_heads", f"null or a positive divisor of n_heads={self.n_heads}")
         _check(isinstance(self.uniform_attn, (list, tuple)) and all(
-            isinstance(l, int) and not isinstance(l, bool) and 0 <= l < self.n_layers for l in self.uniform_attn)
+            is_int(l) and 0 <= l < self.n_layers for l in self.uniform_attn)
             and len(set(self.uniform_attn)) == len(self.uniform_attn), "uniform_attn",
             f"a list of distinct layer indices in [0, {self.n_layers - 1}]")
         _check(isinstance(self.frozen, (list, tuple)) and all(f in FROZEN for f in self.frozen)

@@ -5,7 +5,7 @@ Every function takes what it plots plus an output ``path``, writes one PNG and r
 folder's ``eval.json`` holds).  Positions on the x axis are 1-based token positions of the
 episode; only scored positions are drawn.
 
-File names used by ``windtunnel.report.write_report`` (and its display order): ``FIGURE_ORDER``.
+File names used by ``windtunnel.report.render_report`` (and its display order): ``FIGURE_ORDER``.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from . import figures as F
-from ..checkpoint import write_text_atomic
+from ..errors import is_real
 
-__all__ = ["write_report"]
+__all__ = ["render_report"]
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;background:#f6f7f9;color:#222;line-height:1.45}
@@ -157,7 +157,7 @@ def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for k, v in obj.items():
             out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(obj, list):
-        nums = [x for x in obj if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        nums = [x for x in obj if is_real(x)]
         if obj and len(nums) == len(obj):
             if len(obj) <= 8:
                 out.append((prefix, "[" + ", ".join(_fmt(x) for x in obj) + "]"))
@@ -197,8 +197,10 @@ if TYPE_CHECKING:
     from ..runs import RunDir
 
 
-def write_report(run_dir: "str | Path | RunDir") -> Path:
-    """Write ``report.html`` (self-contained) and ``summary.md`` into a run folder; return the HTML path.
+def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
+    """A run folder's report: the self-contained ``report.html`` and the ``summary.md`` texts, which
+    :func:`windtunnel.stages.write_report` writes.  Figures an older evaluation lacks are drawn into
+    the run's ``figures/``.
 
     The folder must hold a readable ``config.json``; ``eval.json`` and ``geometry.json`` are shown
     when present and must then be readable (``RunError`` otherwise: a damaged record is never
@@ -302,7 +304,7 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
         md += ["## Geometry", ""]
         summary = geometry.get("summary") if isinstance(geometry, Mapping) else None
         if isinstance(summary, Mapping):
-            # windtunnel.geometry.analyze_run output: headline numbers (each beside its null) first,
+            # windtunnel.geometry.diagnose output: headline numbers (each beside its null) first,
             # then the figures, then every number behind a fold (geometry.json has them all)
             parts.append("<p class='note'>Paper I's diagnostics (windtunnel.geometry); definitions and nulls are "
                          "in geometry.json and the function docstrings. “untrained”, “gaussian”, “uniform”, "
@@ -349,9 +351,7 @@ def write_report(run_dir: "str | Path | RunDir") -> Path:
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_CSS}</style></head>"
            f"<body><main>{''.join(parts)}</main></body></html>")
-    write_text_atomic(rd.report_path, doc)
-    write_text_atomic(rd.summary_path, "\n".join(md))
-    return rd.report_path
+    return doc, "\n".join(md)
 
 
 def _readings(geometry: Any) -> list[Any]:

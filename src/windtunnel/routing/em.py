@@ -58,7 +58,7 @@ from typing import Any, Callable
 import torch
 
 from .. import metrics, models, tasks
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int
 from ..models.attention_layer import attention_layer
 from ..stats import json_safe, mean_std, paired
 from ..tasks.base import entropy_bits
@@ -118,7 +118,7 @@ class EMSetup:
     def validate(self) -> None:
         for name in ("steps", "eval_every", "length"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not is_int(v) or v < 1:
                 raise InvalidValue(f"invalid {name}: must be a positive integer, got {v!r}")
         for name in ("lr", "value_lr", "init_std"):
             v = getattr(self, name)

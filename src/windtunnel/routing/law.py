@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int
 from ..tasks.base import Episodes
 
 IGNORE = -100
@@ -147,7 +147,7 @@ def layer_gradients(model: torch.nn.Module, episodes: Episodes, layer: int,
             H = pattern.shape[1]
             heads = list(range(H)) if heads is None else heads
             for head in heads:
-                if not isinstance(head, int) or isinstance(head, bool) or not 0 <= head < H:
+                if not is_int(head) or not 0 <= head < H:
                     raise InvalidValue(f"invalid head: must be an integer in [0, {H - 1}], got {head!r}")
             g_z, g_s, g_v = torch.autograd.grad(loss, [z, scores, v])
     finally:

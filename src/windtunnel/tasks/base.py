@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int
 
 IGNORE = -100
 """Target value at unscored positions (the ``ignore_index`` of ``torch.nn.functional.cross_entropy``)."""
@@ -120,7 +120,7 @@ def check(condition: bool, parameter: str, allowed: str) -> None:
 
 def generator(seed: int) -> torch.Generator:
     """A CPU generator seeded deterministically (sampling is always on CPU: reproducible everywhere)."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
+    if not is_int(seed):
         raise InvalidValue(f"invalid seed: must be an integer, got {seed!r}")
     g = torch.Generator()
     g.manual_seed(seed)
@@ -207,6 +207,12 @@ class Task:
         """Named key-position sets ``R[b, t, j]`` (bool ``[B,T,T]``, ``j <= t``) that matter for the
         query at ``(b, t)`` (e.g. the elimination set), from the inputs alone; ``{}``: none."""
         return {}
+
+    def belief(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The exact distribution over the generating process's hidden state at every position,
+        ``[B, T, S]`` float64 (the *belief state* an optimal filter carries), or ``None`` where the
+        task has no hidden state of its own (the belief-geometry diagnostic then does not apply)."""
+        return None
 
     #: one line per region of :meth:`attention_regions` (shown in the geometry record)
     region_descriptions: ClassVar[dict[str, str]] = {}

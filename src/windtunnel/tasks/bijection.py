@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, uniform_rows
+from ..errors import is_int
 
 
 @register
@@ -47,13 +48,13 @@ class Bijection(Task):
     key_pool: int | None = None
 
     def validate(self) -> None:
-        check(isinstance(self.V, int) and not isinstance(self.V, bool) and 2 <= self.V <= 1024, "V", "an integer in [2, 1024]")
+        check(is_int(self.V) and 2 <= self.V <= 1024, "V", "an integer in [2, 1024]")
         check(isinstance(self.replacement, bool), "replacement", "true or false")
         hi = 4096 if self.replacement else self.V
-        check(isinstance(self.L, int) and not isinstance(self.L, bool) and 1 <= self.L <= hi, "L", f"an integer in [1, {hi}]")
+        check(is_int(self.L) and 1 <= self.L <= hi, "L", f"an integer in [1, {hi}]")
         check(
             self.key_pool is None
-            or (self.replacement and isinstance(self.key_pool, int) and not isinstance(self.key_pool, bool) and 1 <= self.key_pool <= self.V),
+            or (self.replacement and is_int(self.key_pool) and 1 <= self.key_pool <= self.V),
             "key_pool",
             f"null, or with replacement an integer in [1, V] = [1, {self.V}]",
         )

@@ -29,10 +29,11 @@ from typing import ClassVar
 import torch
 
 from .base import Episodes, Task, check, generator, register
+from ..errors import is_int, is_real
 
 
 def _positive_real(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+    return is_real(x) and math.isfinite(x) and x > 0
 
 
 @register
@@ -54,9 +55,9 @@ class Coin(Task):
     def validate(self) -> None:
         check(_positive_real(self.a), "a", "a finite number > 0")
         check(_positive_real(self.b), "b", "a finite number > 0")
-        check(isinstance(self.n, int) and not isinstance(self.n, bool) and 1 <= self.n <= 65536, "n", "an integer in [1, 65536]")
+        check(is_int(self.n) and 1 <= self.n <= 65536, "n", "an integer in [1, 65536]")
         check(self.labels in ("flips", "noisy"), "labels", "'flips' or 'noisy'")
-        ok = isinstance(self.label_noise, (int, float)) and not isinstance(self.label_noise, bool)
+        ok = is_real(self.label_noise)
         check(ok and 0 < self.label_noise < 1, "label_noise", "a number in (0, 1)")
 
     @property

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import IGNORE, Episodes, Task, check, generator, register
+from ..errors import is_int
 
 TRANS, EMIT, SEP = 96, 97, 98
 OBS0 = 99
@@ -77,11 +78,11 @@ class HMM(Task):
     target: str = "posterior"
 
     def validate(self) -> None:
-        check(isinstance(self.S, int) and not isinstance(self.S, bool) and 2 <= self.S <= 20,
+        check(is_int(self.S) and 2 <= self.S <= 20,
               "S", "an integer in [2, 20] (S * 0.05 <= 1)")
-        check(isinstance(self.O, int) and not isinstance(self.O, bool) and 1 <= self.O <= 20,
+        check(is_int(self.O) and 1 <= self.O <= 20,
               "O", "an integer in [1, 20] (O * 0.05 <= 1)")
-        check(isinstance(self.K, int) and not isinstance(self.K, bool) and 1 <= self.K <= 4096,
+        check(is_int(self.K) and 1 <= self.K <= 4096,
               "K", "an integer in [1, 4096]")
         check(self.target in ("posterior", "state"), "target", "'posterior' or 'state'")
 
@@ -112,7 +113,7 @@ class HMM(Task):
 
     # --- sampling -------------------------------------------------------------------------
     def sample(self, n: int, seed: int) -> Episodes:
-        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "a positive integer")
+        check(is_int(n) and n >= 1, "n", "a positive integer")
         g = generator(seed)
         S, O, K, H = self.S, self.O, self.K, self.header_len
 
@@ -201,6 +202,10 @@ class HMM(Task):
 
     # --- anatomy ---------------------------------------------------------------------------
     discrete_latent_state = True
+
+    def belief(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """The filtering posterior *is* the belief over the hidden state (uniform over the header)."""
+        return self.posterior(tokens, features)
     region_descriptions = {
         "observations": "observation positions (the evidence so far)",
         "transition": "transition-matrix entries of the header",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, uniform_rows
+from ..errors import is_int
 
 
 @register
@@ -49,9 +50,6 @@ class Recall(Task):
     gap: int = 0
 
     def validate(self) -> None:
-        def is_int(x: object) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
-
         check(is_int(self.n_keys) and 1 <= self.n_keys <= 65536, "n_keys", "an integer in [1, 65536]")
         check(is_int(self.n_values) and 2 <= self.n_values <= 65536, "n_values", "an integer in [2, 65536]")
         hi = min(self.n_keys, self.n_values)

@@ -34,15 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from .base import IGNORE, Episodes, Task, check, generator, register
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int, is_real
 
 
 def _positive_real(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return is_real(x) and math.isfinite(x) and x > 0
 
 
 def _ndtr(z: torch.Tensor) -> torch.Tensor:
@@ -104,9 +100,9 @@ class Regression(Task):
     y_range: float = 4.0
 
     def validate(self) -> None:
-        check(_is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
-        check(_is_int(self.points) and 1 <= self.points <= 4096, "points", "an integer in [1, 4096]")
-        check(_is_int(self.C) and 3 <= self.C <= 65536, "C", "an integer in [3, 65536]")
+        check(is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
+        check(is_int(self.points) and 1 <= self.points <= 4096, "points", "an integer in [1, 4096]")
+        check(is_int(self.C) and 3 <= self.C <= 65536, "C", "an integer in [3, 65536]")
         # scales outside [1e-6, 1e6] make the float64 precision matrices singular or overflow
         for name in ("sigma_w", "sigma", "y_range"):
             v = getattr(self, name)

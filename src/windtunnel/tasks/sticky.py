@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import Episodes, Task, check, generator, register
-from ..errors import InvalidValue
+from ..errors import InvalidValue, is_int, is_real
 
 
 def sticky_matrix(n_symbols: int, self_prob: float) -> torch.Tensor:
@@ -55,18 +55,15 @@ class Sticky(Task):
     noise: float = 1.0
 
     def validate(self) -> None:
-        def is_int(v: object) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        def is_real(v: object) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        def finite(v: object) -> bool:
+            return is_real(v) and math.isfinite(v)  # type: ignore[arg-type]
 
         check(is_int(self.n_symbols) and 2 <= self.n_symbols <= 1024, "n_symbols", "an integer in [2, 1024]")
-        check(is_real(self.self_prob) and 0.0 <= self.self_prob <= 1.0, "self_prob", "a number in [0, 1]")
+        check(finite(self.self_prob) and 0.0 <= self.self_prob <= 1.0, "self_prob", "a number in [0, 1]")
         check(is_int(self.dim) and 1 <= self.dim <= 4096, "dim", "an integer in [1, 4096]")
         check(is_int(self.length) and 1 <= self.length <= 100_000, "length", "an integer in [1, 100000]")
         check(is_int(self.means_seed), "means_seed", "an integer")
-        check(is_real(self.noise) and 1e-6 <= self.noise <= 1e6, "noise", "a number in [1e-6, 1e6] (the Gaussian likelihood under- or overflows beyond)")
+        check(finite(self.noise) and 1e-6 <= self.noise <= 1e6, "noise", "a number in [1e-6, 1e6] (the Gaussian likelihood under- or overflows beyond)")
 
     # --- sizes ----------------------------------------------------------------------------
     @property
@@ -100,7 +97,7 @@ class Sticky(Task):
 
     # --- sampling -------------------------------------------------------------------------
     def sample(self, n: int, seed: int) -> Episodes:
-        check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, "n", "a positive integer")
+        check(is_int(n) and n >= 1, "n", "a positive integer")
         g = generator(seed)
         V, L = self.n_symbols, self.length
         P, mu = self.transition(), self.means()
