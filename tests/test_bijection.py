@@ -97,3 +97,59 @@ def test_oracle_is_a_model_of_the_inputs() -> None:
     ep = task.sample(32, 3)
     logits = tasks.oracle(task)(**ep.inputs)
     assert torch.allclose(torch.softmax(logits.double(), -1), ep.posterior, atol=1e-12)
+
+
+def _pool_posterior_by_hand(pool: list[list[int]], keys: list[int], values: list[int], V: int) -> list[list[float]]:
+    """For each key position: the share of pool members (with multiplicity) agreeing with every earlier
+    pair that map the key to each value."""
+    rows = []
+    for t, k in enumerate(keys):
+        agree = [m for m in pool if all(m[keys[j]] == values[j] for j in range(t))]
+        rows.append([sum(m[k] == y for m in agree) / len(agree) for y in range(V)])
+    return rows
+
+
+@pytest.mark.parametrize("params", [{"V": 5, "L": 4, "pool": 3}, {"V": 4, "L": 4, "pool": 40},
+                                    {"V": 6, "L": 8, "replacement": True, "pool": 7, "pool_seed": 5}])
+def test_pool_posterior_matches_counting_members(params: dict) -> None:
+    task = tasks.make("bijection", **params)
+    pool = task.pool_members().tolist()
+    ep = task.sample(20, 3)
+    V = task.V
+    for b in range(20):
+        keys = ep.tokens[b, 0::2].tolist()
+        values = [v - V for v in ep.tokens[b, 1::2].tolist()]
+        assert ep.latent["perm"][b].tolist() in pool  # every episode's permutation is a member
+        want = torch.tensor(_pool_posterior_by_hand(pool, keys, values, V), dtype=torch.float64)
+        assert torch.allclose(ep.posterior[b, 0::2], want, rtol=0, atol=1e-15)
+
+
+def test_the_true_prior_oracle_of_a_pooled_task_is_the_fresh_tasks_posterior() -> None:
+    task = tasks.make("bijection", V=6, L=5, pool=2)
+    ep = task.sample(16, 0)
+    fresh = tasks.make("bijection", V=6, L=5)
+    got = torch.softmax(tasks.oracle(task, prior="true")(**ep.inputs).double(), -1)
+    assert torch.allclose(got[ep.mask], fresh.posterior(ep.tokens)[ep.mask], atol=1e-12)
+    assert task.unpooled() == fresh and fresh.unpooled() is None
+    assert not torch.allclose(ep.posterior[ep.mask], got[ep.mask], atol=1e-3)  # two members: the pool tells more
+    # the keys asked do not depend on the pool: a pooled run's episodes ask what the fresh run's ask
+    assert torch.equal(ep.tokens[:, 0::2], fresh.sample(16, 0).tokens[:, 0::2])
+    with pytest.raises(ValueError, match="prior"):
+        tasks.oracle(task, prior="pool")
+
+
+def test_a_pool_of_every_permutation_many_times_approaches_the_true_prior() -> None:
+    """With all 24 permutations of 4 drawn 2^14 times the pool posterior is within sampling noise of the
+    fresh task's (the multiset is close to uniform)."""
+    task = tasks.make("bijection", V=4, L=4, pool=2**14)
+    ep = task.sample(64, 1)
+    fresh = tasks.make("bijection", V=4, L=4).posterior(ep.tokens)
+    assert float((ep.posterior - fresh).abs()[ep.mask].max()) < 0.05
+
+
+@pytest.mark.parametrize("params", [{"V": 6, "L": 5, "pool": 5}, {"V": 5, "L": 9, "replacement": True, "pool": 2}])
+def test_a_pooled_task_keeps_the_task_contract(params: dict) -> None:
+    from contracts import check_task_contract
+
+    for seed in (0, 1, 2):
+        check_task_contract(tasks.make("bijection", **params), seed, 7)

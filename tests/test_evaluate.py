@@ -204,3 +204,27 @@ def test_oracle_point_estimates_lie_inside_their_intervals(name, params) -> None
         assert m["value"] < 1e-12
         slack = 1e-9 * abs(m["value"])  # summation order alone moves the last bits
         assert m["ci"][0] - slack <= m["value"] <= m["ci"][1] + slack, (metric, m)
+
+
+def test_a_pooled_task_is_scored_against_both_priors() -> None:
+    """The pool's oracle is exact in the pool and off on fresh latents; the true prior's oracle is the
+    reverse; the distance of the two posteriors in the pool is the hand-computed mean total variation."""
+    task = tasks.make("bijection", V=6, L=5, pool=4)
+    pool_oracle, true_oracle = tasks.oracle(task), tasks.oracle(task, prior="true")
+    memo = evaluate(pool_oracle, task, n=200, n_boot=20)
+    infer = evaluate(true_oracle, task, n=200, n_boot=20)
+    assert set(memo.priors) == {"in_pool_vs_true_prior", "task_oracle_vs_true_prior", "fresh", "task_oracle_on_fresh"}
+    assert memo.value("kl") == 0 and infer.priors["fresh"]["kl"]["value"] == 0
+    assert infer.priors["in_pool_vs_true_prior"]["kl"]["value"] == 0 and infer.value("kl") > 0.5
+    for r in (memo, infer):  # the oracles' own rows do not depend on the model evaluated
+        assert r.priors["task_oracle_on_fresh"] == memo.priors["fresh"]
+        assert r.priors["task_oracle_vs_true_prior"] == memo.priors["in_pool_vs_true_prior"]
+    ep = task.sample(200, memo.seed)
+    p_pool, p_true = ep.posterior[ep.mask], tasks.make("bijection", V=6, L=5).posterior(ep.tokens)[ep.mask]
+    tv = float(0.5 * (p_pool - p_true).abs().sum(-1).mean())
+    assert memo.priors["in_pool_vs_true_prior"]["tv"]["value"] == pytest.approx(tv, rel=1e-9)
+    assert infer.value("tv") == pytest.approx(tv, rel=1e-9)
+    back = EvalResult.from_dict(json.loads(json.dumps(memo.to_dict())))
+    assert back.priors["fresh"]["tv"]["value"] == pytest.approx(memo.priors["fresh"]["tv"]["value"])
+    assert evaluate(tasks.oracle(tasks.make("bijection", V=6, L=5)), tasks.make("bijection", V=6, L=5),
+                    n=20, n_boot=5).priors == {}

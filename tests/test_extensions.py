@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from windtunnel import models, tasks
 from windtunnel.geometry import registry as geometry_registry
@@ -171,3 +172,45 @@ def test_diagnostics_declare_what_they_need() -> None:
         assert d.interpret is not None and d.claims, name
         model = models.make("lstm", tasks.make("bijection", V=5, L=5), d_model=8, n_layers=1)
         assert d.applies(model) == all(any(n.endswith(r) for n in model.hook_names()) for r in d.requires)
+
+
+class _Hookless(torch.nn.Module):
+    """A user's model with no hooks at all: tokens → embedding → head."""
+
+    def __init__(self, task: tasks.Task) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(task.vocab_size, 8)
+        self.head = torch.nn.Linear(8, task.n_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(tokens))
+
+
+def _run(diag, model, task, ep):
+    kw = {"episodes": ep}
+    if diag.untrained:
+        kw["untrained"] = model
+    if diag.resamples:
+        kw["n_boot"] = 5
+    return diag.compute(model, task, **kw)
+
+
+@pytest.mark.parametrize("arch", models.names() + ["hookless"])
+def test_a_diagnostic_whose_hooks_a_model_lacks_says_not_applicable(arch: str) -> None:
+    """The hooks a diagnostic declares are the capability it needs: on a model without one of them it
+    answers "not applicable" (never a crash, never numbers) — on every registered architecture and on a
+    model with no hooks at all."""
+    task = tasks.make("hmm", S=3, O=3, K=5)  # a hidden state, so every per-task diagnostic has its input
+    torch.manual_seed(0)
+    model = _Hookless(task) if arch == "hookless" else models.make(arch, task, **catalog.get(arch).tiny)
+    ep = task.sample(12, 0)
+    for name, diag in geometry_registry.discover().items():
+        if diag.checkpoints or diag.applies(model):
+            continue
+        r = _run(diag, model, task, ep)
+        assert r["applicable"] is False and r["reason"], (arch, name)
+
+
+def test_the_capabilities_table_in_the_docs_is_the_registrys() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
+    assert geometry_registry.capabilities_markdown() in doc

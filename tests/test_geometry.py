@@ -318,6 +318,12 @@ def test_bayes_lens_reads_each_layer_through_the_readout() -> None:
     assert kl[1] == pytest.approx(float(kl_bits(ep.posterior[ep.mask].double(), q).mean()), rel=1e-6)
     assert len(r["summary"]["kl_by_layer_untrained"]) == 3
     assert not bayes_lens(Encoder(task), task, episodes=ep)["applicable"]  # no final norm to read through
+    with torch.no_grad():  # every block inert: the lens is flat, and no layer is said to form the posterior
+        model.blocks[0].attn.out_proj.weight.zero_()
+        model.blocks[0].mlp.proj.weight.zero_()
+    s = bayes_lens(model, task, episodes=ep)["summary"]
+    assert s["flat"] is True and s["formation_layer"] is None
+    assert r["summary"]["flat"] is (r["kl_by_layer"][0] <= 2 * r["kl_by_layer"][-1])
 
 
 class _OneStream(nn.Module):

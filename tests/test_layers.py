@@ -10,7 +10,7 @@ from pathlib import Path
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
 LAYERS = [("errors", "stats"), ("tasks", "metrics"), ("models",), ("checkpoint", "runs", "train_config"),
           ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training",),
-          ("stages", "report", "grid", "table", "timescales", "claims", "reproduce", "compare"),
+          ("stages", "report", "grid", "table", "timescales", "claims", "reproduce", "compare", "diversity"),
           ("cli", "__main__", "__init__")]
 """Bottom to top: foundations; tasks and metrics; models; the run folder and what a run is; what
 training is made of; the analyses (which read a trained model and never train one); the training

@@ -175,3 +175,18 @@ def test_compare_lines_up_the_scored_positions_of_runs_of_different_layouts(tmp_
     assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["compare", str(a), "--length", "99", "--out", str(out)]) == 2
+
+
+def test_a_pooled_run_reports_both_priors(tmp_path: Path) -> None:
+    """Train on a pool of 3 permutations, evaluate, report: eval.json holds the two-prior block and the
+    report shows it."""
+    run = RunDir(tmp_path / "pool")
+    cfg = TrainConfig(task="bijection", task_params={"V": 5, "L": 4, "pool": 3}, arch="transformer",
+                      model={"d_model": 16, "n_layers": 1, "n_heads": 2}, steps=10, eval_every=10,
+                      ckpt_every=10, eval_n=16, progress=False)
+    stages.train_run(cfg, run)
+    stages.evaluate_run(run, n=50)
+    assert set(run.read_eval()["priors"]) >= {"fresh", "in_pool_vs_true_prior"}
+    stages.write_report(run)
+    assert "Memorisation vs inference" in run.report_path.read_text()
+    assert "## Memorisation vs inference" in run.summary_path.read_text()

@@ -248,6 +248,12 @@ def _print_metrics(result: Any) -> None:
         ci = m.get("ci")
         ci_s = f"  [{ci[0]:.4g}, {ci[1]:.4g}]" if ci else ""
         print(f"  {name:18s} {m['value']:.6g}{ci_s}")
+    pri = getattr(result, "priors", None) or {}
+    if pri:  # a pooled task: memorising or inferring?
+        tv = result.metrics["tv"]["value"]
+        print(f"  memorisation vs inference: total variation to the pool's posterior {tv:.4g}, to the true prior's "
+              f"{pri['in_pool_vs_true_prior']['tv']['value']:.4g}; KL on fresh latents "
+              f"{pri['fresh']['kl']['value']:.4g} bits (the pool's oracle: {pri['task_oracle_on_fresh']['kl']['value']:.4g})")
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
@@ -616,6 +622,23 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_diversity(args: argparse.Namespace, extra: list[str]) -> int:
+    """The task-diversity sweep's table and figure from its committed cells (nothing is trained)."""
+    from . import diversity
+
+    results = Path(_out_path(args.results) or "results")
+    if not results.is_dir():
+        raise UsageError(f"invalid results: {results} is not a folder")
+    _writable_file(results / args.preset / "diversity.md")
+    path, doc = diversity.write(results, preset=args.preset)
+    for arch, s in doc["summary"].items():
+        print(f"{arch}: closer to the true prior than to the pool from pool size {s['inferring_from']}")
+    if doc["missing"]:
+        print(f"{len(doc['missing'])} cells not yet made: windtunnel reproduce beyond")
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     """Several runs' metrics side by side, and their per-position curves overlaid in one figure."""
     from .compare import compare
@@ -791,6 +814,12 @@ def make_parser() -> argparse.ArgumentParser:
     cl.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells the verdicts read (default quick)")
     cl.add_argument("--out", help="the Markdown file (default RESULTS/CLAIMS.md)")
     cl.set_defaults(func=cmd_claims)
+
+    dv = sub.add_parser("diversity", help="memorisation vs inference: the task-diversity sweep's table and figure "
+                                          "from its committed cells")
+    dv.add_argument("--results", help="the results folder (default results)")
+    dv.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells it reads (default quick)")
+    dv.set_defaults(func=cmd_diversity)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
     lm_sub = lm.add_subparsers(dest="action", parser_class=_Parser, metavar="{signatures,sula,global}",

@@ -99,7 +99,14 @@ class EvalResult:
       "seq_len": T}`` (token positions ``< seq_len`` were seen in training);
     * ``task``: ``{"name", "params"}``; ``model``: ``{"class", "n_params"}``; ``timings``:
       ``sample_s``, ``forward_s``, ``oracle_s``, ``metrics_s`` (incl. bootstrap), ``total_s`` and
-      ``sequences_per_s`` (model forward throughput).
+      ``sequences_per_s`` (model forward throughput);
+    * ``priors`` (a task whose latent comes from a finite pool, :meth:`~windtunnel.tasks.Task.unpooled`;
+      empty otherwise): ``in_pool_vs_true_prior`` — the model on the same episodes scored against the
+      posterior under the *true* prior instead of the pool's; ``task_oracle_vs_true_prior`` — the pool's
+      Bayes oracle scored the same way (how far apart the two posteriors are); ``fresh`` — the model on
+      episodes of the true prior (fresh latents), against their posterior; ``task_oracle_on_fresh`` — the
+      pool's oracle there (what memorising the pool gives on new latents).  Memorising shows as a small
+      KL to the pool posterior with ``fresh`` near ``task_oracle_on_fresh``; inferring as ``fresh`` near 0.
 
     ``to_dict()`` is JSON-serialisable (NaN → null); ``EvalResult.from_dict`` reads it back.
     """
@@ -116,6 +123,7 @@ class EvalResult:
     lengths: dict[int, dict[str, Any]] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    priors: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def value(self, name: str) -> float:
         """Point estimate of metric ``name``."""
@@ -157,6 +165,7 @@ class EvalResult:
             },
             "model": dict(self.model),
             "timings": {k: _num(v) for k, v in self.timings.items()},
+            "priors": {k: table(v) for k, v in self.priors.items()},
         }
 
     @classmethod
@@ -195,6 +204,7 @@ class EvalResult:
             },
             model=dict(d.get("model", {})),
             timings={k: _unnum(v) for k, v in d.get("timings", {}).items()},
+            priors={k: table(v) for k, v in d.get("priors", {}).items()},
         )
 
 
@@ -366,8 +376,21 @@ def evaluate(
             "curve_ci": bands_k,
         }
 
+    priors: dict[str, dict[str, Any]] = {}
+    true_task = task.unpooled()
+    if true_task is not None:  # memorisation vs inference: both posteriors, in the pool and on fresh latents
+        ep_f, logits_f, orc_f = run(true_task)
+        t0 = time.perf_counter()
+        pool_orc_f = predict(make_oracle(task), ep_f, chunk=max(chunk, 1024), device="cpu")
+        in_pool_true = dataclasses.replace(ep, posterior=true_task.posterior(ep.tokens, ep.features))
+        priors = {"in_pool_vs_true_prior": _score(logits, in_pool_true, weights)[0],
+                  "task_oracle_vs_true_prior": _score(orc, in_pool_true, weights)[0],
+                  "fresh": _score(logits_f, ep_f, weights)[0],
+                  "task_oracle_on_fresh": _score(pool_orc_f, ep_f, weights)[0]}
+        timings["metrics_s"] += time.perf_counter() - t0
+
     timings["total_s"] = time.perf_counter() - t_start
-    timings["sequences_per_s"] = n * (1 + len(tasks)) / max(timings["forward_s"], 1e-12)
+    timings["sequences_per_s"] = n * (1 + len(tasks) + bool(priors)) / max(timings["forward_s"], 1e-12)
     return EvalResult(
         task={"name": task.name, "params": task.params()},
         n=n,
@@ -381,6 +404,7 @@ def evaluate(
         lengths=per_length,
         model={"class": type(model).__name__, "n_params": _n_params(model)},
         timings=timings,
+        priors=priors,
     )
 
 

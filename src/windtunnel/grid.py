@@ -161,7 +161,15 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # beyond the papers: one fixed 3-state process (no hypothesis to infer, a hidden state to track); the
     # HMM column's budget, for the belief-geometry readouts
     _exp("mess3", "mess3", {}, {}, _QUICK_SHORT),
+    # beyond the papers, memorisation vs inference: the bijection column with every episode's permutation
+    # drawn from a finite pool of POOL_SIZES[i] (the fresh column is the infinite pool); evaluated against
+    # the pool's posterior and the true prior's, in the pool and on fresh permutations
+    *(_exp(f"pool_{size}", "bijection", {"V": 10, "L": 9, "pool": size}, {"V": 20, "L": 19, "pool": size}, _QUICK_SHORT,
+           metric="entropy_mae_curve") for size in (4 ** i for i in range(9))),
 )}
+
+POOL_SIZES = tuple(4 ** i for i in range(9))
+"""The task-diversity sweep's pool sizes (1 … 65,536 permutations; the ``bijection`` column is the infinite pool)."""
 
 TABLE_COLUMNS = ("bijection", "bijection_replacement", "hmm", "recall")
 """The architecture × inference-primitive table's columns (Paper I v3), in order."""

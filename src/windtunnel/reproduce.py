@@ -73,8 +73,9 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
     controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
-    cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": BELIEF_CELLS,
-             "all": GEOMETRY_CELLS + controls + EM_CELLS + BELIEF_CELLS}
+    beyond = BELIEF_CELLS + DIVERSITY_CELLS
+    cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
+             "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
     analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in cells[target] for seed in SEEDS]
@@ -110,6 +111,11 @@ BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)
 for each of the papers' sequence architectures, analysed — does the stream hold the belief linearly
 (``belief_geometry``), beyond what a random network's features already give?"""
+
+DIVERSITY_CELLS = tuple((f"pool_{size}", arch) for arch in ("transformer", "mamba", "lstm") for size in grid.POOL_SIZES)
+"""Beyond the papers, memorisation vs inference (task diversity): the bijection column trained on a finite pool of
+permutations, for each pool size and each of the papers' sequence architectures; trained and evaluated (both
+priors, in the pool and on fresh permutations).  The fresh column (``bijection``) is the infinite pool."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform

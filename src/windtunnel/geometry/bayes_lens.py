@@ -9,7 +9,9 @@ position:
 
 The last layer's lens is the model's output, so ``KL_L`` equals the evaluation's KL on the same
 episodes (a check recorded as ``final_kl_vs_output``).  ``formation_layer`` is the first layer whose
-KL is within twice the final one.  The untrained model's lens is the null: a readout that has
+KL is within twice the final one — ``None`` when the lens is flat (the embedding's readout is already
+within twice the output's: no layer forms anything the embedding lacks, as for a model that learned
+nothing).  The untrained model's lens is the null: a readout that has
 learned nothing gives its KL at every depth.
 """
 
@@ -68,7 +70,8 @@ def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEO
     trained = _lens(model, ep)
     kl = trained["kl_by_layer"]
     final = kl[-1]
-    formation = next((i for i, v in enumerate(kl) if v <= 2 * final), None)
+    flat = kl[0] <= 2 * final
+    formation = None if flat else next((i for i, v in enumerate(kl) if v <= 2 * final), None)
     out: dict[str, Any] = {
         "applicable": True,
         "n_episodes": len(ep),
@@ -79,6 +82,7 @@ def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEO
             "final_kl": final,
             "final_kl_vs_output": abs(final - trained["output_kl"]),
             "formation_layer": trained["layers"][formation] if formation is not None else None,
+            "flat": flat,
         },
     }
     if untrained is not None and _readable(untrained):
@@ -113,11 +117,13 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     if len(kl) < 3 or not null:
         return []
     before, base = kl[-2], null[-2]
+    where = ("no layer: the lens is flat, the embedding already reads within 2× of the output" if s.get("flat")
+             else f"first within 2× of the output: {s['formation_layer']}")
     return [Reading("bayes_lens.kl_by_layer[-2]", before, "untrained model", base,
                     "below half the untrained model's is consistent", before < 0.5 * base, "B10",
                     f"the stream entering the last block, read through the final norm and head, is {before:.3g} bits "
-                    f"from the posterior (output {kl[-1]:.3g}; first within 2× of the output: {s['formation_layer']})")]
+                    f"from the posterior (output {kl[-1]:.3g}; {where})")]
 
 
-register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, _interpret, untrained=True, order=65, version=2,
+register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, _interpret, untrained=True, order=65, version=3,
                     claims=("B10",), requires=("hook_resid_pre", "hook_resid_post")))

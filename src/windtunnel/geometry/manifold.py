@@ -255,4 +255,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("value_manifold", value_manifold, value_manifold_figure, _interpret, untrained=True, order=30,
-                    version=2, claims=("B7", "B16")))
+                    version=2, claims=("B7", "B16"), requires=("hook_resid_post",)))

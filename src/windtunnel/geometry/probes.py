@@ -256,4 +256,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     return out
 
 
-register(Diagnostic("probes", probes, probes_figure, _interpret, untrained=True, order=60, claims=("B10", "B14", "B15")))
+register(Diagnostic("probes", probes, probes_figure, _interpret, untrained=True, order=60, claims=("B10", "B14", "B15"),
+                    requires=("hook_resid_post",)))

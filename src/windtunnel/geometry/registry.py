@@ -104,3 +104,14 @@ def interpret(results: dict[str, Any]) -> list[Reading]:
             continue
         out.extend(diag.interpret(r))
     return out
+
+
+def capabilities_markdown() -> str:
+    """The table of which hooks enable which diagnostic (and the claims each speaks to), in report order:
+    what ``docs/extending.md`` shows a user bringing their own model."""
+    rows = ["| diagnostic | hooks it needs | reads | claims |", "|---|---|---|---|"]
+    for name, d in discover().items():
+        hooks = ", ".join(f"`{h}`" for h in d.requires) or "any model"
+        reads = "the run's checkpoints" if d.checkpoints else "the trained model" + (" and the untrained one" if d.untrained else "")
+        rows.append(f"| `{name}` | {hooks} | {reads} | {', '.join(d.claims)} |")
+    return "\n".join(rows)

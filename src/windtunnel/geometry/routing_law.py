@@ -70,4 +70,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("routing_law", routing_law, routing_law_figure, _interpret, order=70, claims=("C1", "C2", "C3"),
-                    requires=("attn.hook_pattern",)))
+                    requires=("attn.hook_scores",)))

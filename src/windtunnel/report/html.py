@@ -263,6 +263,20 @@ def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
                     lrows.append((f"{hz.get('param') or 'length'}={K}, oracle", v["oracle"], "oracle"))
             parts.append(_metrics_table(lrows))
             md += ["## Length generalisation", "", _md_table([(r[0], r[1]) for r in lrows]), ""]
+        priors = ev.get("priors") or {}
+        if priors:
+            labels = {"in_pool_vs_true_prior": ("model, pool episodes vs the true-prior posterior", "model"),
+                      "task_oracle_vs_true_prior": ("pool oracle, pool episodes vs the true-prior posterior", "oracle"),
+                      "fresh": ("model, fresh latents vs their posterior", "model"),
+                      "task_oracle_on_fresh": ("pool oracle, fresh latents", "oracle")}
+            prows = [(labels[k][0], v, labels[k][1]) for k, v in priors.items() if k in labels]
+            parts.append("<h3>Memorisation vs inference</h3>")
+            parts.append("<p class='note'>The run's latents come from a finite pool. A model that memorised the pool "
+                         "is close to the pool's posterior (the rows above) and scores like the pool oracle on fresh "
+                         "latents; one that infers scores near 0 on fresh latents. Against a posterior that gives a "
+                         "value zero mass the KL is bounded only by the probability floor: read the total variation.</p>")
+            parts.append(_metrics_table(prows))
+            md += ["## Memorisation vs inference", "", _md_table([(r[0], r[1]) for r in prows]), ""]
 
     reads = _readings(geometry)
     if reads:

@@ -208,6 +208,12 @@ class Task:
         query at ``(b, t)`` (e.g. the elimination set), from the inputs alone; ``{}``: none."""
         return {}
 
+    def unpooled(self) -> "Task | None":
+        """For a task whose latent is drawn from a finite pool (memorisation vs inference), the same task
+        with the latent drawn from its true prior — whose posterior is what a model that infers, rather
+        than memorises, matches; ``None`` for a task without a pool."""
+        return None
+
     def belief(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor | None:
         """The exact distribution over the generating process's hidden state at every position,
         ``[B, T, S]`` float64 (the *belief state* an optimal filter carries), or ``None`` where the
@@ -348,9 +354,15 @@ class BayesOracle(torch.nn.Module):
         return 0
 
 
-def oracle(task: Task) -> BayesOracle:
-    """The Bayes-optimal predictor for ``task`` as a model (Garg et al.'s 'optimal' row)."""
-    return BayesOracle(task)
+def oracle(task: Task, prior: str = "task") -> BayesOracle:
+    """The Bayes-optimal predictor for ``task`` as a model (Garg et al.'s 'optimal' row).
+
+    ``prior="task"``: under the distribution the task samples from (for a pooled task, the pool);
+    ``prior="true"``: under the true prior (:meth:`Task.unpooled`; the same as ``"task"`` for a task
+    without a pool) — the predictor that infers instead of memorising."""
+    if prior not in ("task", "true"):
+        raise InvalidValue(f"invalid prior {prior!r}: 'task' or 'true'")
+    return BayesOracle((task.unpooled() or task) if prior == "true" else task)
 
 
 def uniform_rows(shape: tuple[int, ...], n_classes: int) -> torch.Tensor:

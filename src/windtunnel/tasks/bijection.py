@@ -22,10 +22,23 @@ seen values carry on average exactly their uniform share ``m/V`` of the posterio
 small pool they carry more, so reading the shown values already pays — a stepping stone towards
 binding that the full sawtooth lacks.  A curriculum (``TrainConfig.curriculum``) uses it early in
 training.
+
+``pool`` (memorisation vs inference): every episode's permutation is one of a finite set of ``pool``
+permutations, drawn once (uniformly, with replacement: a permutation drawn twice is twice as likely)
+from ``pool_seed`` — the same set in every episode, every process and every seed of the run.  The exact posterior is then the posterior *under the pool*: with ``C_t`` the pool
+members that agree with every pair shown before key ``t``,
+
+    p(π(k_t) = y) = |{σ ∈ C_t : σ(k_t) = y}| / |C_t|,
+
+which is one-hot once the pairs single out one member.  A model that memorised the pool can reach it; a
+model that infers — whatever the pool — matches the posterior under the true (uniform) prior instead,
+which :meth:`unpooled` gives (``tasks.oracle(task, prior="true")``).  ``pool = null``: a fresh
+permutation every episode (the wind tunnel proper).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +59,8 @@ class Bijection(Task):
     L: int = 19
     replacement: bool = False
     key_pool: int | None = None
+    pool: int | None = None
+    pool_seed: int = 0
 
     def validate(self) -> None:
         check(is_int(self.V) and 2 <= self.V <= 1024, "V", "an integer in [2, 1024]")
@@ -58,6 +73,9 @@ class Bijection(Task):
             "key_pool",
             f"null, or with replacement an integer in [1, V] = [1, {self.V}]",
         )
+        check(self.pool is None or (is_int(self.pool) and 1 <= self.pool <= min(MAX_POOL_ENTRIES // self.V, 2**20)),
+              "pool", f"null, or an integer in [1, {min(MAX_POOL_ENTRIES // self.V, 2**20)}] (pool × V ≤ 2^24)")
+        check(is_int(self.pool_seed) and 0 <= self.pool_seed < 2**31, "pool_seed", "an integer in [0, 2^31)")
 
     @property
     def n_classes(self) -> int:
@@ -75,6 +93,14 @@ class Bijection(Task):
     def length_param(self) -> str:
         return "L"
 
+    def pool_members(self) -> torch.Tensor | None:
+        """The pool's permutations ``[pool, V]`` (``None`` without a pool)."""
+        return None if self.pool is None else _pool(self.V, self.pool, self.pool_seed)
+
+    def unpooled(self) -> "Task | None":
+        """The same task with a fresh permutation per episode (the true prior), or ``None`` without a pool."""
+        return None if self.pool is None else self.replace(pool=None)
+
     def draw(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The latent draws of ``n`` episodes: ``perm [n, V]`` (``perm[b, key]`` = value) and the
         keys asked ``[n, L]`` (deterministic in ``seed``; layouts of the same pairs share them)."""
@@ -82,6 +108,9 @@ class Bijection(Task):
         g = generator(seed)
         V, L = self.V, self.L
         perm = torch.argsort(torch.rand(n, V, generator=g), dim=1)  # perm[b, key] = value index
+        if self.pool is not None:  # members picked from a stream of their own: the keys are the fresh task's
+            pick = torch.Generator().manual_seed(0x9002_0000_0000 + seed)
+            perm = self.pool_members()[torch.randint(0, self.pool, (n,), generator=pick)]
         if self.replacement and self.key_pool is not None:
             pool = torch.argsort(torch.rand(n, V, generator=g), dim=1)[:, : self.key_pool]
             keys = pool.gather(1, torch.randint(0, self.key_pool, (n, L), generator=g))
@@ -116,6 +145,42 @@ class Bijection(Task):
         return mask
 
     def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        fresh = self._fresh_posterior(tokens)
+        return fresh if self.pool is None else self._pool_posterior(tokens, fresh)
+
+    def _pool_posterior(self, tokens: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
+        """The posterior under the pool (module docstring); a context no pool member agrees with (not one
+        the task samples) keeps the true-prior posterior ``fresh``.
+
+        Exact integer counts, without touching the whole pool per sequence: the members agreeing with
+        the first pair are one block of the pool sorted by ``σ(k_1)``; each later pair filters that list."""
+        pool, V = self.pool_members(), self.V
+        order, starts = _pool_index(V, self.pool, self.pool_seed)
+        out = fresh.clone()
+        keys, values = tokens[:, 0::2].clamp(0, V - 1), tokens[:, 1::2] - V
+        B, Lk = keys.shape
+        out[:, 0] = (starts[:, 1:] - starts[:, :-1]).double()[keys[:, 0]] / len(pool)  # every member agrees
+        if values.shape[1] == 0:
+            return out
+        v0 = values[:, 0].clamp(0, V - 1)
+        lo, hi = starts[keys[:, 0], v0], starts[keys[:, 0], v0 + 1]
+        n = torch.where((values[:, 0] >= 0) & (values[:, 0] < V), hi - lo, torch.zeros_like(lo))
+        seq = torch.repeat_interleave(torch.arange(B), n)
+        within = torch.arange(len(seq)) - torch.repeat_interleave(torch.cumsum(n, 0) - n, n)
+        member = order[keys[seq, 0], lo[seq] + within]  # (sequence, agreeing member) pairs
+        for t in range(1, Lk):
+            assigned = pool[member, keys[seq, t]]
+            counts = torch.zeros(B, V, dtype=torch.float64).index_put_((seq, assigned), torch.ones(len(seq), dtype=torch.float64),
+                                                                       accumulate=True)
+            total = counts.sum(-1)
+            ok = total > 0
+            out[ok, 2 * t] = counts[ok] / total[ok, None]
+            if t < values.shape[1]:
+                keep = assigned == values[seq, t]
+                member, seq = member[keep], seq[keep]
+        return out
+
+    def _fresh_posterior(self, tokens: torch.Tensor) -> torch.Tensor:
         V = self.V
         B, T = tokens.shape
         keys = tokens[:, 0::2]  # [B, Lk]
@@ -181,6 +246,27 @@ class Bijection(Task):
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         V = self.V
         return [f"k{int(t)}" if t < V else f"→v{int(t) - V}" for t in episodes.tokens[index]]
+
+
+MAX_POOL_ENTRIES = 2**24
+"""A pool holds at most this many (permutation, key) entries (128 MiB of int64)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _pool(V: int, size: int, seed: int) -> torch.Tensor:
+    """``size`` uniformly random permutations of ``[V]`` from their own stream (never an episode's)."""
+    g = torch.Generator().manual_seed(0x9001_0000_0000 + seed)
+    return torch.argsort(torch.rand(size, V, generator=g), dim=1)
+
+
+@functools.lru_cache(maxsize=8)
+def _pool_index(V: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each key ``k``: the members sorted by the value they give it (``order [V, size]``) and where each
+    value's block starts (``starts [V, V + 1]``)."""
+    pool = _pool(V, size, seed)
+    order = torch.argsort(pool.T, dim=1, stable=True)
+    counts = torch.stack([torch.bincount(pool[:, k], minlength=V) for k in range(V)])
+    return order, torch.cat([torch.zeros(V, 1, dtype=torch.long), counts.cumsum(1)], 1)
 
 
 # the sawtooth (Paper I v3): keys drawn with replacement, so a repeated key's answer is certain and the

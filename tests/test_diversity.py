@@ -1,0 +1,49 @@
+"""The task-diversity summary on cells whose models are the two oracles: the pool's (a perfect memoriser)
+and the true prior's (a perfect inferrer), evaluated and written as a real cell's eval.json is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from windtunnel import diversity, grid, tasks
+from windtunnel.cli import main
+from windtunnel.evaluation import evaluate
+from windtunnel.runs import RunDir
+
+
+def _cells(results: Path, arch: str, prior: str, seeds=(0, 1)) -> None:
+    for size in (*grid.POOL_SIZES, None):
+        column = "bijection" if size is None else f"pool_{size}"
+        name, params = grid.task_spec(column, "quick")
+        task = tasks.make(name, **params)
+        for seed in seeds:
+            result = evaluate(tasks.oracle(task, prior=prior), task, n=40, seed=100 + seed, n_boot=10)
+            RunDir(results / "quick" / "cells" / f"{column}-{arch}-s{seed}").write_eval(result.to_dict())
+
+
+def test_the_memoriser_never_switches_and_the_inferrer_infers_from_the_smallest_pool(tmp_path: Path, capsys) -> None:
+    _cells(tmp_path, "transformer", "task")
+    _cells(tmp_path, "lstm", "true")
+    doc = diversity.summarise(tmp_path)
+    assert doc["summary"]["transformer"]["inferring_from"] is None
+    assert doc["summary"]["lstm"]["inferring_from"] == 1
+    memo, infer = doc["rows"]["transformer"], doc["rows"]["lstm"]
+    assert [r["pool"] for r in memo] == [*grid.POOL_SIZES, None]
+    assert all(r["tv_to_pool"]["mean"] < 1e-12 for r in memo)  # the pool's oracle is the pool's posterior
+    assert all(r["kl_fresh"]["mean"] < 1e-12 and r["tv_to_true"]["mean"] < 1e-12 for r in infer)
+    # a pool of one permutation: the memoriser is one-hot from the first key, so far from the true prior
+    assert memo[0]["tv_to_true"]["mean"] > 0.5 and memo[0]["pool_oracle_kl_fresh"]["mean"] > 1
+    assert len(doc["missing"]) == 10 * 3 + 10 + 10  # mamba entirely, seed 2 of the others
+    assert main(["diversity", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "transformer: closer to the true prior than to the pool from pool size None" in out
+    assert (tmp_path / "quick" / "diversity.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| ∞ |" in (tmp_path / "quick" / "diversity.md").read_text()
+    assert json.loads((tmp_path / "quick" / "diversity.json").read_text())["summary"]["lstm"]["inferring_from"] == 1
+
+
+def test_diversity_refuses_a_missing_results_folder(tmp_path: Path) -> None:
+    assert main(["diversity", "--results", str(tmp_path / "nope")]) == 2
