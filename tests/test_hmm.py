@@ -181,3 +181,19 @@ def test_sampled_paths_follow_the_matrices():
     # the initial state is uniform
     counts = torch.bincount(s[:, 0], minlength=S).double()
     assert ((counts - 4000).abs() / 4000**0.5).max() < 6
+
+
+def test_a_pool_of_hmms_draws_every_episode_from_its_members() -> None:
+    """Every episode's matrices are one of the pool's; the posterior is the fresh task's (the header holds
+    the matrices), and the observation stream is drawn as the fresh task draws it."""
+    task = make("hmm", S=3, O=3, K=6, pool=4, pool_seed=2)
+    T, E = task.pool_members()
+    ep = task.sample(32, 5)
+    got = torch.cat([(ep.latent["T"] * 100).round().long().flatten(1), (ep.latent["E"] * 100).round().long().flatten(1)], 1)
+    members = torch.cat([T.flatten(1), E.flatten(1)], 1)
+    assert all(any(torch.equal(row, m) for m in members) for row in got)
+    assert len({tuple(r.tolist()) for r in got}) <= 4
+    fresh = task.unpooled()
+    assert fresh == make("hmm", S=3, O=3, K=6, pool_seed=2) and fresh.unpooled() is None
+    assert torch.equal(ep.posterior, fresh.posterior(ep.tokens))
+    assert torch.equal(make("hmm", S=3, O=3, K=6, pool=4, pool_seed=3).pool_members()[0], T) is False

@@ -22,6 +22,10 @@ posterior, by the forward algorithm on the matrices decoded from the header:
     α_1(s) ∝ E(o_1 | s) / S,        α_t(s) ∝ E(o_t | s) Σ_{s'} α_{t-1}(s') T(s' → s)
 
 (normalised every step, float64; all entries are at least 0.05, so nothing underflows).
+``pool`` (memorisation vs inference): every episode's HMM is one of ``pool`` drawn once from
+``pool_seed``; the posterior is unchanged (the matrices are in the header), so what a pool tests is
+whether a model trained on few HMMs filters ones it never saw (``evaluate``'s ``priors.fresh``).
+
 ``target="posterior"`` trains on ``α_t`` (soft labels, as the authors do); ``target="state"`` on the
 sampled hidden state ``s_t``.  In both cases ``targets`` holds ``s_t``, which is a draw from
 ``α_t``, so accuracy against it is meaningful.
@@ -29,6 +33,7 @@ sampled hidden state ``s_t``.  In both cases ``targets`` holds ``s_t``, which is
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -64,6 +69,25 @@ def discretise(p: torch.Tensor) -> torch.Tensor:
     return cents
 
 
+def draw_matrices(n: int, S: int, O: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` transition ``[n, S, S]`` and emission ``[n, S, O]`` matrices in hundredths: every row
+    Dirichlet(1), floored at 0.05, renormalised and put on the 0.01 grid (:func:`discretise`)."""
+
+    def grid_rows(rows: int, cols: int) -> torch.Tensor:
+        x = torch.empty(n, rows, cols, dtype=torch.float64).exponential_(generator=g)
+        x = x / x.sum(-1, keepdim=True)  # Dirichlet(1)
+        x = x.clamp_min_(0.05)
+        return discretise(x / x.sum(-1, keepdim=True))
+
+    return grid_rows(S, S), grid_rows(S, O)
+
+
+@functools.lru_cache(maxsize=8)
+def _pool(S: int, O: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``size`` HMMs drawn as episodes draw theirs, from a stream of their own (never an episode's)."""
+    return draw_matrices(size, S, O, torch.Generator().manual_seed(0x9001_0000_0000 + seed))
+
+
 @register
 @dataclass(frozen=True)
 class HMM(Task):
@@ -76,6 +100,8 @@ class HMM(Task):
     O: int = 5
     K: int = 20
     target: str = "posterior"
+    pool: int | None = None
+    pool_seed: int = 0
 
     def validate(self) -> None:
         check(is_int(self.S) and 2 <= self.S <= 20,
@@ -85,6 +111,18 @@ class HMM(Task):
         check(is_int(self.K) and 1 <= self.K <= 4096,
               "K", "an integer in [1, 4096]")
         check(self.target in ("posterior", "state"), "target", "'posterior' or 'state'")
+        check(self.pool is None or (is_int(self.pool) and 1 <= self.pool <= 2**20), "pool", "null, or an integer in [1, 2^20]")
+        check(is_int(self.pool_seed) and 0 <= self.pool_seed < 2**31, "pool_seed", "an integer in [0, 2^31)")
+
+    def unpooled(self) -> "HMM | None":
+        """The same task with fresh matrices every episode, or ``None`` without a pool.  The matrices are
+        in the header, so both posteriors coincide on every episode: what a pool changes is which HMMs the
+        model saw, and the evaluation on fresh ones tells whether it filters HMMs it never saw."""
+        return None if self.pool is None else self.replace(pool=None)
+
+    def pool_members(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The pool's matrices in hundredths, ``(T [pool, S, S], E [pool, S, O])`` (``None`` without a pool)."""
+        return None if self.pool is None else _pool(self.S, self.O, self.pool, self.pool_seed)
 
     # --- sizes ----------------------------------------------------------------------------
     @property
@@ -116,15 +154,11 @@ class HMM(Task):
         check(is_int(n) and n >= 1, "n", "a positive integer")
         g = generator(seed)
         S, O, K, H = self.S, self.O, self.K, self.header_len
-
-        def grid_rows(rows: int, cols: int) -> torch.Tensor:
-            x = torch.empty(n, rows, cols, dtype=torch.float64).exponential_(generator=g)
-            x = x / x.sum(-1, keepdim=True)  # Dirichlet(1)
-            x = x.clamp_min_(0.05)
-            return discretise(x / x.sum(-1, keepdim=True))
-
-        cT = grid_rows(S, S)  # [n,S,S] hundredths
-        cE = grid_rows(S, O)  # [n,S,O]
+        cT, cE = draw_matrices(n, S, O, g)  # [n,S,S], [n,S,O] hundredths
+        if self.pool is not None:  # members picked from a stream of their own: the paths are the fresh task's
+            pick = torch.randint(0, self.pool, (n,), generator=torch.Generator().manual_seed(0x9002_0000_0000 + seed))
+            pT, pE = self.pool_members()
+            cT, cE = pT[pick], pE[pick]
 
         # paths by inverse CDF on integer hundredths: exact, p(j) = cents_j / 100
         uT = torch.randint(0, 100, (n, K), generator=g, dtype=torch.int64)
