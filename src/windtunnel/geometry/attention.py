@@ -218,7 +218,8 @@ def attention_focusing_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_ylabel("attention mass (dotted: uniform null)")
     ax.set_xticks(xs)
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a task without regions (Mess3) has nothing to label
+        ax.legend(fontsize=7)
     ax.set_title("Mass on task-defined positions")
     return _plot.save(fig, path)
 
