@@ -78,7 +78,7 @@ def test_hmm_uses_its_posterior_as_the_belief_and_other_tasks_do_not_apply(tmp_p
     task = tasks.make("hmm", S=4, O=3, K=6)
     model = models.make("transformer", task, d_model=16, n_layers=1, n_heads=2)
     r = belief_geometry(model, task, n=32)
-    assert r["applicable"] and r["summary"]["n_states"] == 4 and len(r["points"]["true"][0]) == 4
+    assert r["applicable"] and r["summary"]["n_states"] == 4 and len(r["points"]["true"][0].split()) == 4
     assert belief_geometry_figure(r, tmp_path / "h.png").read_bytes()[:8] == PNG  # 4 states: principal axes
     bij = tasks.make("bijection", V=4, L=3)
     r = belief_geometry(models.make("transformer", bij, d_model=16, n_layers=1, n_heads=2), bij, n=8)

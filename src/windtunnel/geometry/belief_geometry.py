@@ -38,8 +38,8 @@ from .registry import Diagnostic, Reading, register
 
 __all__ = ["belief_geometry", "belief_geometry_figure", "belief_readout", "simplex_xy"]
 
-FIGURE_POINTS = 800
-"""Held-out points kept in the result for the simplex figure (4 decimals each)."""
+FIGURE_POINTS = 400
+"""Held-out points kept in the result for the simplex figure, each one string of its coordinates (3 decimals)."""
 
 
 def simplex_xy(eta: torch.Tensor) -> torch.Tensor:
@@ -137,8 +137,8 @@ def belief_geometry(model: torch.nn.Module, task: Task, *, untrained: torch.nn.M
         summary["best_layer_r2_untrained"] = _best(null["layers"])["r2"]
         summary["all_layers_r2_untrained"] = null["all_layers"]["r2"]
     k = min(FIGURE_POINTS, int(test.sum()))
-    res["points"] = {"true": [[round(float(v), 4) for v in row] for row in B[test][:k]],
-                     "all_layers": [[round(float(v), 4) for v in row] for row in trained["all_layers_pred"][:k]]}
+    res["points"] = {"true": [" ".join(f"{float(v):.3f}" for v in row) for row in B[test][:k]],
+                     "all_layers": [" ".join(f"{float(v):.3f}" for v in row) for row in trained["all_layers_pred"][:k]]}
     res["summary"] = summary
     return clean(res)
 
@@ -152,8 +152,8 @@ def belief_geometry_figure(result: dict[str, Any], path: Path) -> Path:
     two principal axes), and held-out R² by layer beside the untrained model's."""
     if not result.get("applicable", False):
         return _plot.placeholder(f"belief geometry: {result.get('reason', 'not applicable')}", path)
-    true = torch.tensor(result["points"]["true"], dtype=torch.float64)
-    pred = torch.tensor(result["points"]["all_layers"], dtype=torch.float64)
+    true, pred = (torch.tensor([[float(v) for v in p.split()] for p in result["points"][key]], dtype=torch.float64)
+                  for key in ("true", "all_layers"))
     S = true.shape[1]
     basis = None
     if S != 3:
@@ -203,5 +203,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                     f"position only {f(s['position_only_r2'])})")]
 
 
-register(Diagnostic("belief_geometry", belief_geometry, belief_geometry_figure, _interpret, untrained=True, order=62,
+register(Diagnostic("belief_geometry", belief_geometry, belief_geometry_figure, _interpret, untrained=True, order=62, version=2,
                     claims=("B10",), requires=("hook_resid_pre", "hook_resid_post")))
