@@ -35,7 +35,10 @@ def test_the_memoriser_never_switches_and_the_inferrer_infers_from_the_smallest_
     assert all(r["tv_to_pool"]["mean"] < 1e-12 for r in memo)  # the pool's oracle is the pool's posterior
     assert all(r["kl_fresh"]["mean"] < 1e-12 and r["tv_to_true"]["mean"] < 1e-12 for r in infer)
     # a pool of one permutation: the memoriser is one-hot from the first key, so far from the true prior
-    assert memo[0]["tv_to_true"]["mean"] > 0.5 and memo[0]["pool_oracle_kl_fresh"]["mean"] > 1
+    assert memo[0]["tv_to_true"]["mean"] > 0.5 and memo[0]["pool_oracle_tv_fresh"]["mean"] > 0.05
+    # the pool oracle on fresh permutations falls back on the true prior once no member agrees, so it is far
+    # closer there than to the true prior in the pool (where every context agrees with a member)
+    assert memo[0]["pool_oracle_tv_fresh"]["mean"] < memo[0]["tv_to_true"]["mean"]
     assert len(doc["missing"]) == 10 * 3 + 10 + 10  # mamba entirely, seed 2 of the others
     assert main(["diversity", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out

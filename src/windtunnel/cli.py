@@ -252,8 +252,8 @@ def _print_metrics(result: Any) -> None:
     if pri:  # a pooled task: memorising or inferring?
         tv = result.metrics["tv"]["value"]
         print(f"  memorisation vs inference: total variation to the pool's posterior {tv:.4g}, to the true prior's "
-              f"{pri['in_pool_vs_true_prior']['tv']['value']:.4g}; KL on fresh latents "
-              f"{pri['fresh']['kl']['value']:.4g} bits (the pool's oracle: {pri['task_oracle_on_fresh']['kl']['value']:.4g})")
+              f"{pri['in_pool_vs_true_prior']['tv']['value']:.4g}; on fresh latents KL {pri['fresh']['kl']['value']:.4g} "
+              f"bits, total variation {pri['fresh']['tv']['value']:.4g} (the pool's oracle: {pri['task_oracle_on_fresh']['tv']['value']:.4g})")
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:

@@ -10,8 +10,10 @@ seeds (mean and Student-t 95% interval):
 * ``tv_to_pool`` / ``tv_to_true``: mean total variation between the model and each posterior on
   episodes of the pool (a bounded distance: a KL against a posterior that gives a value zero mass is
   bounded only by the probability floor);
-* ``kl_fresh``: KL in bits to the posterior on fresh permutations — near 0 for a model that infers;
-* ``pool_oracle_kl_fresh``: the same for the pool's own oracle (what perfect memorising gives there).
+* ``kl_fresh`` / ``tv_fresh``: KL in bits and total variation to the posterior on fresh permutations —
+  near 0 for a model that infers;
+* ``pool_oracle_tv_fresh``: the total variation of the pool's own oracle there (the pool's posterior
+  while a member agrees with the context, the true prior's once none does).
 
 ``inferring_from`` is the smallest pool from which the model is closer (in mean TV) to the true-prior
 posterior than to the pool's on every larger pool: where it switches from memorising to inferring.
@@ -62,12 +64,13 @@ def summarise(results: str | Path = "results", preset: str = "quick") -> dict[st
                    "kl_to_pool": mean_std([_value(ev["metrics"], "kl") for ev in evs]),
                    "tv_to_pool": mean_std([_value(ev["metrics"], "tv") for ev in evs])}
             if size is None:  # fresh permutations: the pool is the true prior
-                row.update(tv_to_true=row["tv_to_pool"], kl_fresh=row["kl_to_pool"],
-                           pool_oracle_kl_fresh=mean_std([0.0] * len(evs)))
+                row.update(tv_to_true=row["tv_to_pool"], kl_fresh=row["kl_to_pool"], tv_fresh=row["tv_to_pool"],
+                           pool_oracle_tv_fresh=mean_std([0.0] * len(evs)))
             else:
                 row.update(tv_to_true=mean_std([_value(p.get("in_pool_vs_true_prior", {}), "tv") for p in pri]),
                            kl_fresh=mean_std([_value(p.get("fresh", {}), "kl") for p in pri]),
-                           pool_oracle_kl_fresh=mean_std([_value(p.get("task_oracle_on_fresh", {}), "kl") for p in pri]))
+                           tv_fresh=mean_std([_value(p.get("fresh", {}), "tv") for p in pri]),
+                           pool_oracle_tv_fresh=mean_std([_value(p.get("task_oracle_on_fresh", {}), "tv") for p in pri]))
             rows.setdefault(arch, []).append(row)
     summary = {}
     for arch, rs in rows.items():
@@ -91,15 +94,15 @@ def markdown(doc: dict[str, Any]) -> str:
     out = ["# Memorisation vs inference: the task-diversity sweep", "",
            "The bijection column (V=10) trained on a finite pool of permutations (`windtunnel reproduce beyond`); "
            "made by `windtunnel diversity`. Mean over seeds [95% interval]. TV: mean total variation to each "
-           "posterior on episodes of the pool; KL fresh: bits to the posterior on fresh permutations.", ""]
+           "posterior on episodes of the pool; fresh: to the posterior on fresh permutations.", ""]
     for arch, rs in doc["rows"].items():
         s = doc["summary"][arch]["inferring_from"]
         out += [f"## {arch}", "", f"Closer to the true prior than to the pool from pool size: {s if s is not None else '—'}", "",
-                "| pool | seeds | TV to pool posterior | TV to true posterior | KL fresh (bits) | pool oracle, KL fresh |",
-                "|---|---|---|---|---|---|"]
+                "| pool | seeds | TV to pool posterior | TV to true posterior | KL fresh (bits) | TV fresh | pool oracle, TV fresh |",
+                "|---|---|---|---|---|---|---|"]
         for r in rs:
             out.append(f"| {'∞' if r['pool'] is None else r['pool']} | {r['seeds']} | {_fmt(r['tv_to_pool'])} | "
-                       f"{_fmt(r['tv_to_true'])} | {_fmt(r['kl_fresh'])} | {_fmt(r['pool_oracle_kl_fresh'])} |")
+                       f"{_fmt(r['tv_to_true'])} | {_fmt(r['kl_fresh'])} | {_fmt(r['tv_fresh'])} | {_fmt(r['pool_oracle_tv_fresh'])} |")
         out.append("")
     if doc["missing"]:
         out += [f"Cells not yet made ({len(doc['missing'])}): run `windtunnel reproduce beyond`.", ""]
@@ -108,7 +111,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def figure(doc: dict[str, Any], path: Path) -> Path:
     """Per architecture: TV to the pool's and to the true posterior against pool size (∞ at the right),
-    and the KL on fresh permutations beside the pool oracle's."""
+    and the total variation on fresh permutations beside the pool oracle's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,15 +127,14 @@ def figure(doc: dict[str, Any], path: Path) -> Path:
             ax[0, j].errorbar(x, [r[key]["mean"] for r in rs], fmt="o-", ms=3, label=label,
                               yerr=[[r[key]["mean"] - (r[key]["ci95"] or [r[key]["mean"]] * 2)[0] for r in rs],
                                     [(r[key]["ci95"] or [r[key]["mean"]] * 2)[1] - r[key]["mean"] for r in rs]])
-        ax[1, j].plot(x, [r["kl_fresh"]["mean"] for r in rs], "o-", ms=3, label="model")
-        ax[1, j].plot(x, [r["pool_oracle_kl_fresh"]["mean"] for r in rs], "s--", ms=3, color="0.5", label="pool oracle")
+        ax[1, j].plot(x, [r["tv_fresh"]["mean"] for r in rs], "o-", ms=3, label="model")
+        ax[1, j].plot(x, [r["pool_oracle_tv_fresh"]["mean"] for r in rs], "s--", ms=3, color="0.5", label="pool oracle")
         for a in ax[:, j]:
             a.set_xscale("log", base=4)
             a.set_xticks([*doc["pool_sizes"][::2], top], [*map(str, doc["pool_sizes"][::2]), "∞"])
         ax[0, j].set_title(arch, fontsize=9)
         ax[0, j].set_ylabel("mean total variation (pool episodes)")
-        ax[1, j].set_ylabel("KL on fresh permutations (bits)")
-        ax[1, j].set_yscale("symlog", linthresh=1e-3)
+        ax[1, j].set_ylabel("total variation on fresh permutations")
         ax[1, j].set_xlabel("pool size (permutations)")
         ax[0, j].legend(fontsize=7)
         ax[1, j].legend(fontsize=7)

@@ -105,8 +105,10 @@ class EvalResult:
       posterior under the *true* prior instead of the pool's; ``task_oracle_vs_true_prior`` — the pool's
       Bayes oracle scored the same way (how far apart the two posteriors are); ``fresh`` — the model on
       episodes of the true prior (fresh latents), against their posterior; ``task_oracle_on_fresh`` — the
-      pool's oracle there (what memorising the pool gives on new latents).  Memorising shows as a small
-      KL to the pool posterior with ``fresh`` near ``task_oracle_on_fresh``; inferring as ``fresh`` near 0.
+      pool's oracle there (the pool's posterior while some member agrees with the context, the true
+      prior's once none does).  Memorising shows as a small distance to the pool's posterior and a large
+      one on fresh latents; inferring as ``fresh`` near 0.  A KL against a posterior that gives a value
+      zero mass is bounded only by the probability floor: compare such rows by total variation (``tv``).
 
     ``to_dict()`` is JSON-serialisable (NaN → null); ``EvalResult.from_dict`` reads it back.
     """

@@ -123,7 +123,7 @@ def head_ablation(
     heads give 1.  Architectures that implement ``ablate_head`` only.
     """
     if getattr(type(model), "ablate_head", None) in (None, WindTunnelModel.ablate_head):  # no heads to ablate
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention heads")
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention heads to ablate (needs ablate_head: this package's transformer, or a model that implements it)")
     if metric not in METRICS:
         raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)
@@ -168,7 +168,7 @@ def layer_ablation(
     ``min_fold`` is the smallest fold over layers.  Null: ``delta = 0``.  Every architecture.
     """
     if not hasattr(model, "bypass_layer") or n_layers(model) == 0:
-        return not_applicable(f"architecture {arch_of(model)!r} has no bypassable layers")
+        return not_applicable(f"architecture {arch_of(model)!r} has no bypassable layers (needs blocks and bypass_layer)")
     if metric not in METRICS:
         raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)

@@ -120,7 +120,7 @@ def attention_focusing(
     attention families).
     """
     if not has_hooks(model, "attn.hook_pattern"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention patterns")
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention patterns (needs blocks.{{l}}.attn.hook_pattern)")
     ep = episodes_for(task, n, seed, episodes)
     st = _pattern_stats(model, task, ep, chunk)
     ust = _pattern_stats(untrained, task, ep, chunk) if untrained is not None else None

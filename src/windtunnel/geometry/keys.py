@@ -119,7 +119,7 @@ def key_orthogonality(
     others have no keys: a "not applicable" entry.
     """
     if not hasattr(model, "unrotated_keys") or not has_hooks(model, "attn.hook_pattern"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention keys")
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention keys (needs blocks.{{l}}.attn.hook_pattern and unrotated_keys)")
     hyp = hypothesis_tokens(task)
     if hyp is None:
         return not_applicable(f"task {getattr(task, 'name', '?')!r} has no hypothesis tokens")

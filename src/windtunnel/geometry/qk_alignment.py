@@ -74,7 +74,7 @@ def qk_alignment(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Modu
     Nulls: 0 (a query blind to the region) and the untrained model.  Models exposing
     ``blocks.{l}.attn.hook_q`` and ``hook_k``."""
     if not (has_hooks(model, "attn.hook_q") and has_hooks(model, "attn.hook_k")):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention queries and keys")
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention queries and keys (needs blocks.{{l}}.attn.hook_q and hook_k)")
     ep = episodes_for(task, n, seed, episodes)
     regions = attention_regions(task, ep.tokens[:2])
     region = task.main_region(regions) if hasattr(task, "main_region") else None

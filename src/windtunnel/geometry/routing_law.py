@@ -26,7 +26,7 @@ def routing_law(model: torch.nn.Module, task: Task, n: int = 64, seed: int = GEO
     from ..routing import check_all_heads
 
     if not has_hooks(model, "attn.hook_scores"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention scores to differentiate")
+        return not_applicable(f"architecture {arch_of(model)!r} has no attention scores to differentiate (needs blocks.{{l}}.attn.hook_scores)")
     ep = episodes_for(task, n, seed, episodes)
     ep = ep[: min(n, len(ep))]
     rows = check_all_heads(model, ep)

@@ -272,8 +272,9 @@ def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
             prows = [(labels[k][0], v, labels[k][1]) for k, v in priors.items() if k in labels]
             parts.append("<h3>Memorisation vs inference</h3>")
             parts.append("<p class='note'>The run's latents come from a finite pool. A model that memorised the pool "
-                         "is close to the pool's posterior (the rows above) and scores like the pool oracle on fresh "
-                         "latents; one that infers scores near 0 on fresh latents. Against a posterior that gives a "
+                         "is close to the pool's posterior (the rows above) and far from the posterior on fresh latents; "
+                         "one that infers scores near 0 there. The pool oracle uses the pool's posterior while a member "
+                         "agrees with the context and the true prior's once none does. Against a posterior that gives a "
                          "value zero mass the KL is bounded only by the probability floor: read the total variation.</p>")
             parts.append(_metrics_table(prows))
             md += ["## Memorisation vs inference", "", _md_table([(r[0], r[1]) for r in prows]), ""]
