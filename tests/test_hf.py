@@ -182,3 +182,20 @@ def test_unrotated_keys_are_the_key_projection_of_the_normed_stream(arch: str, o
         else:
             want = layer.self_attn.k_proj(layer.input_layernorm(x)).view(3, task.seq_len, n_kv, -1)
         assert keys[l].shape == want.shape and torch.allclose(keys[l], want, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch, options", FAMILIES)
+def test_unembed_of_the_last_layer_is_the_output_and_the_bayes_lens_reads_every_family(arch: str, options: dict) -> None:
+    """``unembed`` (the family's final norm, then its head) applied to the last decoder layer's output
+    gives the model's logits, so the Bayes lens is the logit lens on every family."""
+    from windtunnel.geometry.bayes_lens import bayes_lens
+
+    task = tasks.make("bijection", V=6, L=6)
+    torch.manual_seed(0)
+    model = models.make(arch, task, params=30_000, n_layers=2, n_heads=4, **options).eval()
+    ep = task.sample(4, seed=0)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(**ep.inputs, names=["blocks.1.hook_resid_post"])
+        assert torch.allclose(model.unembed(cache["blocks.1.hook_resid_post"]), logits, atol=1e-4)
+    r = bayes_lens(model, task, episodes=ep)
+    assert r["applicable"] and r["layers"] == ["embed", "L0", "L1"] and r["summary"]["final_kl_vs_output"] < 1e-4

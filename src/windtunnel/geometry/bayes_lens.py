@@ -4,7 +4,8 @@ Each layer's residual stream is read out through the model's own final norm and 
 logit lens), and the distribution it gives is scored against the exact posterior at every scored
 position:
 
-    q_l = softmax(head(norm(x_l)))           x_l: the stream after block l (``embed``: before block 0)
+    q_l = softmax(unembed(x_l))              x_l: the stream after block l (``embed``: before block 0);
+                                             unembed: the model's final norm and head (``model.unembed``)
     KL_l = mean over positions of KL(p ‖ q_l) in bits,   Herr_l = mean |H(q_l) − H(p)| in bits
 
 The last layer's lens is the model's output, so ``KL_L`` equals the evaluation's KL on the same
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from ..metrics import kl_bits
+from ..models.base import WindTunnelModel
 from ..tasks.base import Episodes, Task, entropy_bits
 from . import _plot
 from ._common import GEOMETRY_SEED, arch_of, collect_scored, episodes_for, has_layer_hooks, n_layers, not_applicable
@@ -37,8 +39,11 @@ def lens_layers(model: torch.nn.Module) -> list[tuple[str, str]]:
 
 
 def _readable(model: torch.nn.Module) -> bool:
-    return (has_layer_hooks(model, "hook_resid_pre") and has_layer_hooks(model, "hook_resid_post")
-            and all(isinstance(getattr(model, part, None), torch.nn.Module) for part in ("norm", "head")))
+    if not (has_layer_hooks(model, "hook_resid_pre") and has_layer_hooks(model, "hook_resid_post")):
+        return False
+    if isinstance(model, WindTunnelModel) and type(model).unembed is WindTunnelModel.unembed:
+        return all(isinstance(getattr(model, part, None), torch.nn.Module) for part in ("norm", "head"))
+    return callable(getattr(model, "unembed", None))
 
 
 @torch.no_grad()
@@ -49,7 +54,7 @@ def _lens(model: torch.nn.Module, episodes: Episodes) -> dict[str, Any]:
     dev, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     kl, herr = [], []
     for _, name in layers:
-        logits = model.head(model.norm(sc.acts[name].to(dev, dtype))).double().cpu()
+        logits = model.unembed(sc.acts[name].to(dev, dtype)).double().cpu()
         q = torch.softmax(logits, -1)
         kl.append(float(kl_bits(p, q).mean()))
         herr.append(float((entropy_bits(q) - h).abs().mean()))
@@ -64,7 +69,7 @@ def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEO
     docstring), on at most ``n`` episodes, beside the untrained model's."""
     if not _readable(model):
         return not_applicable(f"architecture {arch_of(model)!r} has no residual stream to read through a final "
-                              "norm and head (needs model.norm, model.head and blocks.{l}.hook_resid_post)")
+                              "norm and head (needs model.unembed and blocks.{l}.hook_resid_pre / hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     ep = ep[: min(n, len(ep))]
     trained = _lens(model, ep)

@@ -202,6 +202,12 @@ class WindTunnelModel(nn.Module):
             x = block(x)
         return self.head(self.hook_final(self.norm(x))).float()
 
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """The readout applied to a residual-stream state ``x [..., d_model]``: ``head(norm(x))`` (float32
+        logits).  Applied to ``blocks.{L-1}.hook_resid_post`` it is the model's output; to an earlier
+        layer's stream, the logit lens (the Bayes lens reads every layer through it)."""
+        return self.head(self.norm(x)).float()
+
     # --- bookkeeping -------------------------------------------------------------------
     def _finish_init(self) -> None:
         for name, module in self.named_modules():

@@ -24,8 +24,9 @@ decoder layer ``l``; replacements flow downstream), ``blocks.{l}.attn.hook_patte
 attention ``[B, H, T, T]`` of attention families, per *query* head — grouped-query key heads
 repeated, sliding windows applied; read-only, and computed with the eager attention path only
 while hooked) and ``hook_final`` (the normalised state the output head reads).  ``bypass_layer``
-works (a layer's output replaced by its input), and ``unrotated_keys`` reads each layer's key
-projection (key orthogonality); head ablation and the routing law need our transformer's
+works (a layer's output replaced by its input), ``unrotated_keys`` reads each layer's key
+projection (key orthogonality), and ``unembed`` applies the family's final norm and head to any layer's
+state (the Bayes lens); head ablation and the routing law need our transformer's
 projections and report "not applicable".  Causality and the output shape
 are checked at build time, as for every model from outside the package.
 """
@@ -188,6 +189,13 @@ class HFModel(WindTunnelModel):
             config._attn_implementation = fused
         return out.logits[..., : self.config.n_classes].float()
 
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """The readout applied to a decoder-layer state ``x``: the family's final norm, then its output head
+        (the first ``n_classes`` logits) — the logit lens the Bayes lens reads each layer through.  A family
+        without a final norm feeds the head directly."""
+        norm = _final_norm(self.net)
+        return self.net.get_output_embeddings()(x if norm is None else norm(x))[..., : self.config.n_classes].float()
+
     @torch.no_grad()
     def unrotated_keys(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Per layer, the key projection's output before rotary, ``[B, T, key heads, d_h]`` (grouped-query
@@ -249,6 +257,13 @@ def _decoder_layers(net: nn.Module, n_layers: int) -> list[nn.Module]:
         if isinstance(module, nn.ModuleList) and len(module) == n_layers:
             return list(module)
     raise InvalidValue(f"invalid model: found no list of {n_layers} decoder layers in {type(net).__name__}")
+
+
+def _final_norm(net: nn.Module) -> nn.Module | None:
+    """The norm between the last decoder layer and the output head: the base model's last child whose
+    class is a norm (``model.norm``, ``gpt_neox.final_layer_norm``, ``backbone.norm_f``, ...)."""
+    norms = [m for m in net.base_model.children() if "norm" in type(m).__name__.lower()]
+    return norms[-1] if norms else None
 
 
 def _attention_of(layer: nn.Module) -> nn.Module | None:
