@@ -866,7 +866,8 @@ def _resource_error(exc: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted).
+    """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted, 1 when standard
+    output was closed by its reader).
 
     A bug is not caught: it keeps its traceback and Python's exit status 1.
     """
@@ -892,6 +893,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except DiagnosticFailed as exc:  # the others were written; the tracebacks were printed where they arose
         print(f"windtunnel: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader of standard output left (`windtunnel … | head`): nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 1
     except (PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
         # the filesystem is not what the command needs (a folder it cannot write, an entry of the wrong
