@@ -112,10 +112,12 @@ BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 for each of the papers' sequence architectures, analysed — does the stream hold the belief linearly
 (``belief_geometry``), beyond what a random network's features already give?"""
 
-DIVERSITY_CELLS = tuple((f"pool_{size}", arch) for arch in ("transformer", "mamba", "lstm") for size in grid.POOL_SIZES)
+DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
+                        for column in (*(f"pool_{size}" for size in grid.POOL_SIZES), "bijection"))
 """Beyond the papers, memorisation vs inference (task diversity): the bijection column trained on a finite pool of
 permutations, for each pool size and each of the papers' sequence architectures; trained and evaluated (both
-priors, in the pool and on fresh permutations).  The fresh column (``bijection``) is the infinite pool."""
+priors, in the pool and on fresh permutations).  The fresh column (``bijection``, the table's recipe) is the
+infinite pool; its cells are worked here so that every seed's evaluation is committed beside the pools'."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
