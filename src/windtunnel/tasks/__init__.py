@@ -9,11 +9,11 @@ module of this package that registers itself (``@register``); every module is im
 import importlib as _importlib
 import pkgutil as _pkgutil
 
-from .base import (IGNORE, BayesOracle, ContextBlind, Episodes, Task, context_blind, defaults, entropy_bits, get, make,
+from .base import (IGNORE, BayesOracle, ConditionalMean, ContextBlind, Episodes, Task, context_blind, defaults, entropy_bits, get, make,
                    names, oracle, register)
 
 __all__ = [
-    "IGNORE", "BayesOracle", "ContextBlind", "context_blind", "Episodes", "Task", "defaults", "entropy_bits", "get", "make", "names",
+    "IGNORE", "BayesOracle", "ConditionalMean", "ContextBlind", "context_blind", "Episodes", "Task", "defaults", "entropy_bits", "get", "make", "names",
     "oracle", "register",
 ]
 

@@ -220,6 +220,15 @@ class Task:
         task has no hidden state of its own (the belief-geometry diagnostic then does not apply)."""
         return None
 
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor | None:
+        """The exact predictive ``[B, T, C]`` (float64) of an observer that sees only the last ``window``
+        pieces of evidence before each scored position (the task says what a piece is: a shown pair, an
+        observation), with everything else the task fixes (its prior, a header) — the Bayes answer of a
+        predictor with a short memory, one of the reference strategies a network may pass through in
+        training.  ``None`` where the task does not define it."""
+        return None
+
     #: one line per region of :meth:`attention_regions` (shown in the geometry record)
     region_descriptions: ClassVar[dict[str, str]] = {}
 
@@ -370,46 +379,82 @@ def uniform_rows(shape: tuple[int, ...], n_classes: int) -> torch.Tensor:
     return torch.full((*shape, n_classes), 1.0 / n_classes, dtype=torch.float64)
 
 
-class ContextBlind(torch.nn.Module):
-    r"""The best predictor that sees only its position and its own input: the context-blind optimum.
+def fit_samples(task: Task, n: int = 20000, seed: int = 0x5EED_B11D, chunk: int = 2000) -> list[Episodes]:
+    """The ``n`` episodes (in chunks of ``chunk``) a :class:`ConditionalMean` averages: drawn once, they
+    can fit several tables."""
+    return [task.sample(min(chunk, n - start), seed + i) for i, start in enumerate(range(0, n, chunk))]
 
-    .. math:: q(y \mid t, x_t) = \mathbb{E}\left[\,p_{\text{Bayes}}(y \mid x_{\le t}) \;\middle|\; t, x_t\right]
 
-    — the conditional mean of the exact posterior given the position ``t`` and the token
-    ``x_t`` there, which minimises the expected KL(Bayes ‖ q) (and the cross-entropy) among all
-    predictors that ignore the rest of the context.  It is what a network with no cross-position
-    mixing (``mlp_pointwise``) can reach at best; on the bijection it is uniform over the ``V``
-    values at every key position, the papers' "MLP fails" plateau.  Estimated by averaging the
-    posteriors of ``n`` sampled episodes per (position, token) cell (a (token, position) pair never
-    sampled falls back to the position's average); real-valued features are ignored.
+class ConditionalMean(torch.nn.Module):
+    r"""The best predictor that sees only part of its context: the conditional mean of the posterior.
+
+    .. math:: q(y \mid z_t) = \mathbb{E}\left[\,p_{\text{Bayes}}(y \mid x_{\le t}) \;\middle|\; z_t\right]
+
+    where ``z_t`` is what the predictor is allowed to see (``by``): ``"position_token"`` — its position
+    and its own input token, the *context-blind* optimum (:class:`ContextBlind`); ``"token"`` — its input
+    token alone, a bigram predictor; ``"none"`` — nothing, the unigram (marginal) predictor.  The
+    conditional mean minimises the expected KL(Bayes ‖ q) and the cross-entropy among all predictors
+    that see only ``z_t``.  Estimated by averaging the posteriors of ``n`` sampled episodes
+    (:func:`fit_samples`, or ``samples`` when given) per cell (a
+    cell never sampled falls back to the average over all scored positions); real-valued features
+    are ignored.
     """
 
     NEG = -1e30
+    KINDS = ("position_token", "token", "none")
 
-    def __init__(self, task: Task, n: int = 20000, seed: int = 0x5EED_B11D, chunk: int = 2000) -> None:
+    def __init__(self, task: Task, by: str = "position_token", n: int = 20000, seed: int = 0x5EED_B11D,
+                 chunk: int = 2000, samples: "list[Episodes] | None" = None) -> None:
         super().__init__()
-        self.task = task
-        T, V, C = task.seq_len, task.vocab_size, task.n_classes
+        if by not in self.KINDS:
+            raise InvalidValue(f"invalid by {by!r}: choose from {', '.join(self.KINDS)}")
+        self.task, self.by = task, by
+        T = task.seq_len if by == "position_token" else 1
+        V = task.vocab_size if by != "none" else 1
+        C = task.n_classes
         sums = torch.zeros(T, V, C, dtype=torch.float64)
         counts = torch.zeros(T, V, dtype=torch.float64)
-        for i, start in enumerate(range(0, n, chunk)):
-            ep = task.sample(min(chunk, n - start), seed + i)
-            idx = (torch.arange(T) * V)[None, :] + ep.tokens  # [B,T] flat (position, token) cell
-            sums.view(T * V, C).index_add_(0, idx.reshape(-1), ep.posterior.reshape(-1, C))
-            counts.view(-1).index_add_(0, idx.reshape(-1), torch.ones(idx.numel(), dtype=torch.float64))
-        by_position = sums.sum(1) / counts.sum(1, keepdim=True).clamp_min(1)  # [T,C]
+        for ep in samples if samples is not None else fit_samples(task, n, seed, chunk):
+            idx = self._cell(ep.tokens)[ep.mask]  # only scored positions enter the means
+            sums.view(T * V, C).index_add_(0, idx, ep.posterior[ep.mask])
+            counts.view(-1).index_add_(0, idx, torch.ones(idx.numel(), dtype=torch.float64))
+        overall = sums.sum((0, 1)) / counts.sum().clamp_min(1)
+        by_position = torch.where(counts.sum(1, keepdim=True) > 0, sums.sum(1) / counts.sum(1, keepdim=True).clamp_min(1),
+                                  overall)  # [T,C]
         table = torch.where(counts[..., None] > 0, sums / counts.clamp_min(1)[..., None], by_position[:, None, :])
         self.register_buffer("table", table)
 
+    def _cell(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The flat table cell ``[B, T]`` each position reads."""
+        B, T = tokens.shape
+        pos = torch.arange(T, device=tokens.device)[None, :].expand(B, T) if self.by == "position_token" else torch.zeros_like(tokens)
+        tok = tokens if self.by != "none" else torch.zeros_like(tokens)
+        width = self.task.vocab_size if self.by != "none" else 1
+        return pos * width + tok.clamp(0, width - 1)
+
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         T = tokens.shape[1]
-        if T > self.table.shape[0]:
+        if self.by == "position_token" and T > self.table.shape[0]:
             raise InvalidValue(f"invalid input: length {T} exceeds the fitted length {self.table.shape[0]}")
-        post = self.table[torch.arange(T, device=tokens.device)[None, :], tokens]  # [B,T,C]
+        post = self.table.view(-1, self.table.shape[-1])[self._cell(tokens)]  # [B,T,C]
         return torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG)).float()
 
     def n_params(self) -> int:
         return 0
+
+
+class ContextBlind(ConditionalMean):
+    r"""The best predictor that sees only its position and its own input: the context-blind optimum.
+
+    .. math:: q(y \mid t, x_t) = \mathbb{E}\left[\,p_{\text{Bayes}}(y \mid x_{\le t}) \;\middle|\; t, x_t\right]
+
+    What a network with no cross-position mixing (``mlp_pointwise``) can reach at best; on the
+    bijection it is uniform over the ``V`` values at every key position, the papers' "MLP fails"
+    plateau.  (:class:`ConditionalMean` with ``by="position_token"``.)
+    """
+
+    def __init__(self, task: Task, n: int = 20000, seed: int = 0x5EED_B11D, chunk: int = 2000) -> None:
+        super().__init__(task, "position_token", n=n, seed=seed, chunk=chunk)
 
 
 def context_blind(task: Task, n: int = 20000) -> ContextBlind:

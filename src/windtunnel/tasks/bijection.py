@@ -148,6 +148,19 @@ class Bijection(Task):
         fresh = self._fresh_posterior(tokens)
         return fresh if self.pool is None else self._pool_posterior(tokens, fresh)
 
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor:
+        """The posterior given only the last ``window`` shown pairs before each key: the same rule as
+        :meth:`posterior` applied to those pairs alone (π is independent of which keys are asked, so the
+        unseen pairs carry no evidence about ``π(k_t)`` beyond what the window holds) — uniform over the
+        ``V − window`` values the window does not show, one-hot when the key repeats inside the window,
+        and under a pool the members that agree with the window."""
+        check(is_int(window) and window >= 0, "window", "a non-negative integer")
+        out = uniform_rows(tuple(tokens.shape), self.V)
+        for t in range(0, tokens.shape[1], 2):
+            out[:, t] = self.posterior(tokens[:, max(0, t - 2 * window) : t + 1])[:, -1]
+        return out
+
     def _pool_posterior(self, tokens: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
         """The posterior under the pool (module docstring); a context no pool member agrees with (not one
         the task samples) keeps the true-prior posterior ``fresh``.

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import IGNORE, Episodes, register, uniform_rows
+from .base import IGNORE, Episodes, check, register, uniform_rows
+from ..errors import is_int
 from .bijection import Bijection
 
 
@@ -71,6 +72,16 @@ class BijectionQuery(Bijection):
         mask = torch.zeros(tokens.shape, dtype=torch.bool)
         mask[:, 1::3] = True
         return mask
+
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor:
+        """The bijection's windowed posterior (:meth:`Bijection.windowed_posterior`) on this layout: each
+        key read with the ``window`` query–key–value triples before it."""
+        check(is_int(window) and window >= 0, "window", "a non-negative integer")
+        out = uniform_rows(tuple(tokens.shape), self.V)
+        for t in range(1, tokens.shape[1], 3):
+            out[:, t] = self.posterior(tokens[:, max(0, t - 1 - 3 * window) : t + 1])[:, -1]
+        return out
 
     def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         B, T = tokens.shape

@@ -124,6 +124,20 @@ class Coin(Task):
             p1, p0 = torch.sigmoid(logit), torch.sigmoid(-logit)
         return torch.stack([p0, p1], dim=-1)
 
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor:
+        """The predictive given only the last ``window`` labels: the labels are exchangeable given the
+        latent, so it is :meth:`posterior` of ``BOS`` followed by the window — Beta(a + h_w, b + w − h_w)
+        for flips, the noisy-label vote of the window for labels."""
+        check(is_int(window) and window >= 0, "window", "a non-negative integer")
+        B, T = tokens.shape
+        out = torch.empty(B, T, 2, dtype=torch.float64)
+        bos = torch.full((B, 1), self.BOS, dtype=tokens.dtype)
+        for t in range(T):
+            lo = max(1, t - window + 1)
+            out[:, t] = self.posterior(torch.cat([bos, tokens[:, lo : t + 1]], 1))[:, -1]
+        return out
+
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         sym = ("T", "H") if self.labels == "flips" else ("L0", "L1")
         return ["BOS" if int(t) == self.BOS else sym[int(t)] for t in episodes.tokens[index]]

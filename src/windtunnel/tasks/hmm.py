@@ -234,6 +234,35 @@ class HMM(Task):
             out[:, H + t] = alpha
         return out
 
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor:
+        """The filter of an observer that reads the header but only the last ``window`` observations:
+        at observation ``t`` (1-based) the state ``s_{t-w+1}`` (``w = min(window, t)``) has its prior
+        marginal ``u Tʷ⁻¹…`` — uniform pushed ``t - w`` steps through ``T`` — and the forward algorithm
+        runs over ``o_{t-w+1} … o_t`` alone.  ``window = 0``: the prior marginal of ``s_t``."""
+        check(is_int(window) and window >= 0, "window", "a non-negative integer")
+        S, H = self.S, self.header_len
+        B, L = tokens.shape
+        out = torch.full((B, L, S), 1.0 / S, dtype=torch.float64)
+        if L <= H:
+            return out
+        T, E = self.decode_header(tokens)
+        obs = tokens[:, H:] - OBS0
+        lik = E.transpose(1, 2).gather(1, obs[:, :, None].expand(-1, -1, S))  # [B,K,S]
+        marginal = [torch.full((B, S), 1.0 / S, dtype=torch.float64)]  # p(s_j) before any evidence
+        for _ in range(1, L - H):
+            marginal.append(torch.bmm(marginal[-1][:, None, :], T).squeeze(1))
+        for t in range(L - H):  # 0-based observation index
+            first = max(0, t - window + 1)
+            alpha = marginal[min(first, t)]  # window 0: the prior marginal of s_t itself
+            for j in range(first, t + 1):
+                if j > first:
+                    alpha = torch.bmm(alpha[:, None, :], T).squeeze(1)
+                alpha = alpha * lik[:, j]
+                alpha = alpha / alpha.sum(-1, keepdim=True)
+            out[:, H + t] = alpha
+        return out
+
     # --- anatomy ---------------------------------------------------------------------------
     discrete_latent_state = True
 

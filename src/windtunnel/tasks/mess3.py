@@ -126,5 +126,19 @@ class Mess3(Task):
     def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         return self.belief(tokens) @ (self.transition() @ self.emission())
 
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor:
+        """The next-symbol predictive given only the last ``window`` symbols: the chain starts (and so
+        stays) at its uniform stationary law, so the state before the window is uniform and the filter
+        restarts there — :meth:`posterior` of ``BOS`` followed by the window."""
+        check(is_int(window) and window >= 0, "window", "a non-negative integer")
+        B, T = tokens.shape
+        out = torch.empty(B, T, S, dtype=torch.float64)
+        bos = torch.full((B, 1), self.BOS, dtype=tokens.dtype)
+        for t in range(T):
+            lo = max(1, t - window + 1)
+            out[:, t] = self.posterior(torch.cat([bos, tokens[:, lo : t + 1]], 1))[:, -1]
+        return out
+
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         return ["BOS" if int(t) == self.BOS else "ABC"[int(t)] for t in episodes.tokens[index]]

@@ -1,0 +1,85 @@
+"""Named reference predictors: the strategies a network can pass through on its way to the posterior.
+
+Each is a model of the oracle kind (``predictor(tokens, features=None) -> log-probabilities [B,T,C]``,
+no parameters), so it is scored, plotted and compared exactly like a network.  From the least
+informed to the most:
+
+* ``uniform`` — every class equally likely: ``log2 C`` bits of ignorance;
+* ``unigram`` — the marginal of the posterior over all scored positions (it sees nothing);
+* ``bigram`` — the posterior's mean given the current input token alone;
+* ``context_blind`` — its mean given the position and the current token (``tasks.context_blind``,
+  the floor of a network without cross-position mixing);
+* ``window_m`` — the exact posterior of an observer that sees only the last ``m`` pieces of evidence
+  (``Task.windowed_posterior``: shown pairs on the bijection, observations on the HMM), for tasks that
+  define it;
+* ``oracle_true_prior`` — for a pooled task, the posterior under the true prior: the predictor that
+  infers instead of memorising the pool;
+* ``oracle`` — the exact posterior (under a pool, the pool's).
+
+:func:`predictors` builds them for one task; the ``reference_predictors`` diagnostic tracks the
+KL from each to a network over its training checkpoints.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import InvalidValue
+from .tasks.base import BayesOracle, ConditionalMean, Task, fit_samples, oracle
+
+__all__ = ["Uniform", "Windowed", "predictors", "WINDOWS"]
+
+WINDOWS: tuple[int, ...] = (1, 4)
+"""The default short memories of the windowed references (pieces of evidence)."""
+
+
+class Uniform(torch.nn.Module):
+    """Every class equally likely at every position: ``log q_c = -log C``."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__()
+        self.task = task
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        C = self.task.n_classes
+        return torch.full((*tokens.shape, C), -float(torch.log(torch.tensor(float(C)))), device=tokens.device)
+
+    def n_params(self) -> int:
+        return 0
+
+
+class Windowed(BayesOracle):
+    """The exact posterior given only the last ``window`` pieces of evidence (``Task.windowed_posterior``)."""
+
+    def __init__(self, task: Task, window: int) -> None:
+        super().__init__(task)
+        if task.windowed_posterior(task.sample(1, 0).tokens[:, :1], window=window) is None:
+            raise InvalidValue(f"task {task.name!r} does not define a windowed posterior")
+        self.window = window
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        post = self.task.windowed_posterior(tokens.cpu(), None if features is None else features.cpu(), window=self.window)
+        logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
+        return logits.to(tokens.device)
+
+
+def predictors(task: Task, windows: tuple[int, ...] = WINDOWS, n: int = 20000) -> dict[str, torch.nn.Module]:
+    """The reference predictors of ``task``, least informed first (module docstring); ``window_m`` only
+    where the task defines a windowed posterior and ``m`` is shorter than an episode, ``oracle_true_prior``
+    only for a pooled task.  ``n``: episodes averaged by the conditional-mean references."""
+    samples = fit_samples(task, n)  # one draw fits the three conditional means
+    out: dict[str, torch.nn.Module] = {
+        "uniform": Uniform(task),
+        "unigram": ConditionalMean(task, "none", samples=samples),
+        "bigram": ConditionalMean(task, "token", samples=samples),
+        "context_blind": ConditionalMean(task, "position_token", samples=samples),
+    }
+    probe = task.sample(1, 0).tokens
+    if task.windowed_posterior(probe[:, :1], window=1) is not None:
+        for m in windows:
+            if m < task.seq_len:
+                out[f"window_{m}"] = Windowed(task, m)
+    if task.unpooled() is not None:  # it knows less than the pool's oracle, so it comes first
+        out["oracle_true_prior"] = oracle(task, prior="true")
+    out["oracle"] = oracle(task)
+    return out

@@ -1,0 +1,205 @@
+"""Reference predictors: the windowed posteriors against enumeration, the conditional means against
+hand-computed values, and the diagnostic that tracks them over a real run's checkpoints."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from windtunnel import references as R
+from windtunnel import tasks
+from windtunnel.geometry.reference_predictors import nearest_reference, reference_path, reference_predictors
+from windtunnel.tasks.base import ConditionalMean
+
+
+def _bijection_enumerated(task, tokens: torch.Tensor, window: int) -> torch.Tensor:
+    """p(π(k_t) = y | the last ``window`` pairs before key t) by enumerating every permutation the task's
+    prior can draw (all of S_V, or the pool's members with their multiplicity)."""
+    V = task.V
+    if task.pool is None:
+        members = [torch.tensor(p) for p in itertools.permutations(range(V))]
+    else:
+        members = list(task.pool_members())
+    B, T = tokens.shape
+    out = torch.full((B, T, V), 1.0 / V, dtype=torch.float64)
+    for b in range(B):
+        for t in range(0, T, 2):
+            pairs = [(int(tokens[b, j]), int(tokens[b, j + 1]) - V) for j in range(max(0, t - 2 * window), t, 2)]
+            key = int(tokens[b, t])
+            counts = torch.zeros(V, dtype=torch.float64)
+            for perm in members:
+                if all(int(perm[k]) == v for k, v in pairs):
+                    counts[int(perm[key])] += 1
+            out[b, t] = counts / counts.sum()
+    return out
+
+
+@pytest.mark.parametrize("params", [{"V": 4, "L": 4}, {"V": 4, "L": 4, "replacement": True},
+                                    {"V": 4, "L": 4, "pool": 5, "pool_seed": 3}])
+@pytest.mark.parametrize("window", [0, 1, 2, 5])
+def test_bijection_windowed_posterior_equals_enumeration(params: dict, window: int) -> None:
+    task = tasks.make("bijection", **params)
+    ep = task.sample(12, 7)
+    got = task.windowed_posterior(ep.tokens, window=window)
+    want = _bijection_enumerated(task, ep.tokens, window)
+    assert torch.allclose(got[ep.mask], want[ep.mask], atol=1e-12)
+    if window >= task.L:  # a window as long as the episode is the full posterior
+        assert torch.allclose(got[ep.mask], ep.posterior[ep.mask], atol=1e-12)
+
+
+def test_bijection_window_by_hand() -> None:
+    """V = 5, pairs (0→2), (1→4), then key 3: one remembered pair rules out value 4 only."""
+    task = tasks.make("bijection", V=5, L=3)
+    tokens = torch.tensor([[0, 5 + 2, 1, 5 + 4, 3]])
+    w1 = task.windowed_posterior(tokens, window=1)[0, 4]
+    assert torch.allclose(w1, torch.tensor([0.25, 0.25, 0.25, 0.25, 0.0], dtype=torch.float64))
+    w2 = task.windowed_posterior(tokens, window=2)[0, 4]
+    assert torch.allclose(w2, torch.tensor([1 / 3, 1 / 3, 0.0, 1 / 3, 0.0], dtype=torch.float64))
+
+
+def test_bijection_query_layout_windows_the_same_pairs() -> None:
+    plain, query = tasks.make("bijection", V=6, L=5), tasks.make("bijection_query", V=6, L=5)
+    a, b = plain.sample(20, 3), query.sample(20, 3)  # layouts of the same draws share them
+    for w in (0, 1, 3):
+        assert torch.allclose(plain.windowed_posterior(a.tokens, window=w)[a.mask],
+                              query.windowed_posterior(b.tokens, window=w)[b.mask], atol=1e-12)
+
+
+def _hmm_enumerated(T: torch.Tensor, E: torch.Tensor, obs: list[int], window: int) -> torch.Tensor:
+    """p(s_t | o_{t-w+1..t}) for every t by summing the joint over every state path (uniform start)."""
+    S = T.shape[0]
+    K = len(obs)
+    out = torch.empty(K, S, dtype=torch.float64)
+    for t in range(K):
+        first = max(0, t - window + 1)
+        mass = torch.zeros(S, dtype=torch.float64)
+        for path in itertools.product(range(S), repeat=t + 1):
+            p = 1.0 / S
+            for j in range(1, t + 1):
+                p *= float(T[path[j - 1], path[j]])
+            for j in range(first, t + 1):
+                p *= float(E[path[j], obs[j]])
+            mass[path[t]] += p
+        out[t] = mass / mass.sum()
+    return out
+
+
+@pytest.mark.parametrize("window", [0, 1, 2, 6])
+def test_hmm_windowed_filter_equals_enumeration(window: int) -> None:
+    task = tasks.make("hmm", S=3, O=2, K=5)
+    ep = task.sample(4, 11)
+    got = task.windowed_posterior(ep.tokens, window=window)
+    H = task.header_len
+    for b in range(4):
+        obs = [int(o) for o in ep.latent["observations"][b]]
+        want = _hmm_enumerated(ep.latent["T"][b], ep.latent["E"][b], obs, window)
+        assert torch.allclose(got[b, H:], want, atol=1e-12)
+    if window >= task.K:
+        assert torch.allclose(got[ep.mask], ep.posterior[ep.mask], atol=1e-12)
+
+
+def _mess3_enumerated(task, symbols: list[int], window: int) -> torch.Tensor:
+    """p(x_{t+1} | the last ``window`` of x_1..x_t) by summing over every state path s_0..s_{t+1}."""
+    A, E = task.transition(), task.emission()
+    out = []
+    for t in range(len(symbols) + 1):
+        first = max(1, t - window + 1)
+        mass = torch.zeros(3, dtype=torch.float64)
+        for path in itertools.product(range(3), repeat=t + 2):
+            p = 1.0 / 3
+            for j in range(1, t + 2):
+                p *= float(A[path[j - 1], path[j]])
+            for j in range(first, t + 1):
+                p *= float(E[path[j], symbols[j - 1]])
+            mass += p * E[path[t + 1]]
+        out.append(mass / mass.sum())
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("window", [0, 1, 3])
+def test_mess3_windowed_predictive_equals_enumeration(window: int) -> None:
+    task = tasks.make("mess3", n=5)
+    ep = task.sample(3, 2)
+    got = task.windowed_posterior(ep.tokens, window=window)
+    for b in range(3):
+        symbols = [int(x) for x in ep.tokens[b, 1:]]
+        assert torch.allclose(got[b], _mess3_enumerated(task, symbols, window), atol=1e-12)
+
+
+@pytest.mark.parametrize("window", [0, 2, 3])
+def test_coin_windowed_predictive_equals_integration(window: int) -> None:
+    """p(next = 1 | the last w flips) = ∫ p · Beta(p; a, b) pᴴ(1-p)ᵂ⁻ᴴ dp / ∫ Beta · pᴴ(1-p)ᵂ⁻ᴴ dp on a grid."""
+    task = tasks.make("coin", a=2.0, b=3.0, n=8)
+    ep = task.sample(5, 4)
+    got = task.windowed_posterior(ep.tokens, window=window)
+    p = torch.linspace(0, 1, 200001, dtype=torch.float64)
+    prior = p ** (task.a - 1) * (1 - p) ** (task.b - 1)
+    for b in range(5):
+        for t in range(ep.tokens.shape[1]):
+            seen = [int(x) for x in ep.tokens[b, max(1, t - window + 1) : t + 1]]
+            h = sum(seen)
+            like = prior * p**h * (1 - p) ** (len(seen) - h)
+            p1 = torch.trapezoid(p * like, p) / torch.trapezoid(like, p)
+            assert abs(float(got[b, t, 1]) - float(p1)) < 1e-8
+
+
+def test_conditional_means_by_hand_on_a_fair_coin() -> None:
+    """Uniform prior on the bias: p(next = 1 | last flip = 1) = E[p²] / E[p] = (1/3) / (1/2) = 2/3 at every
+    position (exchangeability), 1/2 after BOS, and 1/2 with nothing seen."""
+    task = tasks.make("coin", a=1.0, b=1.0, n=10)
+    bigram = ConditionalMean(task, "token", n=40000)
+    unigram = ConditionalMean(task, "none", n=40000)
+    tokens = torch.tensor([[task.BOS, 1, 0]])
+    q = torch.softmax(bigram(tokens).double(), -1)[0]
+    assert abs(float(q[0, 1]) - 0.5) < 0.01 and abs(float(q[1, 1]) - 2 / 3) < 0.01 and abs(float(q[2, 1]) - 1 / 3) < 0.01
+    u = torch.softmax(unigram(tokens).double(), -1)[0]
+    assert torch.allclose(u, u[:1].expand_as(u)) and abs(float(u[0, 1]) - 0.5) < 0.01
+    blind = tasks.context_blind(task)  # position and token: the same 2/3 at each position
+    assert abs(float(torch.softmax(blind(tokens).double(), -1)[0, 1, 1]) - 2 / 3) < 0.02
+
+
+def test_uniform_and_the_reference_set() -> None:
+    task = tasks.make("bijection", V=5, L=4)
+    refs = R.predictors(task, n=2000)
+    assert list(refs) == ["uniform", "unigram", "bigram", "context_blind", "window_1", "window_4", "oracle"]
+    tokens = task.sample(3, 0).tokens
+    assert torch.allclose(refs["uniform"](tokens), torch.full((3, tokens.shape[1], 5), -math.log(5)))
+    pooled = R.predictors(tasks.make("bijection", V=5, L=4, pool=4), n=2000)
+    assert list(pooled)[-2:] == ["oracle_true_prior", "oracle"]
+    assert not any(k.startswith("window") for k in R.predictors(tasks.make("recall"), n=500))  # no windowed posterior
+
+
+def test_nearest_and_path_by_hand() -> None:
+    assert nearest_reference({"uniform": 0.104, "unigram": 0.100, "oracle": 0.5}) == "uniform"  # a tie within 5%
+    assert nearest_reference({"uniform": 0.2, "unigram": 0.1, "oracle": 0.5}) == "unigram"
+    assert reference_path(["a", "a", "b", "a", "c", "c"]) == ["a", "b", "a", "c"]
+
+
+def test_the_diagnostic_over_a_real_runs_checkpoints(tmp_path: Path) -> None:
+    from windtunnel import metrics
+    from windtunnel.evaluation import predict
+    from windtunnel.geometry._common import GEOMETRY_SEED
+    from windtunnel.runs import RunDir
+    from windtunnel.training import TrainConfig, train
+
+    cfg = TrainConfig(task="hmm", task_params={"S": 3, "O": 3, "K": 6}, arch="transformer",
+                      model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=30, batch_size=16, eval_every=30,
+                      ckpt_every=30, eval_n=16, progress=False, device="cpu", warmup=2)
+    run = train(cfg, tmp_path / "run")
+    r = reference_predictors(run, n=32, fit_n=2000)
+    assert r["steps"][0] == 0 and r["steps"][-1] == 30 and len(r["series"]) >= 4
+    assert r["references"] == ["uniform", "unigram", "bigram", "context_blind", "window_1", "window_4", "oracle"]
+    task, model = RunDir(run).load()
+    ep = task.sample(32, GEOMETRY_SEED)
+    kl = metrics.compute(predict(model, ep), ep)["values"]["kl"]  # D_oracle is the run's own KL
+    assert r["series"][-1]["kl_from"]["oracle"] == pytest.approx(kl, rel=1e-9)
+    assert r["reference_kl_to_posterior"]["oracle"] < 1e-12
+    # the windowed filter is between ignorance and Bayes
+    q = r["reference_kl_to_posterior"]
+    assert q["oracle"] < q["window_4"] < q["window_1"] < q["uniform"]
+    assert r["series"][0]["nearest"] in ("uniform", "unigram", "bigram", "context_blind")  # untrained: no context
+    assert r["summary"]["path"].split(" → ")[-1] == r["summary"]["nearest_final"]
