@@ -111,7 +111,7 @@ def test_version_and_help(capsys: pytest.CaptureFixture) -> None:
 TRAIN_BAD = [
     ["--arch", "nope"], ["--steps", "0"], ["--steps", "-3"], ["--batch-size", "0"], ["--lr", "2"],
     ["--params", "5"], ["--params", "10000000000"], ["--seed", "-1"], ["--V", "1"], ["--V", "true"],
-    ["--L", "0"], ["--bogus", "3"], ["--task", "nope"], ["--task", ""],
+    ["--L", "0"], ["--bogus", "3"], ["--task", "nope"], ["--task", ""], ["--log", "neptune"],
 ]
 
 

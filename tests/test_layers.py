@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
-LAYERS = [("errors", "stats"), ("tasks", "metrics"), ("models",), ("checkpoint", "runs", "train_config"),
+LAYERS = [("errors", "stats", "trackers"), ("tasks", "metrics", "references"), ("models",), ("checkpoint", "runs", "train_config"),
           ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training",),
           ("stages", "report", "grid", "table", "timescales", "claims", "reproduce", "compare", "diversity"),
           ("cli", "__main__", "__init__")]

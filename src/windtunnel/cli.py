@@ -200,6 +200,8 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
         d["task_params"] = {**d.get("task_params", {}), **_params(extra)}
     if getattr(args, "no_progress", False):
         d["progress"] = False
+    if getattr(args, "log", None):
+        d["trackers"] = list(dict.fromkeys(args.log))
     return TrainConfig.from_dict(d)
 
 
@@ -223,6 +225,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
                 raise UsageError(f"invalid steps: {run.path} is already at step {done}; --steps must be ≥ {done}")
             fields["steps"] = args.steps
         fields["progress"] = not args.no_progress and fields.get("progress", True)
+        if args.log:  # trackers change no result: a resumed run may add or change them
+            fields["trackers"] = list(dict.fromkeys(args.log))
         cfg = TrainConfig.from_dict(fields)
         train_run(cfg, run, resume=True, log_lines=True)
         if rank == 0:
@@ -319,6 +323,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.params is not None:
         fields["params"] = args.params
     fields["progress"] = not args.no_progress
+    if args.log:
+        fields["trackers"] = list(dict.fromkeys(args.log))
     cfg = TrainConfig.from_dict(fields)
     run = RunDir(_out_path(args.out) or _default_run_folder(args, task_name, arch, _params(extra) if extra else {}))
     build(cfg)  # validate before touching the folder
@@ -699,6 +705,9 @@ def make_parser() -> argparse.ArgumentParser:
         q.add_argument("--force", action="store_true", help="replace an existing run folder")
         q.add_argument("--no-progress", action="store_true",
                        help="no progress bar: one line per evaluation interval instead (as when standard error is not a terminal)")
+        q.add_argument("--log", action="append", choices=["tensorboard", "wandb", "mlflow"], metavar="TRACKER",
+                       help="also log the metrics to this experiment tracker: tensorboard, wandb or mlflow "
+                            "(repeatable; default none; its package must be installed)")
 
     tr = sub.add_parser("train", help="train one model (extra --NAME VALUE pairs are task parameters)")
     tr.add_argument("--task", help="wind tunnel to train on (windtunnel tasks lists them; default bijection)")

@@ -301,12 +301,12 @@ class RunDir:
 
     def holds(self, train: dict[str, Any]) -> bool:
         """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar
-        aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
+        and the experiment trackers aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
         test every resuming command applies before it continues or reuses a run."""
         from .train_config import TrainConfig
 
         def norm(fields: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items() if k != "progress"}
+            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items() if k not in ("progress", "trackers")}
 
         return self.is_run() and norm(self.read_config()["train"]) == norm(train)
 

@@ -273,7 +273,7 @@ def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
     from .runs import RunDir
     from .training import TrainConfig
 
-    ignore = {"progress", "device"}
+    ignore = {"progress", "device", "trackers"}
     for job in jobs:
         run = RunDir(job["run_dir"])
         if not run.is_run():

@@ -62,6 +62,9 @@ class TrainConfig:
     #: drawn from it uniformly (with replacement); ``None``: fresh episodes every step (the default, so
     #: nothing can be memorised).  The data-regime control: the authors' recipes train epochs over a fixed set
     train_set: int | None = None
+    #: experiment trackers that mirror ``metrics.jsonl``: any of ``tensorboard``, ``wandb``, ``mlflow``
+    #: (``windtunnel.trackers``; each package imported only when named here)
+    trackers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,6 +117,10 @@ class TrainConfig:
                                         and self.train_set >= 1), "train_set", "a positive integer or none")
         need(self.train_set is None or not self.curriculum, "train_set",
              "none when a curriculum is given (a fixed set has one task's episodes)")
+        from .trackers import TRACKERS
+
+        need(all(t in TRACKERS for t in self.trackers) and len(set(self.trackers)) == len(self.trackers), "trackers",
+             f"a list of distinct names from {', '.join(TRACKERS)}")
         stages_ok = isinstance(self.curriculum, list) and all(
             isinstance(s, dict) and set(s) == {"until", "task_params"} and is_int(s["until"]) and isinstance(s["task_params"], dict)
             for s in self.curriculum
@@ -139,7 +146,7 @@ class TrainConfig:
 
 
 _KINDS = {"str": "str", "int": "int", "float": "float", "bool": "bool", "int | None": "int?",
-          "dict[str, Any]": "table", "list[dict[str, Any]]": "list"}
+          "dict[str, Any]": "table", "list[dict[str, Any]]": "list", "list[str]": "list"}
 """Each ``TrainConfig`` annotation and the kind of value it admits (a new field of another type fails the
 test suite until it is named here)."""
 _KIND_WORDS = {"str": "a string", "int": "an integer", "float": "a finite number", "bool": "true or false",

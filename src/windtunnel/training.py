@@ -10,8 +10,8 @@
    posterior (Paper I's HMM loss);
 4. AdamW, linear warmup then cosine decay to ``min_lr`` (``optim.lr_at``), gradient clipping;
 5. logs ``loss`` and the **Bayes gap** (``metrics.bayes_gap``) — ``KL(posterior ‖ model)`` in bits on
-   the same batch, the excess cross-entropy over the Bayes oracle — to ``metrics.jsonl`` and the
-   progress bar;
+   the same batch, the excess cross-entropy over the Bayes oracle — to ``metrics.jsonl``, the
+   progress bar and any experiment trackers (``trackers.py``);
 6. evaluates on a fixed held-out batch every ``eval_every`` steps;
 7. checkpoints atomically (``checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
    (kept for the training-dynamics analyses); a NaN/Inf loss stops the run with a clear message
@@ -47,6 +47,7 @@ from .runs import RunDir
 from .streams import (_global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch,
                       stream_seed)
 from .tasks.base import Episodes, Task
+from .trackers import Trackers
 from .train_config import ConfigError, TrainConfig, load_config_file
 
 __all__ = ["ConfigError", "TrainConfig", "TrainingDiverged", "build", "curriculum_task", "eval_seed", "load",
@@ -74,6 +75,12 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
     if cfg.params is not None and physical_memory() and 16 * cfg.params > physical_memory() // 2:
         raise ConfigError(f"invalid params: {cfg.params} parameters need ≈{16 * cfg.params / 2**30:.0f} GiB to train, "
                           f"more than half of this machine's {physical_memory() / 2**30:.0f} GiB")
+    from .trackers import missing_package
+
+    for name in cfg.trackers:  # checked here, not in the config: a run folder stays readable without the package
+        if missing_package(name):
+            raise ConfigError(f"invalid config value for 'trackers': {name} needs the {missing_package(name)} "
+                              f"package (pip install {missing_package(name)})")
     check_memory(task, cfg.batch_size, "batch_size")
     check_memory(task, cfg.eval_n, "eval_n")
     if cfg.train_set is not None:
@@ -109,12 +116,14 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
     shards = resolve_shards(cfg, run, resume, world)
     if main_proc:
         run.prepare()
-    with (run.lock() if main_proc else contextlib.nullcontext()):
-        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines)
+    with (run.lock() if main_proc else contextlib.nullcontext()), \
+            Trackers(cfg.trackers if main_proc else [], run.path, cfg.to_dict()) as trackers:
+        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines, trackers)
 
 
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
-                  resume: bool, until: int | None, shards: int, rank: int, world: int, log_lines: bool) -> Path:
+                  resume: bool, until: int | None, shards: int, rank: int, world: int, log_lines: bool,
+                  trackers: Trackers) -> Path:
     ddp, main_proc = world > 1, rank == 0
     own_group = ddp and not torch.distributed.is_initialized()
     if own_group:
@@ -214,12 +223,14 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                 "time": elapsed + time.perf_counter() - t0,
             }
             run.append_metrics(record)
+            trackers.log(record)
             last_loss.update(loss=record["loss"], gap=gap)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
         if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
             held_out = held_out_metrics(model, eval_batch)
             run.append_metrics({"step": done, "eval": held_out})
+            trackers.log({"step": done, "eval": held_out})
             model.train()
             if lines:
                 print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {last_loss.get('loss', float('nan')):.4f} bits, "
