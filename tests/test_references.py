@@ -203,3 +203,64 @@ def test_the_diagnostic_over_a_real_runs_checkpoints(tmp_path: Path) -> None:
     assert q["oracle"] < q["window_4"] < q["window_1"] < q["uniform"]
     assert r["series"][0]["nearest"] in ("uniform", "unigram", "bigram", "context_blind")  # untrained: no context
     assert r["summary"]["path"].split(" → ")[-1] == r["summary"]["nearest_final"]
+
+
+# --- counterfactual edits and patching --------------------------------------------------------------
+@pytest.mark.parametrize("name,params", [("bijection", {"V": 7, "L": 5}), ("bijection_query", {"V": 7, "L": 5}),
+                                         ("hmm", {"S": 3, "O": 4, "K": 6}), ("recall", {})])
+def test_counterfactual_edits_change_one_token_into_a_valid_episode(name: str, params: dict) -> None:
+    task = tasks.make(name, **params)
+    ep = task.sample(64, 5)
+    edited, other, pos = task.counterfactual_edit(ep.tokens, 9)
+    rows = torch.arange(64)
+    for e in (edited, other):
+        diff = e != ep.tokens
+        assert (diff.sum(1) == 1).all() and diff[rows, pos].all()  # one token, at `position`
+    assert (edited[rows, pos] != other[rows, pos]).all()
+    for e in (edited, other):
+        post = task.posterior(e)
+        assert torch.allclose(post.sum(-1), torch.ones(post.shape[:2], dtype=torch.float64))
+        later = torch.arange(ep.tokens.shape[1])[None, :] > pos[:, None]
+        changed = ((post - ep.posterior).abs().sum(-1) > 1e-12) & ep.mask & later
+        assert changed.any(1).all()  # every edit moves a later posterior
+        if name == "bijection":  # still a partial bijection: the shown values stay distinct
+            values = e[:, 1::2]
+            assert all(len(set(row.tolist())) == len(row) for row in values)
+        if name == "recall":  # the edited key's queries now answer the new value, one-hot
+            new = e[rows, pos] - task.n_keys
+            assert torch.equal(post[changed].argmax(-1), new[changed.nonzero()[:, 0]])
+
+
+def test_counterfactual_edit_is_declined_where_it_would_be_invalid() -> None:
+    for name, params in (("bijection", {"replacement": True}), ("bijection", {"pool": 8}), ("hmm", {"O": 2}),
+                         ("recall", {"pairs": 8, "n_values": 9}), ("coin", {})):
+        task = tasks.make(name, **params)
+        assert task.counterfactual_edit(task.sample(4, 0).tokens, 0) is None, (name, params)
+
+
+def test_patching_brackets_the_edit_exactly() -> None:
+    """Patched at the input, the edited token's residual *is* the edit: the run becomes the edited run; patched
+    after the last block it reaches no later query: the run stays the unedited one."""
+    from windtunnel import models
+    from windtunnel.geometry.counterfactual import counterfactual
+
+    task = tasks.make("bijection", V=6, L=5)
+    torch.manual_seed(0)
+    model = models.make("transformer", task, d_model=16, n_layers=2, n_heads=2)
+    r = counterfactual(model, task, n=48)
+    after = r["kl_after_patch"]
+    assert after["counterfactual"][0] == pytest.approx(r["input"]["follows_edit"], rel=1e-6)
+    assert all(after[c][-1] == pytest.approx(r["input"]["unedited_model"], rel=1e-6) for c in after)
+    assert r["layers"] == ["L0", "L1", "out"] and r["n_affected"] > 0
+    assert 0 < r["edit_size_tv"] <= 1
+
+
+def test_counterfactual_is_not_applicable_without_the_stream_or_an_edit() -> None:
+    from windtunnel import models
+    from windtunnel.geometry.counterfactual import counterfactual
+
+    task = tasks.make("bijection", V=6, L=5, replacement=True)
+    model = models.make("lstm", task, d_model=8, n_layers=1)
+    assert "counterfactual_edit" in counterfactual(model, task, n=8)["reason"]
+    reg = tasks.make("regression")
+    assert counterfactual(models.make("lstm", reg, d_model=8, n_layers=1), reg, n=8)["applicable"] is False

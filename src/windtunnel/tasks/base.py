@@ -112,6 +112,15 @@ class Episodes:
         )
 
 
+def two_unused(present: torch.Tensor, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Two distinct values per row, drawn uniformly from those a row does not use (``present [B, V]``
+    bool); ``None`` if some row uses all but one."""
+    if int((~present).sum(1).min()) < 2:
+        return None
+    order = (torch.rand(present.shape, generator=g, dtype=torch.float64) + 2.0 * present.double()).argsort(1)
+    return order[:, 0], order[:, 1]
+
+
 def check(condition: bool, parameter: str, allowed: str) -> None:
     """Raise ``ValueError`` naming ``parameter`` and its allowed values unless ``condition``."""
     if not condition:
@@ -227,6 +236,14 @@ class Task:
         observation), with everything else the task fixes (its prior, a header) — the Bayes answer of a
         predictor with a short memory, one of the reference strategies a network may pass through in
         training.  ``None`` where the task does not define it."""
+        return None
+
+    def counterfactual_edit(self, tokens: torch.Tensor, seed: int) -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None":
+        """Two edits of one piece of evidence in each episode, for counterfactual tests:
+        ``(edited, other, position)`` — ``edited`` and ``other`` are ``tokens`` with the single token at
+        ``position[b]`` replaced by two different values, each edit a valid episode of the task whose exact
+        posterior (:meth:`posterior` of the edited tokens) differs from the original's at a later scored
+        position.  ``None`` where the task defines no such edit."""
         return None
 
     #: one line per region of :meth:`attention_regions` (shown in the geometry record)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, uniform_rows
+from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, two_unused, uniform_rows
 from ..errors import is_int
 
 
@@ -161,6 +161,16 @@ class Bijection(Task):
             out[:, t] = self.posterior(tokens[:, max(0, t - 2 * window) : t + 1])[:, -1]
         return out
 
+    def counterfactual_edit(self, tokens: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """One shown value per episode (a pair drawn uniformly) replaced by either of two values the episode
+        never shows: still a partial bijection, and every later key's posterior changes (the new value is
+        ruled out, the old one is back).  Defined without replacement and without a pool (there an edit can
+        contradict a repeated key or every pool member)."""
+        if self.replacement or self.pool is not None or tokens.shape[1] < 3:
+            return None
+        return _edit_a_value(tokens, positions=torch.arange(1, tokens.shape[1] - 1, 2), offset=self.V, n_values=self.V,
+                             seed=seed)
+
     def _pool_posterior(self, tokens: torch.Tensor, fresh: torch.Tensor) -> torch.Tensor:
         """The posterior under the pool (module docstring); a context no pool member agrees with (not one
         the task samples) keeps the true-prior posterior ``fresh``.
@@ -266,6 +276,25 @@ MAX_POOL_ENTRIES = 2**24
 
 
 @functools.lru_cache(maxsize=8)
+def _edit_a_value(tokens: torch.Tensor, positions: torch.Tensor, offset: int, n_values: int,
+                  seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Replace the value token (id ``offset + v``) at one of ``positions`` per row, drawn uniformly, by two
+    values no value position of the row holds (:meth:`Task.counterfactual_edit`)."""
+    g = generator(seed)
+    B = tokens.shape[0]
+    shown = tokens[:, positions] - offset
+    present = torch.zeros(B, n_values, dtype=torch.bool).scatter_(1, shown.clamp(0, n_values - 1), True)
+    pair = two_unused(present, g)
+    if pair is None:
+        return None
+    pos = positions[torch.randint(0, len(positions), (B,), generator=g)]
+    rows = torch.arange(B)
+    edited, other = tokens.clone(), tokens.clone()
+    edited[rows, pos] = pair[0] + offset
+    other[rows, pos] = pair[1] + offset
+    return edited, other, pos
+
+
 def _pool(V: int, size: int, seed: int) -> torch.Tensor:
     """``size`` uniformly random permutations of ``[V]`` from their own stream (never an episode's)."""
     g = torch.Generator().manual_seed(0x9001_0000_0000 + seed)

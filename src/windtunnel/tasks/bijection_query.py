@@ -21,7 +21,7 @@ import torch
 
 from .base import IGNORE, Episodes, check, register, uniform_rows
 from ..errors import is_int
-from .bijection import Bijection
+from .bijection import Bijection, _edit_a_value
 
 
 @register
@@ -72,6 +72,13 @@ class BijectionQuery(Bijection):
         mask = torch.zeros(tokens.shape, dtype=torch.bool)
         mask[:, 1::3] = True
         return mask
+
+    def counterfactual_edit(self, tokens: torch.Tensor, seed: int) -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None":
+        """The bijection's edit (:meth:`Bijection.counterfactual_edit`) on this layout's value positions."""
+        if self.replacement or self.pool is not None or tokens.shape[1] < 4:
+            return None
+        return _edit_a_value(tokens, positions=torch.arange(2, tokens.shape[1] - 2, 3), offset=0, n_values=self.V,
+                             seed=seed)
 
     def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
                            window: int = 1) -> torch.Tensor:

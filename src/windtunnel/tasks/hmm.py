@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import IGNORE, Episodes, Task, check, generator, register
+from .base import IGNORE, Episodes, Task, check, generator, register, two_unused
 from ..errors import is_int
 
 TRANS, EMIT, SEP = 96, 97, 98
@@ -262,6 +262,25 @@ class HMM(Task):
                 alpha = alpha / alpha.sum(-1, keepdim=True)
             out[:, H + t] = alpha
         return out
+
+    def counterfactual_edit(self, tokens: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """One observation per episode (any but the last, drawn uniformly) replaced by either of two other
+        symbols: every later filtering posterior changes.  Needs ``O ≥ 3`` and two observations."""
+        H = self.header_len
+        K = tokens.shape[1] - H
+        if self.O < 3 or K < 2:
+            return None
+        g = generator(seed)
+        B = tokens.shape[0]
+        rows = torch.arange(B)
+        pos = H + torch.randint(0, K - 1, (B,), generator=g)
+        present = torch.zeros(B, self.O, dtype=torch.bool)
+        present[rows, (tokens[rows, pos] - OBS0).clamp(0, self.O - 1)] = True
+        first, second = two_unused(present, g)  # type: ignore[misc]
+        edited, other = tokens.clone(), tokens.clone()
+        edited[rows, pos] = first + OBS0
+        other[rows, pos] = second + OBS0
+        return edited, other, pos
 
     # --- anatomy ---------------------------------------------------------------------------
     discrete_latent_state = True

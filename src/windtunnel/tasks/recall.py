@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, uniform_rows
+from .base import IGNORE, Episodes, Task, check, generator, register, register_preset, two_unused, uniform_rows
 from ..errors import is_int
 
 
@@ -136,6 +136,27 @@ class Recall(Task):
         out = uniform_rows((B, T), V)
         out[:, qpos] = post
         return out
+
+    def counterfactual_edit(self, tokens: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """The stored value of one queried pair per episode (drawn uniformly among the pairs some query asks)
+        replaced by either of two values the store does not hold: the queries for that key now answer the
+        new value.  Needs ``n_values ≥ pairs + 2``."""
+        P, K = self.pairs, self.n_keys
+        if self.n_values < P + 2:
+            return None
+        g = generator(seed)
+        B = tokens.shape[0]
+        rows = torch.arange(B)
+        keys, values = tokens[:, 0 : 2 * P : 2], tokens[:, 1 : 2 * P : 2] - K
+        asked = (tokens[:, self.query_positions()][:, None, :] == keys[:, :, None]).any(-1)  # [B, P]
+        pick = (torch.rand(B, P, generator=g) + asked.double()).argmax(1)  # uniform among the asked pairs
+        present = torch.zeros(B, self.n_values, dtype=torch.bool).scatter_(1, values.clamp(0, self.n_values - 1), True)
+        first, second = two_unused(present, g)  # type: ignore[misc]
+        pos = 2 * pick + 1
+        edited, other = tokens.clone(), tokens.clone()
+        edited[rows, pos] = first + K
+        other[rows, pos] = second + K
+        return edited, other, pos
 
     # --- anatomy ---------------------------------------------------------------------------
     region_descriptions = {
