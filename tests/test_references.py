@@ -176,6 +176,8 @@ def test_uniform_and_the_reference_set() -> None:
 def test_nearest_and_path_by_hand() -> None:
     assert nearest_reference({"uniform": 0.104, "unigram": 0.100, "oracle": 0.5}) == "uniform"  # a tie within 5%
     assert nearest_reference({"uniform": 0.2, "unigram": 0.1, "oracle": 0.5}) == "unigram"
+    assert nearest_reference({"uniform": 3e-5, "unigram": 1e-6, "oracle": 0.5}) == "uniform"  # within 1e-4 bits
+    assert nearest_reference({"window_4": 2e-4, "oracle": 1e-5}) == "oracle"
     assert reference_path(["a", "a", "b", "a", "c", "c"]) == ["a", "b", "a", "c"]
 
 
