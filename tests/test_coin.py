@@ -188,3 +188,31 @@ def test_decode():
     task = make("coin", n=3)
     ep = task.sample(1, seed=0)
     assert task.decode(ep)[0] == "BOS" and set(task.decode(ep)[1:]) <= {"H", "T"}
+
+
+@pytest.mark.parametrize("pool,seed", [(1, 0), (3, 1), (17, 2)])
+def test_pooled_predictive_equals_the_mixture_over_members(pool: int, seed: int) -> None:
+    """p(next = 1 | flips) = Σ_i p_i Π_j p_i^{f_j}(1-p_i)^{1-f_j} / Σ_i Π_j …, member by member."""
+    task = make("coin", a=0.7, b=1.3, n=9, pool=pool, pool_seed=seed)
+    members = task.pool_members()
+    ep = task.sample(6, seed)
+    assert all(bool((members == p).any()) for p in ep.latent["p"])  # every episode's bias is a member
+    for b in range(6):
+        flips = [int(x) for x in ep.tokens[b, 1:]]
+        for t in range(task.n):
+            like = torch.ones(pool, dtype=torch.float64)
+            for f in flips[:t]:
+                like = like * (members if f == 1 else 1 - members)
+            want = float((like * members).sum() / like.sum())
+            assert float(ep.posterior[b, t, 1]) == pytest.approx(want, rel=1e-10, abs=1e-14)
+    assert task.unpooled() == make("coin", a=0.7, b=1.3, n=9, pool_seed=seed)
+    fresh = task.unpooled().posterior(ep.tokens)
+    assert torch.allclose(fresh[:, 0], torch.tensor([0.65, 0.35], dtype=torch.float64).expand(6, 2))  # p1 = a / (a + b)
+
+
+def test_a_pool_of_one_is_its_bias_and_noisy_labels_refuse_a_pool() -> None:
+    task = make("coin", n=6, pool=1)
+    ep = task.sample(4, 0)
+    assert torch.allclose(ep.posterior[..., 1], task.pool_members().expand(4, 6))
+    with pytest.raises(ValueError, match="pool"):
+        make("coin", labels="noisy", pool=4)

@@ -18,10 +18,19 @@ zeros among the labels seen,
 i.e. ``sigmoid((n_1 - n_0) log((1-ε)/ε))``; ``a`` and ``b`` are unused there.
 
 Classes: 0 (tails / label 0) and 1 (heads / label 1).  Every position is scored.
+
+``pool`` (memorisation vs inference, flips only): every episode's bias is one of ``pool`` biases
+drawn once from Beta(a, b) with ``pool_seed`` (uniformly, with replacement).  The exact predictive is
+then the pool's: with ``h`` heads in ``t`` flips,
+
+    p(f_{t+1} = 1 | f_{1..t}) = Σ_i p_i · p_iʰ (1 − p_i)ᵗ⁻ʰ / Σ_i p_iʰ (1 − p_i)ᵗ⁻ʰ,
+
+which :meth:`Coin.unpooled` (the same task without a pool) replaces by Laplace's rule above.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -49,6 +58,8 @@ class Coin(Task):
     n: int = 32
     labels: str = "flips"
     label_noise: float = 0.1
+    pool: int | None = None
+    pool_seed: int = 0
 
     BOS: ClassVar[int] = 2
 
@@ -59,6 +70,17 @@ class Coin(Task):
         check(self.labels in ("flips", "noisy"), "labels", "'flips' or 'noisy'")
         ok = is_real(self.label_noise)
         check(ok and 0 < self.label_noise < 1, "label_noise", "a number in (0, 1)")
+        check(self.pool is None or (is_int(self.pool) and 1 <= self.pool <= 2**20), "pool", "null, or an integer in [1, 2^20]")
+        check(self.pool is None or self.labels == "flips", "pool", "null with labels='noisy' (its latent has two values)")
+        check(is_int(self.pool_seed) and 0 <= self.pool_seed < 2**31, "pool_seed", "an integer in [0, 2^31)")
+
+    def unpooled(self) -> "Coin | None":
+        """The same task with a fresh bias from Beta(a, b) every episode (``None`` without a pool)."""
+        return None if self.pool is None else self.replace(pool=None)
+
+    def pool_members(self) -> torch.Tensor | None:
+        """The pool's biases ``[pool]`` float64 (``None`` without a pool)."""
+        return None if self.pool is None else _pool(float(self.a), float(self.b), self.pool, self.pool_seed)
 
     @property
     def n_classes(self) -> int:
@@ -86,6 +108,9 @@ class Coin(Task):
             u = torch.rand(n, generator=g, dtype=torch.float64)
             tiny = ga + gb == 0  # both gammas underflow only for a, b << 1: p is then ~0 or ~1
             p = torch.where(tiny, (u < self.a / (self.a + self.b)).double(), ga / (ga + gb).clamp_min(1e-300))
+            if self.pool is not None:  # members picked from a stream of their own: the flips' uniforms are the fresh task's
+                pick = torch.randint(0, self.pool, (n,), generator=torch.Generator().manual_seed(0x9002_0000_0000 + seed))
+                p = self.pool_members()[pick]
             seq = (torch.rand(n, L, generator=g, dtype=torch.float64) < p[:, None]).long()
             targets = seq
             latent = {"p": p, "flips": seq}
@@ -115,7 +140,12 @@ class Coin(Task):
         h = torch.zeros(B, T, dtype=torch.float64)
         h[:, 1:] = torch.cumsum(ones, dim=1)  # ones seen at or before t (t-th position has seen t labels)
         t = torch.arange(T, dtype=torch.float64).expand(B, T)
-        if self.labels == "flips":
+        if self.labels == "flips" and self.pool is not None:
+            p1 = _pool_table(float(self.a), float(self.b), self.pool, self.pool_seed, T)[t.long(), h.long()]
+            fresh = (self.a + h) / (self.a + self.b + t)  # a context no member can produce keeps Laplace's rule
+            p1 = torch.where(torch.isnan(p1), fresh, p1)
+            p0 = 1.0 - p1
+        elif self.labels == "flips":
             p1 = (self.a + h) / (self.a + self.b + t)
             p0 = (self.b + t - h) / (self.a + self.b + t)
         else:
@@ -141,3 +171,36 @@ class Coin(Task):
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
         sym = ("T", "H") if self.labels == "flips" else ("L0", "L1")
         return ["BOS" if int(t) == self.BOS else sym[int(t)] for t in episodes.tokens[index]]
+
+
+@functools.lru_cache(maxsize=8)
+def _pool(a: float, b: float, size: int, seed: int) -> torch.Tensor:
+    """``size`` biases from Beta(a, b), drawn as episodes draw theirs, from a stream of their own."""
+    g = torch.Generator().manual_seed(0x9001_0000_0000 + seed)
+    ga = torch._standard_gamma(torch.full((size,), a, dtype=torch.float64), generator=g)
+    gb = torch._standard_gamma(torch.full((size,), b, dtype=torch.float64), generator=g)
+    u = torch.rand(size, generator=g, dtype=torch.float64)
+    return torch.where(ga + gb == 0, (u < a / (a + b)).double(), ga / (ga + gb).clamp_min(1e-300))
+
+
+@functools.lru_cache(maxsize=8)
+def _pool_table(a: float, b: float, size: int, seed: int, T: int) -> torch.Tensor:
+    """:func:`_pool_predictive` of a pool, computed once per length."""
+    return _pool_predictive(_pool(a, b, size, seed), T)
+
+
+def _pool_predictive(members: torch.Tensor, T: int) -> torch.Tensor:
+    """``P[t, h] = p(next = 1 | h heads in t flips)`` under the pool, ``[T, T]`` float64 (NaN where no member
+    can produce the count: a bias of exactly 0 or 1 rules out any tails or heads)."""
+    log_p = torch.where(members > 0, members.clamp_min(1e-300).log(), torch.full_like(members, -math.inf))
+    log_q = torch.where(members < 1, (1 - members).clamp_min(1e-300).log(), torch.full_like(members, -math.inf))
+    out = torch.full((T, T), math.nan, dtype=torch.float64)
+    for t in range(T):
+        h = torch.arange(t + 1, dtype=torch.float64)[:, None]
+        # 0 · log 0 = 0: no heads (tails) seen puts no weight on log p (log(1 − p))
+        log_w = torch.where(h > 0, h * log_p, 0.0) + torch.where(t - h > 0, (t - h) * log_q, 0.0)  # [t+1, pool]
+        total = torch.logsumexp(log_w, 1)
+        heads = torch.logsumexp(log_w + log_p, 1)
+        ok = torch.isfinite(total)
+        out[t, : t + 1] = torch.where(ok, (heads - total).exp(), torch.full_like(total, math.nan))
+    return out
