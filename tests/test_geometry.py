@@ -324,6 +324,12 @@ def test_bayes_lens_reads_each_layer_through_the_readout() -> None:
     s = bayes_lens(model, task, episodes=ep)["summary"]
     assert s["flat"] is True and s["formation_layer"] is None
     assert r["summary"]["flat"] is (r["kl_by_layer"][0] <= 2 * r["kl_by_layer"][-1])
+    # the tuned lens of a stream equal to the output's starts at its optimum (the identity) and stays there
+    tuned = r["tuned"]
+    assert tuned["n_fit_episodes"] == tuned["n_held_out_episodes"] == 8
+    assert tuned["kl_by_layer"][1] == pytest.approx(tuned["kl_by_layer"][2], rel=1e-5)  # L0 = L1 = the output
+    assert tuned["kl_by_layer"][0] != pytest.approx(kl[0], rel=1e-3)  # the embedding's translator did move
+    assert all(p.requires_grad for p in model.parameters())  # the model was frozen only while fitting
 
 
 class _OneStream(nn.Module):

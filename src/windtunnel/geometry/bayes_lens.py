@@ -14,6 +14,14 @@ KL is within twice the final one — ``None`` when the lens is flat (the embeddi
 within twice the output's: no layer forms anything the embedding lacks, as for a model that learned
 nothing).  The untrained model's lens is the null: a readout that has
 learned nothing gives its KL at every depth.
+
+The **tuned lens** replaces the raw stream by an affine translation of it before the same readout,
+``q̃_l = softmax(unembed(A_l x_l + b_l))``, with ``A_l, b_l`` (identity and zero at the start) fitted
+briefly — at most :data:`TUNED_STEPS` full-batch L-BFGS iterations — to the model's own output, minimising
+``KL(q_out ‖ q̃_l)`` on half of the episodes, and scored against the posterior on the other half
+(held out).  A layer whose stream holds the posterior in another basis than the readout's is invisible
+to the logit lens and visible to the tuned one; the gap between the two is how much of the information
+the readout cannot yet see.
 """
 
 from __future__ import annotations
@@ -63,6 +71,60 @@ def _lens(model: torch.nn.Module, episodes: Episodes) -> dict[str, Any]:
             "output_kl": output_kl}
 
 
+TUNED_STEPS = 100
+"""L-BFGS iterations (at most) of each layer's tuned-lens translator."""
+
+
+def _tuned_lens(model: torch.nn.Module, episodes: Episodes, seed: int) -> dict[str, Any]:
+    """Held-out KL and entropy error to the posterior of each layer's tuned lens (module docstring); the
+    translators are fitted on the first half of ``episodes`` and scored on the second."""
+    half = len(episodes) // 2
+    layers = lens_layers(model)
+    names = [name for _, name in layers[:-1]]  # the last stream is the output: its lens needs no translation
+    fit, held = collect_scored(model, episodes[:half], names), collect_scored(model, episodes[half:], names)
+    dev, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    target = torch.softmax(fit.logits, -1).to(dev, torch.float32)
+    frozen = [(p, p.requires_grad) for p in model.parameters()]
+    kl, herr = [], []
+    try:
+        for p, _ in frozen:
+            p.requires_grad_(False)
+        torch.manual_seed(seed)
+        for name in names:
+            x, x_held = fit.acts[name].to(dev, dtype), held.acts[name].to(dev, dtype)
+            d = x.shape[-1]
+            translator = torch.nn.Linear(d, d).to(dev, dtype)
+            with torch.no_grad():
+                translator.weight.copy_(torch.eye(d))
+                translator.bias.zero_()
+            # full-batch L-BFGS: it stops where the gradient vanishes (Adam would rescale rounding noise
+            # into full-size steps and walk away from a translator that is already optimal)
+            opt = torch.optim.LBFGS(translator.parameters(), lr=1.0, max_iter=TUNED_STEPS, history_size=20,
+                                    line_search_fn="strong_wolfe")
+
+            def closure(translator: torch.nn.Linear = translator, x: torch.Tensor = x,
+                        opt: torch.optim.LBFGS = opt) -> torch.Tensor:
+                opt.zero_grad(set_to_none=True)
+                log_q = torch.log_softmax(model.unembed(translator(x)).float(), -1)
+                loss = torch.nn.functional.kl_div(log_q, target, reduction="batchmean")
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+            with torch.no_grad():
+                q = torch.softmax(model.unembed(translator(x_held)).double().cpu(), -1)
+            kl.append(float(kl_bits(held.posterior, q).mean()))
+            herr.append(float((entropy_bits(q) - held.entropy).abs().mean()))
+    finally:
+        for p, flag in frozen:
+            p.requires_grad_(flag)
+    q_out = torch.softmax(held.logits, -1)
+    kl.append(float(kl_bits(held.posterior, q_out).mean()))
+    herr.append(float((entropy_bits(q_out) - held.entropy).abs().mean()))
+    return {"kl_by_layer": kl, "entropy_error_by_layer": herr, "n_fit_episodes": half,
+            "n_held_out_episodes": len(episodes) - half, "max_iterations": TUNED_STEPS}
+
+
 def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEOMETRY_SEED,
                episodes: Episodes | None = None, untrained: torch.nn.Module | None = None) -> dict[str, Any]:
     """The KL and entropy error to the exact posterior of every layer's readout (see the module
@@ -94,6 +156,10 @@ def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEO
         null = _lens(untrained, ep)
         out["untrained"] = null
         out["summary"]["kl_by_layer_untrained"] = null["kl_by_layer"]
+    if len(ep) >= 4:
+        with torch.enable_grad():
+            out["tuned"] = _tuned_lens(model, ep, seed)
+        out["summary"]["tuned_kl_by_layer"] = out["tuned"]["kl_by_layer"]
     return out
 
 
@@ -104,7 +170,9 @@ def bayes_lens_figure(result: dict[str, Any], path: Path) -> Path:
     fig, ax = _plot.figure(w=4.8, h=3.4)
     a = ax[0, 0]
     x = list(range(len(result["layers"])))
-    a.plot(x, result["kl_by_layer"], "o-", label="trained")
+    a.plot(x, result["kl_by_layer"], "o-", label="trained (logit lens)")
+    if "tuned" in result:
+        a.plot(x, result["tuned"]["kl_by_layer"], "^-", color="C2", label="trained (tuned lens, held out)")
     if "untrained" in result:
         a.plot(x, result["untrained"]["kl_by_layer"], "s--", color="0.5", label="untrained")
     a.set_xticks(x, result["layers"])
@@ -130,5 +198,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                     f"from the posterior (output {kl[-1]:.3g}; {where})")]
 
 
-register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, _interpret, untrained=True, order=65, version=3,
+register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, _interpret, untrained=True, order=65, version=4,
                     claims=("B10",), requires=("hook_resid_pre", "hook_resid_post")))
