@@ -76,7 +76,7 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     beyond = BELIEF_CELLS + DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
              "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
-    analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS
+    analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in cells[target] for seed in SEEDS]
 
@@ -97,7 +97,9 @@ BUDGET_CELLS = (("hmm_long", "transformer"), ("hmm_fixed", "transformer"), ("hmm
 """The HMM transformer trained four times as long as its column (8000 steps at the quick preset), on fresh
 episodes (``hmm_long``) and on one fixed set of 10,000 episodes revisited ≈51 times (``hmm_fixed``, the
 papers' data regime): whether the HMM error at K=20 and the length-generalisation error at K=30/50 are the
-budget's or the data regime's; and Mamba's HMM cell four times as long (its error beside the papers')."""
+budget's or the data regime's; and Mamba's HMM cell four times as long (its error beside the papers').
+Analysed, so that the reference predictors show which filter each has become (a one-step filter at the
+column's budget, a longer memory at four times it)."""
 
 LENGTH_CELLS = (("hmm_k50", "transformer"),)
 """The HMM transformer trained at K = 50 instead of 20 (same steps), evaluated at K = 20, 30, 50: the boundary
