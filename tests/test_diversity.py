@@ -50,3 +50,23 @@ def test_the_memoriser_never_switches_and_the_inferrer_infers_from_the_smallest_
 
 def test_diversity_refuses_a_missing_results_folder(tmp_path: Path) -> None:
     assert main(["diversity", "--results", str(tmp_path / "nope")]) == 2
+
+
+def test_the_hmm_sweep_reads_its_own_cells(tmp_path: Path, capsys) -> None:
+    """HMM cells scored by the exact filter: the pool's posterior is the true prior's (the matrices are in the
+    header), so the filter is as good on fresh HMMs as on the pool's and generalises from the smallest pool."""
+    for size in (*grid.POOL_SIZES[:3], None):
+        column = "hmm" if size is None else f"hmm_pool_{size}"
+        name, params = grid.task_spec(column, "quick")
+        task = tasks.make(name, **{**params, "K": 4})
+        result = evaluate(tasks.oracle(task), task, n=20, seed=7, n_boot=10)
+        RunDir(tmp_path / "quick" / "cells" / f"{column}-mamba-s0").write_eval(result.to_dict())
+    doc = diversity.summarise(tmp_path, sweep="hmm")
+    rows = doc["rows"]["mamba"]
+    assert [r["pool"] for r in rows] == [*grid.POOL_SIZES[:3], None]
+    assert all(r["kl_to_pool"]["mean"] < 1e-12 and r["kl_fresh"]["mean"] < 1e-12 for r in rows)
+    assert doc["summary"]["mamba"]["generalises_from"] == 1
+    assert main(["diversity", "--results", str(tmp_path)]) == 0
+    assert "mamba (HMM): KL on fresh HMMs within 2x of the pool's from pool size 1" in capsys.readouterr().out
+    assert (tmp_path / "quick" / "diversity_hmm.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| ∞ | 1 |" in (tmp_path / "quick" / "diversity_hmm.md").read_text()

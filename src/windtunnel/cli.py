@@ -635,13 +635,15 @@ def cmd_diversity(args: argparse.Namespace, extra: list[str]) -> int:
     results = Path(_out_path(args.results) or "results")
     if not results.is_dir():
         raise UsageError(f"invalid results: {results} is not a folder")
-    _writable_file(results / args.preset / "diversity.md")
-    path, doc = diversity.write(results, preset=args.preset)
-    for arch, s in doc["summary"].items():
-        print(f"{arch}: closer to the true prior than to the pool from pool size {s['inferring_from']}")
-    if doc["missing"]:
-        print(f"{len(doc['missing'])} cells not yet made: windtunnel reproduce beyond")
-    print(f"wrote {path}")
+    for stem in ("diversity", "diversity_hmm"):
+        _writable_file(results / args.preset / f"{stem}.md")
+    for sweep in diversity.SWEEPS:
+        path, doc = diversity.write(results, preset=args.preset, sweep=sweep)
+        for arch in doc["summary"]:
+            print(diversity.headline(doc, arch))
+        if doc["missing"]:
+            print(f"{len(doc['missing'])} {sweep} cells not yet made: windtunnel reproduce beyond")
+        print(f"wrote {path}")
     return 0
 
 

@@ -18,8 +18,14 @@ seeds (mean and Student-t 95% interval):
 ``inferring_from`` is the smallest pool from which the model is closer (in mean TV) to the true-prior
 posterior than to the pool's on every larger pool: where it switches from memorising to inferring.
 
-``windtunnel diversity`` writes ``diversity.json``, ``diversity.md`` and ``diversity.png`` beside the
-cells' preset folder (``results/quick/``).
+The same sweep on HMM filtering (``hmm_pool_{P}`` cells; the ``hmm`` column is the infinite pool): an
+HMM's matrices are in its header, so the pool's posterior *is* the true prior's and nothing but the
+filter can be learned; what the pool limits is how many HMMs the model saw.  Its summary is
+``generalises_from``: the smallest pool from which, on every larger pool, the KL on fresh HMMs is at most
+twice the KL on the pool's own.
+
+``windtunnel diversity`` writes ``diversity.{json,md,png}`` (bijection) and ``diversity_hmm.{json,md,png}``
+(HMM) into the cells' preset folder (``results/quick/``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ from .stats import json_safe, mean_std
 
 ARCHS = ("transformer", "mamba", "lstm")
 SEEDS = (0, 1, 2)
+SWEEPS: dict[str, tuple[str, str, str]] = {"bijection": ("pool_{}", "bijection", "diversity"),
+                                          "hmm": ("hmm_pool_{}", "hmm", "diversity_hmm")}
+"""Sweep name → (pooled column pattern, the fresh column, the files' stem)."""
+GENERALISES = 2.0
+"""An HMM model generalises from a pool once its KL on fresh HMMs is at most this multiple of its KL in the pool."""
 
 
 def _cell(results: Path, preset: str, column: str, arch: str, seed: int) -> dict[str, Any] | None:
@@ -45,15 +56,16 @@ def _value(table: dict[str, Any], metric: str) -> float | None:
     return entry.get("value")
 
 
-def summarise(results: str | Path = "results", preset: str = "quick") -> dict[str, Any]:
+def summarise(results: str | Path = "results", preset: str = "quick", sweep: str = "bijection") -> dict[str, Any]:
     """The sweep's table (see the module docstring) from the committed cells; pools or architectures
     without a cell are left out, and ``missing`` names the cells not (yet) there."""
     results = Path(results)
+    pattern, fresh, _ = SWEEPS[sweep]
     rows: dict[str, list[dict[str, Any]]] = {}
     missing = []
     for arch in ARCHS:
         for size in (*grid.POOL_SIZES, None):
-            column = "bijection" if size is None else f"pool_{size}"
+            column = fresh if size is None else pattern.format(size)
             evs = [_cell(results, preset, column, arch, s) for s in SEEDS]
             missing += [f"{column}-{arch}-s{s}" for s, ev in zip(SEEDS, evs) if ev is None]
             evs = [ev for ev in evs if ev is not None]
@@ -74,12 +86,24 @@ def summarise(results: str | Path = "results", preset: str = "quick") -> dict[st
             rows.setdefault(arch, []).append(row)
     summary = {}
     for arch, rs in rows.items():
-        closer = [r["tv_to_true"]["mean"] < r["tv_to_pool"]["mean"] for r in rs if r["pool"] is not None]
         sizes = [r["pool"] for r in rs if r["pool"] is not None]
-        switch = next((sizes[i] for i in range(len(sizes)) if all(closer[i:])), None)
-        summary[arch] = {"inferring_from": switch}
-    return json_safe({"preset": preset, "pool_sizes": list(grid.POOL_SIZES), "rows": rows, "summary": summary,
-                      "missing": missing})
+        if sweep == "hmm":
+            ok = [r["kl_fresh"]["mean"] <= GENERALISES * r["kl_to_pool"]["mean"] for r in rs if r["pool"] is not None]
+            summary[arch] = {"generalises_from": next((sizes[i] for i in range(len(sizes)) if all(ok[i:])), None)}
+        else:
+            closer = [r["tv_to_true"]["mean"] < r["tv_to_pool"]["mean"] for r in rs if r["pool"] is not None]
+            summary[arch] = {"inferring_from": next((sizes[i] for i in range(len(sizes)) if all(closer[i:])), None)}
+    return json_safe({"sweep": sweep, "preset": preset, "pool_sizes": list(grid.POOL_SIZES), "rows": rows,
+                      "summary": summary, "missing": missing})
+
+
+def headline(doc: dict[str, Any], arch: str) -> str:
+    """One line: where ``arch`` switches (bijection) or generalises (HMM)."""
+    s = doc["summary"][arch]
+    if doc.get("sweep") == "hmm":
+        return (f"{arch} (HMM): KL on fresh HMMs within {GENERALISES:g}x of the pool's from pool size "
+                f"{s['generalises_from']}")
+    return f"{arch}: closer to the true prior than to the pool from pool size {s['inferring_from']}"
 
 
 def _fmt(ms: dict[str, Any]) -> str:
@@ -91,6 +115,8 @@ def _fmt(ms: dict[str, Any]) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     """The sweep as a Markdown table per architecture."""
+    if doc.get("sweep") == "hmm":
+        return _markdown_hmm(doc)
     out = ["# Memorisation vs inference: the task-diversity sweep", "",
            "The bijection column (V=10) trained on a finite pool of permutations (`windtunnel reproduce beyond`); "
            "made by `windtunnel diversity`. Mean over seeds [95% interval]. TV: mean total variation to each "
@@ -107,6 +133,53 @@ def markdown(doc: dict[str, Any]) -> str:
     if doc["missing"]:
         out += [f"Cells not yet made ({len(doc['missing'])}): run `windtunnel reproduce beyond`.", ""]
     return "\n".join(out)
+
+
+def _markdown_hmm(doc: dict[str, Any]) -> str:
+    out = ["# Memorisation vs inference on HMM filtering: the task-diversity sweep", "",
+           "The HMM column (S=O=5, K=20) trained on a finite pool of HMMs (`windtunnel reproduce beyond`); made by "
+           "`windtunnel diversity`. Mean over seeds [95% interval]. The matrices are in each episode's header, so "
+           "the pool's posterior is the true prior's: KL in the pool is the filter's error on HMMs it trained on, "
+           "KL fresh on HMMs it never saw.", ""]
+    for arch, rs in doc["rows"].items():
+        out += [f"## {arch}", "", headline(doc, arch) + ".", "",
+                "| pool | seeds | KL in the pool (bits) | KL fresh (bits) | TV fresh |", "|---|---|---|---|---|"]
+        for r in rs:
+            out.append(f"| {'∞' if r['pool'] is None else r['pool']} | {r['seeds']} | {_fmt(r['kl_to_pool'])} | "
+                       f"{_fmt(r['kl_fresh'])} | {_fmt(r['tv_fresh'])} |")
+        out.append("")
+    if doc["missing"]:
+        out += [f"Cells not yet made ({len(doc['missing'])}): run `windtunnel reproduce beyond`.", ""]
+    return "\n".join(out)
+
+
+def figure_hmm(doc: dict[str, Any], path: Path) -> Path:
+    """Per architecture: KL in the pool and on fresh HMMs against pool size (∞ at the right), log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    archs = list(doc["rows"])
+    fig, ax = plt.subplots(1, max(1, len(archs)), figsize=(4.2 * max(1, len(archs)), 3.4), squeeze=False)
+    top = max(doc["pool_sizes"]) * 4
+    for j, arch in enumerate(archs):
+        rs = doc["rows"][arch]
+        x = [top if r["pool"] is None else r["pool"] for r in rs]
+        ax[0, j].plot(x, [r["kl_to_pool"]["mean"] for r in rs], "o-", ms=3, label="HMMs of the pool")
+        ax[0, j].plot(x, [r["kl_fresh"]["mean"] for r in rs], "s--", ms=3, label="fresh HMMs")
+        ax[0, j].set_xscale("log", base=4)
+        ax[0, j].set_yscale("log")
+        ax[0, j].set_xticks([*doc["pool_sizes"][::2], top], [*map(str, doc["pool_sizes"][::2]), "∞"])
+        ax[0, j].set_title(arch, fontsize=9)
+        ax[0, j].set_ylabel("KL to the posterior (bits)")
+        ax[0, j].set_xlabel("pool size (HMMs)")
+        ax[0, j].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def figure(doc: dict[str, Any], path: Path) -> Path:
@@ -145,15 +218,16 @@ def figure(doc: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write(results: str | Path = "results", preset: str = "quick") -> tuple[Path, dict[str, Any]]:
-    """Write ``{results}/{preset}/diversity.{json,md,png}``; returns the Markdown path and the summary."""
+def write(results: str | Path = "results", preset: str = "quick", sweep: str = "bijection") -> tuple[Path, dict[str, Any]]:
+    """Write ``{results}/{preset}/{stem}.{json,md,png}`` of one sweep (``SWEEPS``); returns the Markdown path
+    and the summary."""
     from .checkpoint import write_text_atomic
 
-    doc = summarise(results, preset)
-    out = Path(results) / preset
-    write_text_atomic(out / "diversity.json", json.dumps(doc, indent=1))
-    md = out / "diversity.md"
+    doc = summarise(results, preset, sweep)
+    out, stem = Path(results) / preset, SWEEPS[sweep][2]
+    write_text_atomic(out / f"{stem}.json", json.dumps(doc, indent=1))
+    md = out / f"{stem}.md"
     write_text_atomic(md, markdown(doc))
     if doc["rows"]:
-        figure(doc, out / "diversity.png")
+        (figure_hmm if sweep == "hmm" else figure)(doc, out / f"{stem}.png")
     return md, doc

@@ -166,10 +166,16 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # the pool's posterior and the true prior's, in the pool and on fresh permutations
     *(_exp(f"pool_{size}", "bijection", {"V": 10, "L": 9, "pool": size}, {"V": 20, "L": 19, "pool": size}, _QUICK_SHORT,
            metric="entropy_mae_curve") for size in (4 ** i for i in range(9))),
+    # the same sweep on HMM filtering: every episode's HMM one of a finite pool (its matrices are in the
+    # header, so the posterior is the same under either prior); evaluated on the pool's HMMs and on fresh
+    # ones — whether a model trained on few HMMs filters HMMs it never saw
+    *(_exp(f"hmm_pool_{size}", "hmm", {"K": 20, "pool": size}, {"K": 20, "pool": size}, _QUICK_SHORT, _PAPER_HMM,
+           metric="kl", model={"transformer": _HMM_TRANSFORMER}) for size in (4 ** i for i in range(9))),
 )}
 
 POOL_SIZES = tuple(4 ** i for i in range(9))
-"""The task-diversity sweep's pool sizes (1 … 65,536 permutations; the ``bijection`` column is the infinite pool)."""
+"""The task-diversity sweeps' pool sizes (1 … 65,536 permutations or HMMs; the ``bijection`` and ``hmm`` columns
+are the infinite pools)."""
 
 TABLE_COLUMNS = ("bijection", "bijection_replacement", "hmm", "recall")
 """The architecture × inference-primitive table's columns (Paper I v3), in order."""

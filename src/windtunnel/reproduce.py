@@ -73,12 +73,12 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
     controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
-    beyond = BELIEF_CELLS + DIVERSITY_CELLS
+    beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
              "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
     analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
-            for column, arch in cells[target] for seed in SEEDS]
+            for column, arch in dict.fromkeys(cells[target]) for seed in SEEDS]  # a cell two groups share, once
 
 
 GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bijection_replacement", "transformer"),
@@ -120,6 +120,12 @@ DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lst
 permutations, for each pool size and each of the papers' sequence architectures; trained and evaluated (both
 priors, in the pool and on fresh permutations).  The fresh column (``bijection``, the table's recipe) is the
 infinite pool; its cells are worked here so that every seed's evaluation is committed beside the pools'."""
+
+HMM_DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
+                            for column in (*(f"hmm_pool_{size}" for size in grid.POOL_SIZES), "hmm"))
+"""The diversity sweep on HMM filtering: the HMM column trained on a finite pool of HMMs, for each pool size and
+architecture, trained and evaluated (on the pool's HMMs and on fresh ones); the ``hmm`` column is the infinite
+pool (its cells are Paper I's, analysed)."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
