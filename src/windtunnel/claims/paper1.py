@@ -141,7 +141,25 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
             return Verdict(DISAGREE_EXPLAINED, m, f"{why}; {name} reaches {longer.text()}", control=control)
     where = "; ".join(f"{name} is at {longer.text()}" + (f", {longer.value / paper:.2g}× the papers' figure" if paper else "")
                       for longer, name, _ in ctls)
-    return Verdict(DISAGREE, m, f"{why}; {where}: neither budget nor data regime closes it" if ctls else why)
+    filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long")) if f)
+    mechanism = f" (which strategy each seed ends nearest, the reference predictors: {filters})" if filters else ""
+    return Verdict(DISAGREE, m, f"{why}; {where}: neither budget nor data regime closes it{mechanism}" if ctls else why)
+
+
+def _filter_note(ev: Evidence, column: str, arch: str) -> str:
+    """``"COLUMN: a, b, c"`` — the reference predictor each seed's model ends nearest (``reference_predictors``
+    in its ``geometry.json``; ``window_1`` is the filter that reads only the current observation), or ``""``
+    where a seed has no such record."""
+    cells = ev.cells(column, arch, SEEDS)
+    if cells is None:
+        return ""
+    nearest = []
+    for rel, _ in cells:
+        summary = ((ev.json(f"{rel}/geometry.json") or {}).get("reference_predictors") or {}).get("summary") or {}
+        if "nearest_final" not in summary:
+            return ""
+        nearest.append(str(summary["nearest_final"]))
+    return f"{column} {', '.join(nearest)}"
 
 
 @claim("A6", "I", "v1", "Table 1", "HMM filtering: the transformer's error at K=20", "7.5×10⁻⁵ bits (a KL)", "secondary",
