@@ -266,3 +266,10 @@ def test_counterfactual_is_not_applicable_without_the_stream_or_an_edit() -> Non
     assert "counterfactual_edit" in counterfactual(model, task, n=8)["reason"]
     reg = tasks.make("regression")
     assert counterfactual(models.make("lstm", reg, d_model=8, n_layers=1), reg, n=8)["applicable"] is False
+
+
+def test_evenly_spaced_checkpoints_keep_both_ends() -> None:
+    from windtunnel.geometry._common import evenly_spaced
+
+    assert evenly_spaced(list(range(10)), 4) == [0, 3, 6, 9]
+    assert evenly_spaced(list(range(3)), 5) == [0, 1, 2] and evenly_spaced(list(range(7)), None) == list(range(7))

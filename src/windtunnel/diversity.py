@@ -153,16 +153,32 @@ def _markdown_hmm(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def figure_hmm(doc: dict[str, Any], path: Path) -> Path:
-    """Per architecture: KL in the pool and on fresh HMMs against pool size (∞ at the right), log scale."""
+def _panels(doc: dict[str, Any], rows: int) -> tuple[Any, Any, list[str], int]:
+    """A figure with ``rows`` panels per architecture, the architectures, and where ∞ sits on the x axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     archs = list(doc["rows"])
-    fig, ax = plt.subplots(1, max(1, len(archs)), figsize=(4.2 * max(1, len(archs)), 3.4), squeeze=False)
-    top = max(doc["pool_sizes"]) * 4
+    fig, ax = plt.subplots(rows, max(1, len(archs)), figsize=(4.2 * max(1, len(archs)), 3.2 * rows + 0.2 * (rows == 1)),
+                           squeeze=False)
+    return fig, ax, archs, max(doc["pool_sizes"]) * 4
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figure_hmm(doc: dict[str, Any], path: Path) -> Path:
+    """Per architecture: KL in the pool and on fresh HMMs against pool size (∞ at the right), log scale."""
+    fig, ax, archs, top = _panels(doc, 1)
     for j, arch in enumerate(archs):
         rs = doc["rows"][arch]
         x = [top if r["pool"] is None else r["pool"] for r in rs]
@@ -175,24 +191,13 @@ def figure_hmm(doc: dict[str, Any], path: Path) -> Path:
         ax[0, j].set_ylabel("KL to the posterior (bits)")
         ax[0, j].set_xlabel("pool size (HMMs)")
         ax[0, j].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def figure(doc: dict[str, Any], path: Path) -> Path:
     """Per architecture: TV to the pool's and to the true posterior against pool size (∞ at the right),
     and the total variation on fresh permutations beside the pool oracle's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    archs = list(doc["rows"])
-    fig, ax = plt.subplots(2, max(1, len(archs)), figsize=(4.2 * max(1, len(archs)), 6.4), squeeze=False)
-    top = max(doc["pool_sizes"]) * 4
+    fig, ax, archs, top = _panels(doc, 2)
     for j, arch in enumerate(archs):
         rs = doc["rows"][arch]
         x = [top if r["pool"] is None else r["pool"] for r in rs]
@@ -211,11 +216,7 @@ def figure(doc: dict[str, Any], path: Path) -> Path:
         ax[1, j].set_xlabel("pool size (permutations)")
         ax[0, j].legend(fontsize=7)
         ax[1, j].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write(results: str | Path = "results", preset: str = "quick", sweep: str = "bijection") -> tuple[Path, dict[str, Any]]:

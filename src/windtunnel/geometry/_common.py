@@ -82,6 +82,15 @@ def episodes_for(task: Task, n: int, seed: int, episodes: Episodes | None) -> Ep
     return task.sample(n, seed)
 
 
+def evenly_spaced(items: list[Any], most: int | None) -> list[Any]:
+    """At most ``most`` of ``items``, evenly spread and keeping the first and the last (all of them for
+    ``None``): the checkpoints a diagnostic over training reads."""
+    if most is None or len(items) <= most:
+        return items
+    keep = sorted({round(i * (len(items) - 1) / (most - 1)) for i in range(most)})
+    return [items[i] for i in keep]
+
+
 def inputs_on(part: Episodes, device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device) for k, v in part.inputs.items()}
 

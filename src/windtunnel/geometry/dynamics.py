@@ -15,7 +15,7 @@ from ..tasks.base import Episodes
 from . import _plot
 from .registry import Diagnostic, Reading, register
 from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, has_hooks, inputs_on, n_layers,
-                      spearman)
+                      spearman, evenly_spaced)
 from .readouts import pca
 
 __all__ = ["frame_precision", "frame_precision_figure", "first_below", "settle_step", "js_bits"]
@@ -105,9 +105,7 @@ def frame_precision(
     paths = run.checkpoint_paths()
     if not paths:
         return {"applicable": False, "reason": f"no complete checkpoints in {run.checkpoints}"}
-    if max_checkpoints is not None and len(paths) > max_checkpoints:
-        keep = sorted({round(i * (len(paths) - 1) / (max_checkpoints - 1)) for i in range(max_checkpoints)})
-        paths = [paths[i] for i in keep]
+    paths = evenly_spaced(paths, max_checkpoints)
     steps = [ckpt.step_of(p) for p in paths]
     model = models.build(record["model"])
     L = n_layers(model)

@@ -15,7 +15,7 @@ from ..metrics import _kl_from_log
 from ..references import predictors
 from ..runs import RunDir
 from . import _plot
-from ._common import GEOMETRY_SEED, clean
+from ._common import GEOMETRY_SEED, clean, evenly_spaced
 from .registry import Diagnostic, Reading, register
 
 __all__ = ["nearest_reference", "reference_predictors", "reference_predictors_figure", "reference_path"]
@@ -78,9 +78,7 @@ def reference_predictors(
     paths = run.checkpoint_paths()
     if not paths:
         return {"applicable": False, "reason": f"no complete checkpoints in {run.checkpoints}"}
-    if max_checkpoints is not None and len(paths) > max_checkpoints:
-        keep = sorted({round(i * (len(paths) - 1) / (max_checkpoints - 1)) for i in range(max_checkpoints)})
-        paths = [paths[i] for i in keep]
+    paths = evenly_spaced(paths, max_checkpoints)
     from .. import tasks
 
     task = tasks.make(record["task"]["name"], **record["task"]["params"])
