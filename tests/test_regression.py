@@ -299,3 +299,27 @@ def test_one_erfc_per_edge_equals_four_cdfs_per_bin() -> None:
     tiny = ref < 1e-3
     assert float((got - ref).abs().max()) < 1e-15
     assert float(((got - ref).abs() / ref)[tiny & (ref > 1e-300)].max()) < 1e-12  # relative, in the tails
+
+
+@pytest.mark.parametrize("pool", [1, 3, 700])
+def test_pooled_predictive_equals_the_mixture_over_members(pool: int) -> None:
+    """p(bin | data) = Σ_m π_m N-mass(bin; w_m·x, σ²), π_m ∝ Π_j N(y_j; w_m·x_j, σ²), member by member (the
+    700-member pool crosses a chunk of the implementation)."""
+    from windtunnel.tasks.regression import normal_bin_mass_reference
+
+    task = make("regression", d=2, points=4, C=6, sigma=0.7, pool=pool, pool_seed=5)
+    W = task.pool_members()
+    ep = task.sample(3, 11)
+    assert all(bool((W == w).all(-1).any()) for w in ep.latent["w"])  # every episode's w is a member
+    f = ep.features.double()
+    for b in range(3):
+        for i in range(4):
+            log_w = torch.zeros(pool, dtype=torch.float64)
+            for j in range(i):
+                x, y = f[b, 2 * j, :2], f[b, 2 * j + 1, 2]
+                log_w += -((y - W @ x) ** 2) / (2 * 0.49)
+            pi = torch.softmax(log_w, 0)
+            mean = W @ f[b, 2 * i, :2]
+            mass = normal_bin_mass_reference(mean, torch.full_like(mean, 0.7), task.bin_edges())  # [pool, C]
+            assert torch.allclose(ep.posterior[b, 2 * i], (pi[:, None] * mass).sum(0), rtol=0, atol=1e-12)
+    assert task.unpooled() == make("regression", d=2, points=4, C=6, sigma=0.7, pool_seed=5)

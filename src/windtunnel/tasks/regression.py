@@ -24,6 +24,14 @@ The target is the bin of the sampled ``y_i``.
 
 The posterior is computed from the float32 ``features`` (cast to float64), exactly what a network
 and the Bayes oracle see; ``sample`` computes ``y`` from the float32-rounded ``x``.
+
+``pool`` (memorisation vs inference): every episode's ``w`` is one of ``pool`` weight vectors drawn once
+from the prior with ``pool_seed``.  The exact predictive is then a mixture over the members,
+
+    p(bin | data_{<i}, x_i) = Σ_m π_m · ∫_bin N(y; w_mᵀx_i, σ²) dy,   π_m ∝ Π_{j<i} N(y_j; w_mᵀx_j, σ²),
+
+(``pool · C`` bin masses per scored position: seconds per thousand episodes at a pool of a few thousand);
+:meth:`Regression.unpooled` gives the Gaussian-prior predictive above.
 """
 
 from __future__ import annotations
@@ -98,6 +106,8 @@ class Regression(Task):
     sigma_w: float = 1.0
     sigma: float = 0.5
     y_range: float = 4.0
+    pool: int | None = None
+    pool_seed: int = 0
 
     def validate(self) -> None:
         check(is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
@@ -110,6 +120,19 @@ class Regression(Task):
         # the prior's precision I/σ_w² sits beside XᵀX/σ²: at σ_w/σ = 1e4 the posterior already loses
         # 9 of float64's 16 digits (measured 1e-7 relative); far beyond it, it loses them all
         check(self.sigma_w / self.sigma <= 1e4, "sigma_w", "at most 1e4 × sigma (float64 conditioning of the posterior)")
+        check(self.pool is None or (is_int(self.pool) and 1 <= self.pool <= 2**16), "pool", "null, or an integer in [1, 2^16]")
+        check(is_int(self.pool_seed) and 0 <= self.pool_seed < 2**31, "pool_seed", "an integer in [0, 2^31)")
+
+    def unpooled(self) -> "Regression | None":
+        """The same task with ``w`` from the Gaussian prior every episode (``None`` without a pool)."""
+        return None if self.pool is None else self.replace(pool=None)
+
+    def pool_members(self) -> torch.Tensor | None:
+        """The pool's weight vectors ``[pool, d]`` float64 (``None`` without a pool)."""
+        if self.pool is None:
+            return None
+        g = torch.Generator().manual_seed(0x9001_0000_0000 + self.pool_seed)
+        return torch.randn(self.pool, self.d, generator=g, dtype=torch.float64) * self.sigma_w
 
     @property
     def n_classes(self) -> int:
@@ -146,6 +169,9 @@ class Regression(Task):
         g = generator(seed)
         d, P = self.d, self.points
         w = torch.randn(n, d, generator=g, dtype=torch.float64) * self.sigma_w
+        if self.pool is not None:  # members picked from a stream of their own: x and the noise are the fresh task's
+            pick = torch.randint(0, self.pool, (n,), generator=torch.Generator().manual_seed(0x9002_0000_0000 + seed))
+            w = self.pool_members()[pick]
         x = torch.randn(n, P, d, generator=g, dtype=torch.float64).float().double()  # float32 values
         noise = torch.randn(n, P, generator=g, dtype=torch.float64) * self.sigma
         y = ((x @ w[:, :, None])[..., 0] + noise).float()  # [n, P] float32
@@ -232,10 +258,35 @@ class Regression(Task):
         if features is None:
             raise InvalidValue("invalid features: the regression task needs real-valued features")
         B, T = tokens.shape
-        mean, std = self.predictive(features)
         out = torch.empty(B, T, self.C, dtype=torch.float64)
         out[:, 1::2] = 1.0 / self.C  # y-positions are not scored: uniform rows
+        if self.pool is not None:
+            out[:, 0::2] = self._pool_predictive(features)
+            return out
+        mean, std = self.predictive(features)
         out[:, 0::2] = normal_bin_mass(mean, std, self.bin_edges())
+        return out
+
+    def _pool_predictive(self, features: torch.Tensor, batch: int = 64, members: int = 512) -> torch.Tensor:
+        """The mixture over the pool (module docstring) at every x-position ``[B, n_x, C]``, in chunks of
+        ``batch`` episodes × ``members`` pool members (the bin masses of a chunk are ``batch·n_x·members·C``)."""
+        d, s2, W, edges = self.d, self.sigma**2, self.pool_members(), self.bin_edges()
+        f = features.double()
+        X, Y = f[:, 0::2, :d], f[:, 1::2, d]
+        B, nx = X.shape[:2]
+        out = torch.empty(B, nx, self.C, dtype=torch.float64)
+        for b0 in range(0, B, batch):
+            means = X[b0 : b0 + batch] @ W.T  # [b, nx, pool]: each member's predicted y
+            sq = (Y[b0 : b0 + batch, : nx - 1, None] - means[:, : nx - 1]) ** 2  # the points before the last x
+            loglik = torch.zeros_like(means)
+            loglik[:, 1:] = -torch.cumsum(sq, 1) / (2 * s2)  # x-position i has seen y_0 … y_{i-1}
+            weight = torch.softmax(loglik, -1)
+            acc = torch.zeros(means.shape[0], nx, self.C, dtype=torch.float64)
+            for m0 in range(0, W.shape[0], members):
+                mu = means[..., m0 : m0 + members]
+                mass = normal_bin_mass(mu, torch.full_like(mu, self.sigma), edges)  # [b, nx, m, C]
+                acc += (weight[..., m0 : m0 + members, None] * mass).sum(-2)
+            out[b0 : b0 + batch] = acc
         return out
 
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
