@@ -141,7 +141,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
             return Verdict(DISAGREE_EXPLAINED, m, f"{why}; {name} reaches {longer.text()}", control=control)
     where = "; ".join(f"{name} is at {longer.text()}" + (f", {longer.value / paper:.2g}× the papers' figure" if paper else "")
                       for longer, name, _ in ctls)
-    filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long")) if f)
+    filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long", "hmm_fixed")) if f)
     mechanism = f" (which strategy each seed ends nearest, the reference predictors: {filters})" if filters else ""
     return Verdict(DISAGREE, m, f"{why}; {where}: neither budget nor data regime closes it{mechanism}" if ctls else why)
 
