@@ -27,7 +27,7 @@ import torch
 from .errors import InvalidValue
 from .tasks.base import BayesOracle, ConditionalMean, Task, fit_samples, oracle
 
-__all__ = ["Uniform", "Windowed", "predictors", "WINDOWS"]
+__all__ = ["Uniform", "Windowed", "has_window", "predictors", "WINDOWS"]
 
 WINDOWS: tuple[int, ...] = (1, 4)
 """The default short memories of the windowed references (pieces of evidence)."""
@@ -48,12 +48,17 @@ class Uniform(torch.nn.Module):
         return 0
 
 
+def has_window(task: Task) -> bool:
+    """Whether ``task`` defines a windowed posterior (asked on one position of one episode)."""
+    return task.windowed_posterior(task.sample(1, 0).tokens[:, :1], window=1) is not None
+
+
 class Windowed(BayesOracle):
     """The exact posterior given only the last ``window`` pieces of evidence (``Task.windowed_posterior``)."""
 
     def __init__(self, task: Task, window: int) -> None:
         super().__init__(task)
-        if task.windowed_posterior(task.sample(1, 0).tokens[:, :1], window=window) is None:
+        if not has_window(task):
             raise InvalidValue(f"task {task.name!r} does not define a windowed posterior")
         self.window = window
 
@@ -74,8 +79,7 @@ def predictors(task: Task, windows: tuple[int, ...] = WINDOWS, n: int = 20000) -
         "bigram": ConditionalMean(task, "token", samples=samples),
         "context_blind": ConditionalMean(task, "position_token", samples=samples),
     }
-    probe = task.sample(1, 0).tokens
-    if task.windowed_posterior(probe[:, :1], window=1) is not None:
+    if has_window(task):
         for m in windows:
             if m < task.seq_len:
                 out[f"window_{m}"] = Windowed(task, m)

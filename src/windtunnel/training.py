@@ -78,9 +78,10 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
     from .trackers import missing_package
 
     for name in cfg.trackers:  # checked here, not in the config: a run folder stays readable without the package
-        if missing_package(name):
-            raise ConfigError(f"invalid config value for 'trackers': {name} needs the {missing_package(name)} "
-                              f"package (pip install {missing_package(name)})")
+        package = missing_package(name)
+        if package:
+            raise ConfigError(f"invalid config value for 'trackers': {name} needs the {package} package "
+                              f"(pip install {package})")
     check_memory(task, cfg.batch_size, "batch_size")
     check_memory(task, cfg.eval_n, "eval_n")
     if cfg.train_set is not None:
