@@ -132,7 +132,13 @@ def save(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    weights = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    weights, seen = {}, set()
+    for k, v in model.state_dict().items():
+        v = v.detach().cpu().contiguous()
+        # tied weights (a language model's embedding and unembedding) share storage, which safetensors
+        # refuses: the second name gets its own copy, and loading writes the same values into the one tensor
+        weights[k] = v.clone() if v.untyped_storage().data_ptr() in seen else v
+        seen.add(v.untyped_storage().data_ptr())
     save_file(weights, str(tmp / "model.safetensors"))
     full_state = dict(state, step=step, rng=rng_state())
     if optimizer is not None:

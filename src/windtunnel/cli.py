@@ -551,6 +551,31 @@ def cmd_llm_global(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_llm_matched(args: argparse.Namespace, extra: list[str]) -> int:
+    """``llm matched``: LMs trained here on the same text, differing only in key/value heads; their signatures."""
+    from .llm.matched import SUMMARY, MatchedSetup, run_matched
+
+    out = Path(_out_path(args.out) or "results/llm/matched")
+    runs = Path(_out_path(args.runs) or "runs/llm-matched")
+    for path, what in ((out, "out"), (runs, "runs")):
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"invalid {what}: {path} is a file; give a folder")
+    kw = {k: getattr(args, k) for k in ("steps", "width", "layers", "heads") if getattr(args, k) is not None}
+    if args.steps is not None:  # the warm-up is a tenth of a short run
+        kw["warmup"] = min(MatchedSetup.warmup, args.steps // 10)
+    setup = MatchedSetup(kv_heads=tuple(args.kv), seeds=tuple(range(args.seeds)), **kw)
+    summary_path = out / SUMMARY
+    if summary_path.is_file() and json.loads(summary_path.read_text()).get("complete"):
+        _keep_result(summary_path, args.force)
+    if args.force and out.is_dir():  # re-measured from the trained models (training is kept in --runs)
+        for f in out.glob("kv*-s*.json"):
+            f.unlink()
+    run_matched(setup, runs, out, workers=args.workers)
+    print((out / "summary.md").read_text())
+    print(f"wrote {out / SUMMARY}")
+    return 0
+
+
 def cmd_llm_sula(args: argparse.Namespace, extra: list[str]) -> int:
     """``llm sula MODEL``: the two-label in-context task, its controls and the entropy-axis cut."""
     from .checkpoint import write_text_atomic
@@ -833,9 +858,10 @@ def make_parser() -> argparse.ArgumentParser:
     dv.set_defaults(func=cmd_diversity)
 
     lm = sub.add_parser("llm", help="Paper III: the signatures in a trained language model (needs the [hf] extra)")
-    lm_sub = lm.add_subparsers(dest="action", parser_class=_Parser, metavar="{signatures,sula,global}",
+    lm_sub = lm.add_subparsers(dest="action", parser_class=_Parser, metavar="{signatures,sula,global,matched}",
                                help="signatures: keys, value manifold, focusing; sula: the two-label task and the "
-                                    "cut; global: one PCA basis across two or more models on the same SULA prompts")
+                                    "cut; global: one PCA basis across two or more models on the same SULA prompts; "
+                                    "matched: LMs trained here differing only in key/value heads")
     lm_sub.required = True
     one_model = "a local folder, a .gguf file, or a hub name already in the local cache"
     n_boot = dict(type=positive_int, default=1000, help="bootstrap resamples of every interval (default 1000)")
@@ -865,6 +891,20 @@ def make_parser() -> argparse.ArgumentParser:
     gl.add_argument("--out", help="JSON file (default results/llm/global-MODEL-MODEL.json)")
     gl.add_argument("--force", action="store_true", help="replace an existing output file")
     gl.set_defaults(func=cmd_llm_global)
+    mt = lm_sub.add_parser("matched", help="LMs trained here on Python's documentation, matched in size, differing only "
+                           "in key/value heads (MHA / GQA / MQA): focusing, keys and the value manifold per arm, seeds")
+    mt.add_argument("--kv", type=positive_int, nargs="+", default=[8, 2, 1],
+                    help="each arm's key/value heads, the first the reference (default 8 2 1 of 8 query heads)")
+    mt.add_argument("--seeds", type=positive_int, default=3, help="seeds per arm (default 3)")
+    mt.add_argument("--steps", type=positive_int, help="training steps per model (default 1500)")
+    mt.add_argument("--width", type=positive_int, help="model width (default 128)")
+    mt.add_argument("--layers", type=positive_int, help="layers (default 4)")
+    mt.add_argument("--heads", type=positive_int, help="query heads (default 8)")
+    mt.add_argument("--workers", type=positive_int, default=1, help="models trained at once (default 1)")
+    mt.add_argument("--runs", help="the training folder, resumed if killed (default runs/llm-matched)")
+    mt.add_argument("--out", help="the results folder (default results/llm/matched)")
+    mt.add_argument("--force", action="store_true", help="re-measure a finished experiment")
+    mt.set_defaults(func=cmd_llm_matched)
     return p
 
 

@@ -148,7 +148,8 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
                ("llm/gemma-3-270m-q4-docs.json",
                 "windtunnel llm signatures GEMMA3-270M.gguf --prompts docs --per-quintile 15 --out …"),
                ("llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json",
-                "windtunnel llm global SMOLLM2.gguf GEMMA3-270M.gguf --out …")),
+                "windtunnel llm global SMOLLM2.gguf GEMMA3-270M.gguf --out …"),
+               ("llm/matched/summary.json", "windtunnel llm matched --workers 2")),
 }
 """Artifacts the claims read that other commands make (hours of work, or a model file): ``reproduce`` checks
 them and names the command of each missing one, without running it."""

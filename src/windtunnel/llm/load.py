@@ -49,6 +49,7 @@ def load_model(name: str) -> tuple[Any, Any, str]:
     import transformers
 
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # one model, loaded in seconds: a bar is noise in a log
     path = Path(name)
     kw: dict[str, Any] = {"attn_implementation": "eager", "dtype": torch.float32}
     if path.is_file() and path.suffix == ".gguf":

@@ -14,6 +14,7 @@ another Python's documentation gives another pool, so the file, not the builder,
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 
@@ -34,10 +35,16 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
-def documentation_sentences() -> list[str]:
-    """Prose sentences of the documentation Python ships, deduplicated, in a fixed order: the
-    reference manual's help topics (``pydoc_data.topics``), then the docstrings of the standard
-    library's top-level modules and their classes and functions (read with ``ast``, nothing imported)."""
+def documentation_texts(subpackages: bool = False) -> list[str]:
+    """The documentation Python ships, one text per document, in a fixed order: the reference manual's
+    help topics (``pydoc_data.topics``), then the docstrings of the standard library's modules and their
+    classes and functions (read with ``ast``, nothing imported), deduplicated.  ``subpackages``: also the
+    standard library's packages (``email``, ``json``, ...), without their test suites and IDLE."""
+    return list(_documentation_texts(subpackages))
+
+
+@functools.lru_cache(maxsize=2)
+def _documentation_texts(subpackages: bool) -> tuple[str, ...]:
     import ast
     import sysconfig
     from pathlib import Path
@@ -45,7 +52,12 @@ def documentation_sentences() -> list[str]:
     from pydoc_data.topics import topics
 
     texts = [topics[k] for k in sorted(topics)]
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+    root = Path(sysconfig.get_paths()["stdlib"])
+    paths = sorted(root.rglob("*.py")) if subpackages else sorted(root.glob("*.py"))
+    for path in paths:
+        parts = path.relative_to(root).parts
+        if parts[0] in ("test", "site-packages", "idlelib", "lib2to3") or "tests" in parts:
+            continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
@@ -55,28 +67,40 @@ def documentation_sentences() -> list[str]:
                 doc = ast.get_docstring(node)
                 if doc:
                     texts.append(doc)
-    out, seen = [], set()
-    for text in texts:
-        for s in _sentences(text):
-            if s not in seen:
-                seen.add(s)
-                out.append(s)
-    return out
+    return tuple(dict.fromkeys(texts))  # parsed once per process (seconds): the standard library does not change
 
 
-def docs_pool(n: int = 1200, seed: int = 0) -> list[str]:
-    """``n`` distinct prompts: sentences drawn without replacement (seeded), each cut after a uniform
-    number of its words between 4 and all but the last two."""
-    sentences = documentation_sentences()
+def prose_sentences(texts: list[str]) -> list[str]:
+    """The prose sentences of ``texts`` (see :func:`_sentences`), deduplicated, in order."""
+    return list(dict.fromkeys(s for text in texts for s in _sentences(text)))
+
+
+def documentation_sentences() -> list[str]:
+    """Prose sentences of the documentation Python ships (:func:`documentation_texts` without the
+    standard library's packages), deduplicated, in a fixed order."""
+    return prose_sentences(documentation_texts())
+
+
+def cut_prompts(sentences: list[str], n: int, seed: int = 0) -> list[str]:
+    """Up to ``n`` distinct prompts: ``sentences`` drawn without replacement (seeded), each cut after a
+    uniform number of its words between 4 and all but the last two, so the next token is whatever the
+    text said next."""
+    sentences = list(sentences)
     rng = random.Random(seed)
     rng.shuffle(sentences)
-    out: list[str] = []
+    out: dict[str, None] = {}
     for s in sentences:
         words = s.split()
         cut = rng.randint(4, len(words) - 2)
-        prompt = " ".join(words[:cut]).rstrip(",;:(")
-        if prompt not in out:
-            out.append(prompt)
+        out.setdefault(" ".join(words[:cut]).rstrip(",;:("))
         if len(out) == n:
-            return out
-    raise ValueError(f"the documentation holds {len(out)} usable sentences, fewer than n={n}")
+            break
+    return list(out)
+
+
+def docs_pool(n: int = 1200, seed: int = 0) -> list[str]:
+    """``n`` distinct prompts cut from the documentation's sentences (:func:`cut_prompts`)."""
+    out = cut_prompts(documentation_sentences(), n, seed)
+    if len(out) < n:
+        raise ValueError(f"the documentation holds {len(out)} usable sentences, fewer than n={n}")
+    return out

@@ -18,7 +18,8 @@ uniform, 1 bit), **no evidence** (only the test word: 1 bit).
 final-token value vectors over the prompts (its sign set so that the projection grows with the
 model's entropy); the cut replaces the final token's values ``v`` by ``v − (v·u)u`` in z-scored
 coordinates.  A random unit axis orthogonal to ``u`` is the control.  Both behaviour (MAE, KL)
-and geometry (Spearman ρ of ``v·u`` with the model's entropy) are reported before and after.
+and geometry (Spearman ρ of ``v·u`` with the model's entropy) are reported before and after, for the
+layers cut together and (``one_at_a_time``, as the paper cuts) for each layer cut alone.
 The edit is made where the values are computed, on every attention layout the signatures read
 (separate ``v_proj``; the value slice of GPT-NeoX's and GPT-2's fused projections).
 """
@@ -330,6 +331,17 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
         cut[name] = {"behaviour": score(exact, q, ks, setup.n_boot),
                      "rho_axis_entropy_after": {str(l): _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0], Hq)
                                                 for l in layers}}
+    if len(layers) > 1:  # the paper cuts one layer at a time: each layer's cut alone, the others untouched
+        cut["one_at_a_time"] = {}
+        for l in layers:
+            alone = {}
+            for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
+                with value_cut(model, {l: axes[l]}):
+                    q, after = model_posterior(model, tokenizer, base, pair, [l])
+                alone[name] = {"behaviour": score(exact, q, ks, setup.n_boot),
+                               "rho_axis_entropy_after": _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0],
+                                                                   _binary_entropy(q))}
+            cut["one_at_a_time"][str(l)] = alone
     out["cut"] = cut
     out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers)
     return json_safe(out)
