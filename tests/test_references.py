@@ -273,3 +273,30 @@ def test_evenly_spaced_checkpoints_keep_both_ends() -> None:
 
     assert evenly_spaced(list(range(10)), 4) == [0, 3, 6, 9]
     assert evenly_spaced(list(range(3)), 5) == [0, 1, 2] and evenly_spaced(list(range(7)), None) == list(range(7))
+
+
+def test_edit_reach_by_distance_by_hand_and_for_the_exact_and_one_step_filters() -> None:
+    from windtunnel.geometry.counterfactual import _by_distance
+
+    # by hand: one episode, edit at 0; queries 1 and 2; the posterior moves 0.5 then 0.2 (TV), the model 0.5 then 0.05
+    pa = torch.tensor([[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]]], dtype=torch.float64)
+    pb = torch.tensor([[[0.0, 1.0], [0.0, 1.0], [0.3, 0.7]]], dtype=torch.float64)
+    ma = torch.tensor([[[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]], dtype=torch.float64)
+    mb = torch.tensor([[[0.5, 0.5], [0.0, 1.0], [0.45, 0.55]]], dtype=torch.float64)
+    affected = torch.tensor([[False, True, True]])
+    r = _by_distance(pa, pb, ma.log(), mb.log(), affected, torch.tensor([0]))
+    assert r["distance"] == [1, 2] and r["n"] == [1, 1]
+    assert r["should_move"] == pytest.approx([0.5, 0.2]) and r["model_moved"] == pytest.approx([0.5, 0.05])
+    assert r["moved_share"] == pytest.approx([1.0, 0.25]) and r["memory"] == 1
+    # the exact filter moves with the edit at every distance; the one-observation filter at none
+    task = tasks.make("hmm", S=3, O=4, K=10)
+    ep = task.sample(200, 3)
+    edited, _, pos = task.counterfactual_edit(ep.tokens, 4)
+    post_b = task.posterior(edited)
+    later = torch.arange(ep.tokens.shape[1])[None, :] > pos[:, None]
+    affected = ep.mask & later & ((post_b - ep.posterior).abs().sum(-1) > 1e-12)
+    exact = _by_distance(ep.posterior, post_b, ep.posterior.log(), post_b.log(), affected, pos)
+    assert exact["moved_share"] == pytest.approx([1.0] * len(exact["distance"])) and exact["memory"] == max(exact["distance"])
+    w_a, w_b = task.windowed_posterior(ep.tokens, window=1), task.windowed_posterior(edited, window=1)
+    one_step = _by_distance(ep.posterior, post_b, w_a.log(), w_b.log(), affected, pos)
+    assert max(one_step["moved_share"]) < 1e-9 and one_step["memory"] == 0

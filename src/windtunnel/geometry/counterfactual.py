@@ -10,6 +10,10 @@ after the edit whose exact posterior the edit changes.
 
 * **Input counterfactual** — the model reading ``B``: ``KL(p_B ‖ m(B))`` (it follows the edit) against
   ``KL(p_A ‖ m(B))`` (it ignored it); ``KL(p_B ‖ p_A)`` is how much the edit should move it.
+* **By distance** — how far the edit should move the query ``d`` positions after it,
+  ``TV(p_B, p_A)`` (total variation), against how far the model moves, ``TV(m(B), m(A))``, and their ratio: a filter
+  that reads only the current observation moves 0 at ``d ≥ 1`` where the posterior still moves; the
+  ``memory`` is how many positions the edit reaches with at least half its effect.
 * **Activation patching** — the model reading ``A`` with the residual stream at the edited position
   replaced, at the input of block ``l`` (``blocks.{l}.hook_resid_pre``; ``l = L``: the last block's
   output), by ``B``'s.  The recovered share, on a log scale (the KL spans decades: deleting the evidence
@@ -115,6 +119,7 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
         log_b, acts_b = _run(model, edited, chunk, names)
         _, acts_c = _run(model, other, chunk, names)
         k_a, k_b = kl(post_b, log_a), kl(post_b, log_b)
+        by_distance = _by_distance(post_a, post_b, log_a, log_b, affected, pos)
         span = math.log(k_a / k_b) if k_a > 0 and k_b > 0 else 0.0
         resolved = span >= math.log(2.0)
         g = torch.Generator().manual_seed(seed + 2)
@@ -155,7 +160,10 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
         "layers": layers,
         "recovered": profile,
         "kl_after_patch": kl_after,
+        "by_distance": by_distance,
         "summary": {
+            "moved_share_at_distance_1": by_distance["moved_share"][0] if by_distance["distance"][:1] == [1] else None,
+            "memory": by_distance["memory"],
             "follows_edit_kl": k_b,
             "ignores_edit_kl": kl(post_a, log_b),
             "recovered_at_input": cf[0],
@@ -164,6 +172,43 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
             "controls_max_recovered": controls_max,
         },
     })
+
+
+MAX_DISTANCE = 8
+"""The by-distance reading covers queries 1 … this many positions after the edit."""
+
+
+def _by_distance(post_a: torch.Tensor, post_b: torch.Tensor, log_a: torch.Tensor, log_b: torch.Tensor,
+                 affected: torch.Tensor, pos: torch.Tensor) -> dict[str, Any]:
+    """How far the edit should move each query, and how far the model moves, by the query's distance from
+    the edit, in total variation (bounded, and defined where an edit makes a value possible that was not):
+    ``should_move(d) = TV(p_B, p_A)``, ``model_moved(d) = TV(m(B), m(A))`` (mean over the affected queries
+    ``d`` positions after it) and their ratio ``moved_share`` (1: the model moves as far as the posterior;
+    0: the edit does not reach that query).  ``memory``: the largest ``d`` up to which every
+    share is at least 1/2 (0 if the first is below; ``None`` with no query at distance 1)."""
+    dist = torch.arange(post_a.shape[1])[None, :] - pos[:, None]
+    should_all = 0.5 * (post_b - post_a).abs().sum(-1)
+    moved_all = 0.5 * (torch.exp(log_b) - torch.exp(log_a)).abs().sum(-1)
+    out: dict[str, Any] = {"distance": [], "n": [], "should_move": [], "model_moved": [], "moved_share": []}
+    for d in range(1, MAX_DISTANCE + 1):
+        m = affected & (dist == d)
+        if not bool(m.any()):
+            continue
+        should, moved = float(should_all[m].mean()), float(moved_all[m].mean())
+        out["distance"].append(d)
+        out["n"].append(int(m.sum()))
+        out["should_move"].append(should)
+        out["model_moved"].append(moved)
+        out["moved_share"].append(moved / should if should > 0 else None)
+    memory = None
+    if out["distance"][:1] == [1]:
+        memory = 0
+        for d, share in zip(out["distance"], out["moved_share"]):
+            if d != memory + 1 or share is None or share < 0.5:
+                break
+            memory = d
+    out["memory"] = memory
+    return out
 
 
 def counterfactual_figure(result: dict[str, Any], path: Path) -> Path:
@@ -199,6 +244,16 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                    f"reading the edited episode, the model is {follows:.3g} bits from the edit's exact posterior and "
                    f"{ignores:.3g} from the one it replaced (the edit moves the posterior by {r['edit_size_tv']:.3g} in "
                    f"total variation)")]
+    bd = r["by_distance"]
+    if bd["distance"][:1] == [1] and bd["moved_share"][0] is not None:
+        shares = ", ".join(f"{d}: {x:.2f}" for d, x in zip(bd["distance"], bd["moved_share"]) if x is not None)
+        out.append(Reading("counterfactual.summary.moved_share_at_distance_1", bd["moved_share"][0],
+                           "the posterior's own move", 1.0, "a share near 1: the model moves with the edit as far "
+                           "as the posterior does", None, "A27",
+                           f"the query right after the edit moves {bd['moved_share'][0]:.2f} of the way the exact "
+                           f"posterior moves (total variation {bd['model_moved'][0]:.3g} vs {bd['should_move'][0]:.3g}); by "
+                           f"distance {shares}; the edit reaches {bd['memory']} position(s) with at least half its "
+                           "effect"))
     cf = s["recovered_by_layer"]
     if not r["resolved"]:
         out.append(Reading("counterfactual.recovered_by_layer", None, "largest control", None,
@@ -214,5 +269,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     return out
 
 
-register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96,
+register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96, version=2,
                     claims=("A27", "B11"), requires=("hook_resid_pre", "hook_resid_post")))

@@ -430,6 +430,9 @@ def summarise(setup: MatchedSetup, out: Path, corpus: Corpus | None = None) -> d
             "pc1_pc2_share_null": mean_std([g["value_manifold"]["pc1_pc2_share_null"] for g in sig]),
             "rho_pc1_entropy": mean_std([g["value_manifold"]["rho_pc1_entropy"] for g in sig]),
             "held_out_bits": mean_std([d["training"]["held_out_bits"] for _, d in runs]),
+            "held_out_curve": {"step": [c["step"] for c in runs[0][1]["training"]["curve"]],
+                               "bits": [mean_std([d["training"]["curve"][i]["held_out_bits"] for _, d in runs])["mean"]
+                                        for i in range(len(runs[0][1]["training"]["curve"]))]},
             "train_s": mean_std([d["training"]["train_s"] for _, d in runs]),
         }
     ref = setup.kv_heads[0]
@@ -483,24 +486,42 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:
-    """Attention entropy at the final token by layer, one line per arm (mean over seeds, 95% band)."""
+    """Three panels, one colour per arm (mean over seeds, 95% intervals): attention entropy at the final token
+    by layer (focusing); the value manifold's PC1+PC2 share beside its permutation null; held-out loss over
+    training."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for a in summary["arms"].values():
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(13, 3.8))
+    arms = list(summary["arms"].values())
+    for i, a in enumerate(arms):
+        colour = f"C{i}"
         ms = a["attention_entropy_by_layer"]
         x = list(range(len(ms)))
-        mean = [m["mean"] for m in ms]
-        ax.plot(x, mean, marker="o", label=f"{a['kind']} ({a['kv_heads']} kv) ↓{a['focusing_reduction']['mean']:.0%}")
+        ax.plot(x, [m["mean"] for m in ms], marker="o", color=colour,
+                label=f"{a['kind']} ({a['kv_heads']} kv) ↓{a['focusing_reduction']['mean']:.0%}")
         if all(m.get("ci95") for m in ms):
-            ax.fill_between(x, [m["ci95"][0] for m in ms], [m["ci95"][1] for m in ms], alpha=0.2)
+            ax.fill_between(x, [m["ci95"][0] for m in ms], [m["ci95"][1] for m in ms], color=colour, alpha=0.2)
+        share, null = a["pc1_pc2_share"], a["pc1_pc2_share_null"]
+        err = None if not share.get("ci95") else [[share["mean"] - share["ci95"][0]], [share["ci95"][1] - share["mean"]]]
+        bx.bar(i, share["mean"], yerr=err, color=colour, capsize=4)
+        bx.plot([i - 0.4, i + 0.4], [null["mean"]] * 2, color="k", ls="--", lw=1, label="permutation null" if i == 0 else None)
+        cx.plot(a["held_out_curve"]["step"], a["held_out_curve"]["bits"], marker=".", color=colour, label=a["kind"])
     ax.set_xlabel("layer")
     ax.set_ylabel("attention entropy at the final token (bits)")
-    ax.set_title("Focusing with shared key/value heads (matched LMs)")
-    ax.legend(fontsize=8)
+    ax.set_title("Focusing", fontsize=9)
+    ax.legend(fontsize=7)
+    bx.set_xticks(range(len(arms)), [a["kind"] for a in arms])
+    bx.set_ylabel("PC1+PC2 share of last-layer values")
+    bx.set_title("Value manifold", fontsize=9)
+    bx.legend(fontsize=7)
+    cx.set_xlabel("step")
+    cx.set_ylabel("held-out loss (bits/token)")
+    cx.set_title("Training (held-out documents)", fontsize=9)
+    cx.legend(fontsize=7)
+    fig.suptitle("Matched language models: only the key/value heads differ", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
