@@ -168,15 +168,20 @@ def test_sula_scores_by_hand() -> None:
     assert s["by_k"]["1"]["bayes_entropy"] == pytest.approx(h09)
 
 
-def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def sula_model(folder: Path, seed: int) -> Path:
+    """A tiny random 2-layer Llama whose word tokenizer knows the SULA words, saved to ``folder``."""
     texts = prompt_set("mixed") + [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES), sula.MASK]
     tok = word_tokenizer(texts)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     cfg = transformers.AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    folder = tmp_path / "llama"
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
+    return folder
+
+
+def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    folder = sula_model(tmp_path / "llama", 0)
     out = tmp_path / "sula.json"
     assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
@@ -354,14 +359,7 @@ def test_docs_pool_is_real_documentation_text_cut_at_word_boundaries() -> None:
 
 
 def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
-    texts = prompt_set("mixed") + [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES), sula.MASK]
-    tok = word_tokenizer(texts)
-    torch.manual_seed(1)
-    cfg = transformers.AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    folder = tmp_path / "llama"
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
-    tok.save_pretrained(folder)
+    folder = sula_model(tmp_path / "llama", 1)
     out = tmp_path / "sula.json"
     assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--layers", "0", "1", "--out", str(out)]) == 0
     cut = json.loads(out.read_text())["cut"]

@@ -279,6 +279,13 @@ def test_edit_reach_by_distance_by_hand_and_for_the_exact_and_one_step_filters()
     from windtunnel.geometry.counterfactual import _by_distance
 
     # by hand: one episode, edit at 0; queries 1 and 2; the posterior moves 0.5 then 0.2 (TV), the model 0.5 then 0.05
+    # (and a task that scores every other position: the memory runs over the distances present)
+    gap = _by_distance(torch.zeros(1, 4, 2, dtype=torch.float64).index_fill_(2, torch.tensor([0]), 1.0),
+                       torch.zeros(1, 4, 2, dtype=torch.float64).index_fill_(2, torch.tensor([1]), 1.0),
+                       torch.full((1, 4, 2), 0.5, dtype=torch.float64).log(),
+                       torch.tensor([[[0.5, 0.5], [0.0, 1.0], [0.5, 0.5], [0.0, 1.0]]], dtype=torch.float64).log(),
+                       torch.tensor([[False, True, False, True]]), torch.tensor([0]))
+    assert gap["distance"] == [1, 3] and gap["moved_share"] == pytest.approx([0.5, 0.5]) and gap["memory"] == 3
     pa = torch.tensor([[[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]]], dtype=torch.float64)
     pb = torch.tensor([[[0.0, 1.0], [0.0, 1.0], [0.3, 0.7]]], dtype=torch.float64)
     ma = torch.tensor([[[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]]], dtype=torch.float64)

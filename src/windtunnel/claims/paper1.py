@@ -142,23 +142,29 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
     where = "; ".join(f"{name} is at {longer.text()}" + (f", {longer.value / paper:.2g}× the papers' figure" if paper else "")
                       for longer, name, _ in ctls)
     filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long", "hmm_fixed")) if f)
-    mechanism = f" (which strategy each seed ends nearest, the reference predictors: {filters})" if filters else ""
+    mechanism = (f" (which strategy each seed ends nearest, the reference predictors, with in brackets the share of the "
+                 f"posterior's move the model makes when the previous observation is edited: {filters})" if filters else "")
     return Verdict(DISAGREE, m, f"{why}; {where}: neither budget nor data regime closes it{mechanism}" if ctls else why)
 
 
 def _filter_note(ev: Evidence, column: str, arch: str) -> str:
-    """``"COLUMN: a, b, c"`` — the reference predictor each seed's model ends nearest (``reference_predictors``
-    in its ``geometry.json``; ``window_1`` is the filter that reads only the current observation), or ``""``
-    where a seed has no such record."""
+    """``"COLUMN a [s], b [s], c [s]"`` — the reference predictor each seed's model ends nearest
+    (``reference_predictors`` in its ``geometry.json``; ``window_1`` is the filter that reads only the current
+    observation) and, where analysed, the share ``s`` of the posterior's move the model makes one step after an
+    edited observation (``counterfactual``); ``""`` where a seed has no reference record."""
     cells = ev.cells(column, arch, SEEDS)
     if cells is None:
         return ""
     nearest = []
     for rel, _ in cells:
-        summary = ((ev.json(f"{rel}/geometry.json") or {}).get("reference_predictors") or {}).get("summary") or {}
+        geometry = ev.json(f"{rel}/geometry.json") or {}
+        summary = (geometry.get("reference_predictors") or {}).get("summary") or {}
         if "nearest_final" not in summary:
             return ""
-        nearest.append(str(summary["nearest_final"]))
+        # the counterfactual's reach: how far the model moves, as a share of the posterior's move, one step after
+        # an edited observation (a one-step filter does not move at all)
+        share = ((geometry.get("counterfactual") or {}).get("summary") or {}).get("moved_share_nearest")
+        nearest.append(str(summary["nearest_final"]) + (f" [{share:.2f}]" if share is not None else ""))
     return f"{column} {', '.join(nearest)}"
 
 

@@ -162,7 +162,8 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
         "kl_after_patch": kl_after,
         "by_distance": by_distance,
         "summary": {
-            "moved_share_at_distance_1": by_distance["moved_share"][0] if by_distance["distance"][:1] == [1] else None,
+            "nearest_distance": by_distance["distance"][0] if by_distance["distance"] else None,
+            "moved_share_nearest": by_distance["moved_share"][0] if by_distance["distance"] else None,
             "memory": by_distance["memory"],
             "follows_edit_kl": k_b,
             "ignores_edit_kl": kl(post_a, log_b),
@@ -201,10 +202,10 @@ def _by_distance(post_a: torch.Tensor, post_b: torch.Tensor, log_a: torch.Tensor
         out["model_moved"].append(moved)
         out["moved_share"].append(moved / should if should > 0 else None)
     memory = None
-    if out["distance"][:1] == [1]:
+    if out["distance"]:  # the distances present (a task may score every other position)
         memory = 0
         for d, share in zip(out["distance"], out["moved_share"]):
-            if d != memory + 1 or share is None or share < 0.5:
+            if share is None or share < 0.5:
                 break
             memory = d
     out["memory"] = memory
@@ -245,12 +246,13 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                    f"{ignores:.3g} from the one it replaced (the edit moves the posterior by {r['edit_size_tv']:.3g} in "
                    f"total variation)")]
     bd = r["by_distance"]
-    if bd["distance"][:1] == [1] and bd["moved_share"][0] is not None:
+    if bd["distance"] and bd["moved_share"][0] is not None:
         shares = ", ".join(f"{d}: {x:.2f}" for d, x in zip(bd["distance"], bd["moved_share"]) if x is not None)
-        out.append(Reading("counterfactual.summary.moved_share_at_distance_1", bd["moved_share"][0],
+        out.append(Reading("counterfactual.summary.moved_share_nearest", bd["moved_share"][0],
                            "the posterior's own move", 1.0, "a share near 1: the model moves with the edit as far "
                            "as the posterior does", None, "A27",
-                           f"the query right after the edit moves {bd['moved_share'][0]:.2f} of the way the exact "
+                           f"the nearest affected query ({bd['distance'][0]} position(s) after the edit) moves "
+                           f"{bd['moved_share'][0]:.2f} of the way the exact "
                            f"posterior moves (total variation {bd['model_moved'][0]:.3g} vs {bd['should_move'][0]:.3g}); by "
                            f"distance {shares}; the edit reaches {bd['memory']} position(s) with at least half its "
                            "effect"))
@@ -269,5 +271,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     return out
 
 
-register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96, version=2,
+register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96, version=3,
                     claims=("A27", "B11"), requires=("hook_resid_pre", "hook_resid_post")))
