@@ -134,3 +134,11 @@ def test_matched_bad_input_is_one_line_and_status_2(argv: list[str], words: str,
     err = capsys.readouterr().err.strip()
     assert code == 2 and words in err and len(err.splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_matched_refuses_an_output_folder_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = main(["llm", "matched", "--runs", str(blocker / "runs"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "invalid runs" in err and len(err.splitlines()) == 1

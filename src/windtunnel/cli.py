@@ -564,6 +564,13 @@ def cmd_llm_matched(args: argparse.Namespace, extra: list[str]) -> int:
     if args.steps is not None:  # the warm-up is a tenth of a short run
         kw["warmup"] = min(MatchedSetup.warmup, args.steps // 10)
     setup = MatchedSetup(kv_heads=tuple(args.kv), seeds=tuple(range(args.seeds)), **kw)
+    for path, what in ((out, "out"), (runs, "runs")):  # hours of training must not end on an unwritable folder
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"invalid {what}: cannot create {path}: {exc.strerror or exc}") from None
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"invalid {what}: {path} is not writable")
     summary_path = out / SUMMARY
     if summary_path.is_file() and json.loads(summary_path.read_text()).get("complete"):
         _keep_result(summary_path, args.force)
