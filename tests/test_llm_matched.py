@@ -113,6 +113,10 @@ def test_summary_is_read_from_the_per_run_files(experiment: tuple[Path, dict]) -
     # a second call trains nothing and measures nothing: every run's file is there
     again = matched.run_matched(TINY, root / "runs", out, log=lambda *a: pytest.fail(f"worked again: {a}"))
     assert again["arms"] == summary["arms"]
+    # re-measuring reads the trained models back and writes the same numbers (training is not redone)
+    before = (out / "kv1-s0.json").stat().st_mtime_ns
+    redone = matched.run_matched(TINY, root / "runs", out, log=lambda *a: None, remeasure=True)
+    assert (out / "kv1-s0.json").stat().st_mtime_ns > before and redone["arms"] == summary["arms"]
 
 
 def test_other_settings_are_refused_for_a_used_folder(experiment: tuple[Path, dict]) -> None:

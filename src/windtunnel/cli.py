@@ -574,10 +574,7 @@ def cmd_llm_matched(args: argparse.Namespace, extra: list[str]) -> int:
     summary_path = out / SUMMARY
     if summary_path.is_file() and json.loads(summary_path.read_text()).get("complete"):
         _keep_result(summary_path, args.force)
-    if args.force and out.is_dir():  # re-measured from the trained models (training is kept in --runs)
-        for f in out.glob("kv*-s*.json"):
-            f.unlink()
-    run_matched(setup, runs, out, workers=args.workers)
+    run_matched(setup, runs, out, workers=args.workers, remeasure=args.force)
     print((out / "summary.md").read_text())
     print(f"wrote {out / SUMMARY}")
     return 0

@@ -358,9 +358,11 @@ def _work_arm(job: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def run_matched(setup: MatchedSetup, runs: Path, out: Path, workers: int = 1, log: Any = print) -> dict[str, Any]:
+def run_matched(setup: MatchedSetup, runs: Path, out: Path, workers: int = 1, log: Any = print,
+                remeasure: bool = False) -> dict[str, Any]:
     """Train and measure every arm and seed not yet measured (each resumable; finished ones are read
-    back), ``workers`` at a time, then write ``out/{arm}.json`` per run and the summary."""
+    back), ``workers`` at a time, then write ``out/{arm}.json`` per run and the summary.  ``remeasure``:
+    measure every trained model again, each file replaced only when its new one is written."""
     import multiprocessing as mp
     import os
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -368,12 +370,13 @@ def run_matched(setup: MatchedSetup, runs: Path, out: Path, workers: int = 1, lo
     runs, out = Path(runs), Path(out)
     corpus = prepare(setup, runs)  # once, before any worker reads it
     out.mkdir(parents=True, exist_ok=True)
-    _check_outputs(setup, out)
+    if not remeasure:
+        _check_outputs(setup, out)
     threads = max(1, (os.cpu_count() or 1) // workers)
     jobs = [{"setup": asdict(setup), "runs": str(runs), "out": str(out), "kv_heads": k, "seed": seed,
              "threads": threads}
             for seed in setup.seeds for k in setup.kv_heads  # seed-major: a stopped experiment has whole seeds
-            if not (out / f"{arm_name(k, seed)}.json").is_file()]
+            if remeasure or not (out / f"{arm_name(k, seed)}.json").is_file()]
 
     def report(doc: dict[str, Any]) -> None:
         t, f = doc["training"], doc["signatures"]["focusing"]
