@@ -378,3 +378,14 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     alone = cut["one_at_a_time"]["1"]["entropy_axis"]["behaviour"]
     assert alone["entropy_mae"] == pytest.approx(sula.score(exact, q, ks, 30)["entropy_mae"], abs=1e-9)
     assert alone["entropy_mae"] != cut["entropy_axis"]["behaviour"]["entropy_mae"]  # both layers cut is another edit
+
+
+def test_gguf_dequantisation_bar_is_silenced_while_loading_and_restored_after(capsys: pytest.CaptureFixture) -> None:
+    gguf_utils = pytest.importorskip("transformers.modeling_gguf_pytorch_utils")
+    from windtunnel.llm.load import _quiet_gguf
+
+    bar = gguf_utils.tqdm
+    with _quiet_gguf():
+        assert list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors...")) == [0, 1, 2]
+    assert "de-quantizing" not in capsys.readouterr().err
+    assert gguf_utils.tqdm is bar  # restored: nothing else in the process loses its bar

@@ -12,6 +12,9 @@ the hundreds; SmolLM2: no), or the tokenizer's own ``add_bos_token`` for other f
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +67,13 @@ def load_model(name: str) -> tuple[Any, Any, str]:
     else:
         folder, extra, what = name, {"local_files_only": True}, f"hub name {name!r} (local cache only)"
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **extra)
-        try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(folder, **extra, **kw)
-        except TypeError:  # transformers < 4.56 names it torch_dtype
-            kw["torch_dtype"] = kw.pop("dtype")
-            model = transformers.AutoModelForCausalLM.from_pretrained(folder, **extra, **kw)
+        with _quiet_gguf():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **extra)
+            try:
+                model = transformers.AutoModelForCausalLM.from_pretrained(folder, **extra, **kw)
+            except TypeError:  # transformers < 4.56 names it torch_dtype
+                kw["torch_dtype"] = kw.pop("dtype")
+                model = transformers.AutoModelForCausalLM.from_pretrained(folder, **extra, **kw)
     except (OSError, ValueError, ImportError) as exc:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise InvalidValue(f"model {name!r} is not available on this machine ({what}): {first}") from None
@@ -80,3 +84,23 @@ def load_model(name: str) -> tuple[Any, Any, str]:
     if getattr(tokenizer, BOS_ATTR) is not None:
         what += " (BOS prepended)"
     return model, tokenizer, what
+
+
+@contextlib.contextmanager
+def _quiet_gguf() -> Iterator[None]:
+    """Silence the bar transformers draws while it de-quantises a GGUF file: it ignores
+    ``disable_progress_bar`` and fills a log with carriage returns.  Restored on exit."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # a transformers without GGUF support draws no such bar
+        yield
+        return
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
