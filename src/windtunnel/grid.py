@@ -96,6 +96,9 @@ def _exp(name: str, task: str, quick: dict[str, Any], paper: dict[str, Any], qui
     return Experiment(name, task, {"quick": quick, "paper": paper}, {"quick": quick_recipe, "paper": paper_recipe}, **kw)
 
 
+RECALL_PAIRS = (16, 32, 64)
+"""The binding-vs-size ladder's store sizes beyond the recall column's 8 pairs (the papers' recall holds 64)."""
+
 _MAIN = _exp("main", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_MAIN, metric="entropy_mae_curve")
 # HMM's transformer uses learned absolute positions: its header is read by absolute slot (which T/E
 # entry), and at the quick budget only learned positions leave the context-blind plateau on every seed
@@ -145,6 +148,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("hmm_k50", "hmm", {"K": 50}, {"K": 50}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
          model={"transformer": _HMM_TRANSFORMER}),
     _RECALL,
+    # binding vs size: the recall column's recipe with the store grown towards the papers' 64 pairs over 256
+    # keys (pairs doubling, key and value vocabularies 4× the pairs), queries and filler as the column's
+    *(_exp(f"recall_p{pairs}", "recall", {"pairs": pairs, "n_keys": 4 * pairs, "n_values": 4 * pairs},
+           {**_RECALL.task_params["paper"], "pairs": pairs}, _QUICK_RECALL, primitive="binding", metric="accuracy",
+           unit="%") for pairs in RECALL_PAIRS),
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
     *(_exp(f"hmm_{pos}", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),

@@ -71,7 +71,7 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS
+    controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
@@ -108,6 +108,12 @@ jump and the long-length error with every evaluated position a trained one (the 
 HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
 """The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key
 orthogonality (B1) at the papers' head width."""
+
+BINDING_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
+                      for column in ("recall", *(f"recall_p{pairs}" for pairs in grid.RECALL_PAIRS)))
+"""Binding vs size: recall for the transformer, Mamba and the LSTM as the store grows from the column's 8 pairs
+over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), one recipe and budget for every
+architecture and size; trained and evaluated — whether and where Mamba's binding breaks."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)

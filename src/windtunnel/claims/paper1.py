@@ -492,10 +492,28 @@ def _a23(ev: Evidence) -> Verdict:
         return missing("table cells")
     short_recall = mr.value < tr.value
     short_saw = ms.value > ts.value
+    ladder = _binding_ladder(ev)
     return Verdict(AGREE if short_recall and short_saw else DISAGREE,
                    f"recall {mr.value:.1%} vs {tr.value:.1%}; sawtooth {ms.value:.4f} vs {ts.value:.4f} bits",
+                   f"binding vs size, recall accuracy by stored pairs (3 seeds): {ladder}" if ladder else
                    "binding was tested at 8 pairs over 16 tokens only (the papers: 64 over 256)",
                    files=("quick/table.json",))
+
+
+BINDING_LADDER = (("recall", 8), *((f"recall_p{p}", p) for p in grid.RECALL_PAIRS))
+"""The binding-vs-size cells: (column, stored pairs), the recall column's 8 pairs over 16 keys first."""
+
+
+def _binding_ladder(ev: Evidence) -> str:
+    """Recall accuracy of each sequence architecture at each store size whose three seeds are committed
+    (``""`` when no size beyond the column's is)."""
+    rows = []
+    for arch in ("transformer", "mamba", "lstm"):
+        got = [(p, ev.eval_metric(col, arch, SEEDS, "accuracy")) for col, p in BINDING_LADDER]
+        got = [(p, m) for p, m in got if m is not None]
+        if any(p > BINDING_LADDER[0][1] for p, _ in got):
+            rows.append(f"{arch} " + ", ".join(f"{p}: {m.value:.0%} [{m.ci[0]:.0%}, {m.ci[1]:.0%}]" for p, m in got))
+    return "; ".join(rows)
 
 
 @claim("A24", "I", "v3", "abstract", "LSTMs realise only accumulation", "qualitative", "paper",
