@@ -192,6 +192,16 @@ def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
     assert claims.CLAIMS["D22"].assess(ev).kind == (claims.AGREE if all(directional) else claims.DISAGREE)
     if len(docs_) == 2:
         assert "Gemma-3-270M" in claims.CLAIMS["D22"].assess(ev).why
+    cuts = [json.loads(f.read_text()) for f in (RESULTS / "llm" / f"{m}-sula-5layers.json" for m in
+                                                ("smollm2-135m-instruct-q4", "gemma-3-270m-q4")) if f.is_file()]
+    if cuts:  # D20: mean |ρ| after the five-layer cut ≤ 0.1 and the entropy error within 5%, on each model
+        holds = []
+        for d in cuts:
+            after = [abs(v or 0.0) for v in d["cut"]["entropy_axis"]["rho_axis_entropy_after"].values()]
+            mae0, mae1 = d["conditions"]["normal"]["entropy_mae"], d["cut"]["entropy_axis"]["behaviour"]["entropy_mae"]
+            holds.append(sum(after) / len(after) <= 0.1 and abs(mae1 - mae0) / mae0 <= 0.05)
+        assert claims.CLAIMS["D20"].assess(ev).kind == (claims.AGREE if all(holds) else claims.DISAGREE)
+        assert ("Gemma-3-270M" in claims.CLAIMS["D20"].assess(ev).why) == (len(cuts) == 2)
 
 
 # --- windtunnel reproduce ------------------------------------------------------------------------
