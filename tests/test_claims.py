@@ -252,8 +252,8 @@ def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: 
     # a cell whose artifacts and run folder are both gone is retrained from nothing: the same numbers
     shutil.rmtree(cells / "main-transformer-s1")
     shutil.rmtree(results / "quick" / "runs" / "main-transformer-s1")
-    third = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24)
-    assert third["done"] == ["main-transformer-s1"]
+    third = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24, threads=1)
+    assert third["done"] == ["main-transformer-s1"] and third["threads"] == 1
     old = json.loads(before["main-transformer-s1/eval.json"])["metrics"]
     new = json.loads((cells / "main-transformer-s1" / "eval.json").read_text())["metrics"]
     for name in ("entropy_mae_curve", "kl"):
@@ -271,6 +271,7 @@ def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytes
 
     cases = [["claims", "--results", str(tmp_path / "none")], ["claims", "--out", str(tmp_path / "no" / "C.md")],
              ["compare", str(tmp_path / "none")], ["reproduce", "paper1", "--workers", "0"],
+             ["reproduce", "paper1", "--threads", "0"],
              ["reproduce", "paper9"], ["compare", str(RESULTS / "quick" / "cells" / "main-transformer-s0"),
                                        "--out", str(tmp_path / "no" / "c.png")]]
     for args in cases:

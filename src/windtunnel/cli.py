@@ -620,7 +620,8 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     results = Path(_out_path(args.results) or "results")
     if results.exists() and not results.is_dir():
         raise UsageError(f"invalid results: {results} is a file")
-    summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run)
+    summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run,
+                        threads=args.threads)
     for rel, cmd in summary["external"]:
         print(f"{results / rel} is missing: it is made by `{cmd}`", file=sys.stderr)
     if args.dry_run:
@@ -846,6 +847,10 @@ def make_parser() -> argparse.ArgumentParser:
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
     rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: one per core, or per GPU)")
+    rep.add_argument("--threads", type=positive_int,
+                     help="torch threads per worker on CPU (default: the cores shared out among the workers; "
+                          "1 where other jobs share the machine, since a thread that waits for a busy core "
+                          "stalls every step)")
     rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells; work nothing")
     rep.set_defaults(func=cmd_reproduce)
 

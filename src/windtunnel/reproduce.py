@@ -236,8 +236,9 @@ def export(job: Job, results: Path) -> Path:
 
 
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
-              dry_run: bool = False, analyze_n: int = ANALYZE_N) -> dict[str, Any]:
-    """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took."""
+              dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None) -> dict[str, Any]:
+    """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took.
+    ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers)."""
     import torch
 
     results = Path(results)
@@ -252,7 +253,8 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     cores = os.cpu_count() or 1
     n_gpu = torch.cuda.device_count()
     workers = workers or (n_gpu or min(cores, len(todo)))
-    threads = 1 if n_gpu else max(1, cores // workers)
+    threads = 1 if n_gpu else threads or max(1, cores // workers)
+    summary.update(workers=workers, threads=threads)
     payload = []
     for i, j in enumerate(todo):
         payload.append({
