@@ -149,9 +149,12 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          model={"transformer": _HMM_TRANSFORMER}),
     _RECALL,
     # binding vs size: the recall column's recipe with the store grown towards the papers' 64 pairs over 256
-    # keys (pairs doubling, key and value vocabularies 4× the pairs), queries and filler as the column's
+    # keys (pairs doubling, key and value vocabularies 4× the pairs), queries and filler as the column's, and
+    # the steps grown with the store (2000 × pairs / 8): at the column's own 2000 steps no architecture
+    # binds even 16 pairs, so a fixed budget would compare failures
     *(_exp(f"recall_p{pairs}", "recall", {"pairs": pairs, "n_keys": 4 * pairs, "n_values": 4 * pairs},
-           {**_RECALL.task_params["paper"], "pairs": pairs}, _QUICK_RECALL, primitive="binding", metric="accuracy",
+           {**_RECALL.task_params["paper"], "pairs": pairs},
+           replace(_QUICK_RECALL, steps=_QUICK_RECALL.steps * pairs // 8), primitive="binding", metric="accuracy",
            unit="%") for pairs in RECALL_PAIRS),
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50

@@ -112,8 +112,9 @@ orthogonality (B1) at the papers' head width."""
 BINDING_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
                       for column in ("recall", *(f"recall_p{pairs}" for pairs in grid.RECALL_PAIRS)))
 """Binding vs size: recall for the transformer, Mamba and the LSTM as the store grows from the column's 8 pairs
-over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), one recipe and budget for every
-architecture and size; trained and evaluated — whether and where Mamba's binding breaks."""
+over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), the steps grown with the store
+(2000 × pairs / 8), one recipe and budget for every architecture at each size; trained and evaluated —
+whether and where Mamba's binding breaks."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)
