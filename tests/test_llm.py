@@ -378,6 +378,15 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     alone = cut["one_at_a_time"]["1"]["entropy_axis"]["behaviour"]
     assert alone["entropy_mae"] == pytest.approx(sula.score(exact, q, ks, 30)["entropy_mae"], abs=1e-9)
     assert alone["entropy_mae"] != cut["entropy_axis"]["behaviour"]["entropy_mae"]  # both layers cut is another edit
+    # --cut-only: the same normal scores and the same cut at the layers together, nothing else
+    only = tmp_path / "cut-only.json"
+    assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--layers", "0", "1", "--cut-only",
+                 "--out", str(only)]) == 0
+    full, part = json.loads(out.read_text()), json.loads(only.read_text())
+    assert set(part["conditions"]) == {"normal"} and "geometry" not in part and "one_at_a_time" not in part["cut"]
+    assert part["conditions"]["normal"] == full["conditions"]["normal"]
+    for name in ("entropy_axis", "random_axis"):
+        assert part["cut"][name] == full["cut"][name]
 
 
 def test_gguf_dequantisation_bar_is_silenced_while_loading_and_restored_after(capsys: pytest.CaptureFixture) -> None:

@@ -592,7 +592,7 @@ def cmd_llm_sula(args: argparse.Namespace, extra: list[str]) -> int:
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     model, tokenizer, what = load_model(args.model)
-    result = run_sula(model, tokenizer, SulaSetup(per_k=args.per_k, n_boot=args.n_boot), args.layers)
+    result = run_sula(model, tokenizer, SulaSetup(per_k=args.per_k, n_boot=args.n_boot), args.layers, args.cut_only)
     result["source"] = {"model": args.model, "loaded_from": what}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -890,6 +890,9 @@ def make_parser() -> argparse.ArgumentParser:
     su.add_argument("--per-k", dest="per_k", **per_k)
     su.add_argument("--layers", type=int, nargs="+", help="layers of the entropy-axis cut (default: middle and last)")
     su.add_argument("--n-boot", dest="n_boot", **n_boot)
+    su.add_argument("--cut-only", dest="cut_only", action="store_true",
+                    help="score the normal prompts and the cut at --layers together only (the paper's multi-layer "
+                         "cut): no controls, one-layer cuts or geometry")
     su.add_argument("--out", help="JSON file (default results/llm/MODEL-sula.json)")
     su.add_argument("--force", action="store_true", help="replace an existing output file")
     su.set_defaults(func=cmd_llm_sula)

@@ -355,7 +355,7 @@ CUT5_MODELS = (("SmolLM2", CUT5), ("Gemma-3-270M", f"{GEMMA}-sula-5layers.json")
        "before and after, and the relative change of the SULA entropy error",
        "agree if the mean ρ after the cut is ≤ 0.1 and the entropy error changes by at most 5%" + EACH,
        SULA + " --layers 8 12 16 20 23 --out results/" + CUT5 + "; the same for gemma-3-270m-q4_k_m.gguf --layers 6 9 12 "
-       "15 17 --out results/" + CUT5_MODELS[1][1])
+       "15 17 --cut-only --out results/" + CUT5_MODELS[1][1])
 @_on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
 def _d20(d: dict, rel: str) -> Verdict:
     c = d["cut"]

@@ -299,9 +299,11 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
 
 
 def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetup(),
-             cut_layers: Sequence[int] | None = None) -> dict[str, Any]:
+             cut_layers: Sequence[int] | None = None, cut_only: bool = False) -> dict[str, Any]:
     """Every condition, and the entropy-axis cut against the random-axis cut at ``cut_layers``
-    (default: the middle and the last layer)."""
+    (default: the middle and the last layer).  ``cut_only``: the normal prompts and the cut at the
+    layers together, nothing else — the multi-layer cut (Paper III §6.2), whose controls, one-layer
+    cuts and geometry the default run at the default layers already holds (a third of the model passes)."""
     layout = attention_layout(model)
     L = len(layout.layers)
     layers = list(cut_layers) if cut_layers is not None else sorted({L // 2, L - 1})
@@ -316,7 +318,9 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
     exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
     p1, values = model_posterior(model, tokenizer, base, pair, layers)
     out["conditions"]["normal"] = score(exact, p1, ks, setup.n_boot)
-    for name, lab, cond in (("remap", remap, "normal"), ("shuffled", pair, "shuffled"), ("no_evidence", pair, "no_evidence")):
+    controls = () if cut_only else (("remap", remap, "normal"), ("shuffled", pair, "shuffled"),
+                                    ("no_evidence", pair, "no_evidence"))
+    for name, lab, cond in controls:
         items = prompts(setup, lab, cond)
         q, _ = model_posterior(model, tokenizer, items, lab)
         out["conditions"][name] = score(torch.tensor([p["p1"] for p in items], dtype=torch.float64), q,
@@ -331,7 +335,7 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
         cut[name] = {"behaviour": score(exact, q, ks, setup.n_boot),
                      "rho_axis_entropy_after": {str(l): _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0], Hq)
                                                 for l in layers}}
-    if len(layers) > 1:  # the paper cuts one layer at a time: each layer's cut alone, the others untouched
+    if len(layers) > 1 and not cut_only:  # the paper cuts one layer at a time: each layer alone, the others untouched
         cut["one_at_a_time"] = {}
         for l in layers:
             alone = {}
@@ -343,5 +347,6 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
                                                                    _binary_entropy(q))}
             cut["one_at_a_time"][str(l)] = alone
     out["cut"] = cut
-    out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers)
+    if not cut_only:
+        out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers)
     return json_safe(out)
