@@ -67,6 +67,27 @@ def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
     assert (old / "checkpoints" / "latest").read_text().strip() == "step_00000004"
 
 
+def test_run_trains_the_main_job_of_the_size_it_names(tmp_path: Path) -> None:
+    """``run bijection --V 20`` (or ``run --V 20``) is the main job on the papers' V=20, L=19 cell with
+    its own recipe; another V keeps the V=10 recipe with the parameters changed; another task is itself."""
+    from windtunnel import grid
+
+    assert grid.main_job(None, {}) == grid.MAIN_JOB == grid.main_job("bijection", {"L": 5})
+    assert grid.main_job("bijection", {"V": 20}) == grid.main_job(None, {"V": 20, "L": 7}) == "main_v20"
+    assert grid.main_job(None, {"V": 4}) == grid.main_job(None, {"V": "x"}) == grid.MAIN_JOB
+    assert grid.main_job("hmm", {"V": 20}) == "hmm"
+    assert grid.EXPERIMENTS["main_v20"].task_params["quick"] == {"V": 20, "L": 19}
+    out = tmp_path / "v20"
+    assert main(["run", "bijection", "--V", "20", "--steps", "3", "--n", "16", "--out", str(out), "--no-progress",
+                 "--no-analyze"]) == 0
+    record = json.loads((out / "config.json").read_text())
+    recipe = grid.EXPERIMENTS["main_v20"].recipes["quick"]
+    assert record["task"]["params"] == {**record["task"]["params"], "V": 20, "L": 19}
+    assert (record["train"]["batch_size"], record["train"]["lr"], record["train"]["readout_lr_mult"]) == (
+        recipe.batch_size, recipe.lr, recipe.readout_lr_mult)
+    assert abs(record["n_params"] - recipe.params) <= 0.03 * recipe.params
+
+
 def test_table_resumes_without_redoing(tmp_path: Path) -> None:
     kw = dict(preset="quick", archs=["lstm", "mlp"], tasks=["recall"], out=tmp_path, workers=1, steps=20, eval_n=64,
               seeds=1)

@@ -311,11 +311,14 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
 
     arch = args.arch or grid.DEFAULT_ARCH
     task_name = args.task if args.task is not None else grid.DEFAULT_TASK
-    # the main job is the grid's ``main`` experiment: its own recipe (readout multiplier only for
-    # windtunnel's architectures: a Hugging Face or user model has no separate readout)
-    fields = grid.preset(args.preset, grid.MAIN_JOB if args.task is None else task_name, arch)
-    if extra:
-        fields["task_params"] = {**fields["task_params"], **_params(extra)}
+    overrides = _params(extra) if extra else {}
+    # the main job is the grid's ``main`` experiment (``main_v20`` at the papers' V=20): its own recipe
+    # (readout multiplier only for windtunnel's architectures: a Hugging Face or user model has no
+    # separate readout); bijection named as a task is the main job too
+    experiment = grid.main_job(args.task, overrides)
+    fields = grid.preset(args.preset, experiment, arch)
+    if overrides:
+        fields["task_params"] = {**fields["task_params"], **overrides}
     if args.steps is not None:  # the preset's schedule shortened or stretched, curriculum included
         fields = grid.with_steps(fields, args.steps)
     if args.seed is not None:
@@ -326,7 +329,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     if args.log:
         fields["trackers"] = list(dict.fromkeys(args.log))
     cfg = TrainConfig.from_dict(fields)
-    run = RunDir(_out_path(args.out) or _default_run_folder(args, task_name, arch, _params(extra) if extra else {}))
+    run = RunDir(_out_path(args.out) or _default_run_folder(args, task_name, arch, overrides))
     build(cfg)  # validate before touching the folder
     resume = False
     if not run.is_empty():
@@ -339,7 +342,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
                 raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
             resume = True
     train_run(cfg, run, resume=resume, log_lines=True)
-    lengths = grid.eval_lengths(grid.MAIN_JOB if args.task is None else task_name, cfg.task_params)
+    lengths = grid.eval_lengths(experiment, cfg.task_params)
     result = evaluate_run(run, n=args.n or grid.EVAL_N[args.preset], lengths=lengths, seed=EVAL_SEED)
     geometry = None
     if not args.no_analyze:  # the mechanism beside the number: every diagnostic is seconds at this size

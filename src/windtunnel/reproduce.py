@@ -71,12 +71,12 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    controls = CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS
+    controls = V20_CELLS + CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
              "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
-    analysed = GEOMETRY_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS
+    analysed = GEOMETRY_CELLS + V20_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in dict.fromkeys(cells[target]) for seed in SEEDS]  # a cell two groups share, once
 
@@ -85,6 +85,9 @@ GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bije
                   ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"),
                   ("main_gqa", "transformer"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
+V20_CELLS = (("main_v20", "transformer"),)
+"""The main job on the papers' own bijection cell (V = 20, L = 19; ``windtunnel run --V 20``), analysed: the
+papers' headline error measured at their V, and the geometry at that size."""
 CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "mamba"))
 """Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
