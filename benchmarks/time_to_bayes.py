@@ -30,6 +30,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     # the same recipe stretched to the steps 2 cores afford in 15 minutes
     "main-s8000": {"steps": 8000},
     "main-s4500": {"steps": 4500},
+    # the main job at V=20 as shipped (grid's ``main_v20``), through the command line, timed all in
+    "cli": {},
     # at the main job's 3000 steps: a higher peak learning rate; a faster readout; the same episodes in
     # half the steps at twice the batch (less gradient noise from sampled labels per step)
     "lr6e-3": {"lr": 6e-3},
@@ -52,7 +54,7 @@ def config(name: str, seed: int = 0) -> dict[str, Any]:
 
     if name == "authors":
         cfg = {"task": "bijection", "task_params": dict(TASK), **AUTHORS, "progress": False, "seed": seed,
-               "eval_every": 250, "ckpt_every": 250}
+               "eval_every": 50, "ckpt_every": 100}
         return cfg
     cfg = grid.preset("quick", grid.MAIN_JOB, "transformer")
     cfg["task_params"] = {**cfg["task_params"], **TASK}
@@ -75,7 +77,37 @@ def trajectory(run_dir: str) -> list[list[float]]:
             for r in rows if "eval" in r]
 
 
+def run_cli(job: dict[str, Any]) -> dict[str, Any]:
+    """The README's command, ``windtunnel run --V 20``, all in (training, evaluation, every diagnostic and
+    the report) as a user runs it, timed from outside."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(job["threads"])}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "windtunnel", "run", "--V", "20", "--out", job["run_dir"], "--no-progress"],
+                   check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    run = Path(job["run_dir"])
+    m = {k: v["value"] for k, v in json.loads((run / "eval.json").read_text())["metrics"].items()}
+    train = json.loads((run / "config.json").read_text())["train"]
+    return {"name": job["name"], "seed": train["seed"], "task": train["task_params"], "batch": train["batch_size"],
+            "steps": train["steps"], "lr": train["lr"], "readout_lr_mult": train["readout_lr_mult"],
+            "threads": job["threads"], "all_in_s": round(wall, 1), "wall_s": round(trained_seconds(run), 1),
+            "entropy_mae_curve": m["entropy_mae_curve"], "entropy_mae": m["entropy_mae"], "kl": m["kl"],
+            "infeasible_mass": m["infeasible_mass"], "trajectory": trajectory(str(run))}
+
+
+def trained_seconds(run: Path) -> float:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return max(r["time"] for r in rows if "time" in r)
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
+    if job["name"] == "cli":
+        return run_cli(job)
     cfg, wall, model, m = train_and_evaluate(job["config"], job["run_dir"], n=2000, threads=job["threads"])
     return {"name": job["name"], "seed": cfg.seed, "task": cfg.task_params, "batch": cfg.batch_size, "steps": cfg.steps,
             "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup, "model": cfg.model, "params": model.n_params(),
@@ -85,8 +117,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_authors(run_dir: str, minutes: float, threads: int, seed: int = 0) -> dict[str, Any]:
-    """The authors' recipe trained for ``minutes`` of training time (in 250-step pieces, each resuming the
-    last), then evaluated like every candidate; with its seconds per step and the time its whole
+    """The authors' recipe trained for ``minutes`` of training time (in pieces of ``ckpt_every`` steps, each
+    resuming the last), then evaluated like every candidate; with its seconds per step and the time its whole
     schedule (20,000 steps) would take on this machine at that rate."""
     import time
 
@@ -101,7 +133,7 @@ def run_authors(run_dir: str, minutes: float, threads: int, seed: int = 0) -> di
     run = RunDir(run_dir)
     step = 0
     while step < cfg.steps and (run.training_seconds() or 0.0) < 60 * minutes:
-        train(cfg, run.path, resume=(run.path / "config.json").is_file(), until=step + cfg.eval_every)
+        train(cfg, run.path, resume=(run.path / "config.json").is_file(), until=step + cfg.ckpt_every)
         step = int(run.latest_checkpoint().name.split("_")[-1])
     task, model = load(run.path)
     m = {k: v["value"] for k, v in evaluate(model, task, n=2000, n_boot=200).metrics.items()}
@@ -114,6 +146,62 @@ def run_authors(run_dir: str, minutes: float, threads: int, seed: int = 0) -> di
             "trajectory": trajectory(run_dir), "measured_at": time.strftime("%Y-%m-%d")}
 
 
+TARGET = 0.003
+"""The papers' v1 figure (bits, entropy_mae_curve): the error the time is measured to."""
+AUTHORS_REPORTED = {"entropy_mae": 0.0022, "steps": 20_000, "batch": 256}
+"""The authors' own from-scratch run of that recipe (their pilots' baseline, three seeds on a GPU): its final
+per-sample entropy error, which is windtunnel's ``entropy_mae``."""
+
+
+def first_below(trajectory: list[list[float]], target: float) -> float | None:
+    """Training seconds at the first held-out evaluation at or below ``target`` bits (None: never)."""
+    return next((t for _, t, err, _ in trajectory if err <= target), None)
+
+
+def summarise(log: str, out: str) -> dict[str, Any]:
+    """The newest ``cli`` and ``authors`` rows of ``log`` (measured in one sitting) → ``out`` (.json and
+    .png): time to the target, the authors' recipe's projected time on this machine, their ratio."""
+    rows = [json.loads(line) for line in Path(log).read_text().splitlines() if line.strip()]
+    ours = next(r for r in reversed(rows) if r["name"] == "cli")
+    authors = next(r for r in reversed(rows) if r["name"] == "authors")
+    summary = {
+        "target_bits": TARGET,
+        "ours": {k: ours[k] for k in ("steps", "batch", "threads", "all_in_s", "wall_s", "entropy_mae_curve",
+                                      "entropy_mae", "kl", "infeasible_mass")}
+                | {"train_s_to_target": first_below(ours["trajectory"], TARGET)},
+        "authors": {k: authors[k] for k in ("params", "batch", "steps", "trained_steps", "threads", "wall_s",
+                                            "s_per_step", "projected_schedule_s", "entropy_mae_curve", "entropy_mae")}
+                   | {"reported_entropy_mae": AUTHORS_REPORTED["entropy_mae"]},
+    }
+    summary["authors"]["projected_schedule_h"] = round(authors["projected_schedule_s"] / 3600, 2)
+    summary["ratio_authors_schedule_to_ours_all_in"] = round(authors["projected_schedule_s"] / ours["all_in_s"], 1)
+    Path(out).with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in rows:
+        if r["name"] in ("cli", "authors") and r is not ours and r is not authors:
+            continue
+        t = [p[1] / 60 for p in r["trajectory"]]
+        e = [p[2] for p in r["trajectory"]]
+        style = {"cli": dict(color="C0", lw=2.2, label=f"windtunnel run --V 20 ({r['threads']} threads)"),
+                 "authors": dict(color="C3", lw=2.2, label=f"authors' recipe, 2.67M ({r['threads']} threads)")}
+        ax.plot(t, e, **style.get(r["name"], dict(color="0.7", lw=0.8)))
+    ax.axhline(TARGET, color="k", ls="--", lw=0.8, label="0.003 bits (Paper I v1)")
+    ax.set_yscale("log")
+    ax.set_xlabel("training time on this machine (min)")
+    ax.set_ylabel("held-out entropy error (bits, 512 sequences)")
+    ax.set_title("bijection V=20, L=19: time to Bayes (grey: sweep candidates, 1 thread each)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(Path(out).with_suffix(".png"), dpi=120)
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", choices=sorted(CANDIDATES), default=list(CANDIDATES))
@@ -124,7 +212,12 @@ def main() -> None:
     ap.add_argument("--log", default="benchmarks/results/time_to_bayes.jsonl")
     ap.add_argument("--authors-minutes", type=float, default=0,
                     help="also train the authors' recipe for this many minutes (after the candidates, alone)")
+    ap.add_argument("--summary", action="store_true",
+                    help="only summarise the log's newest cli and authors rows into time_to_bayes.{json,png}")
     args = ap.parse_args()
+    if args.summary:
+        print(json.dumps(summarise(args.log, str(Path(args.log).with_suffix(""))), indent=1))
+        return
     jobs = [{"name": n, "config": config(n, seed), "threads": args.threads,
              "run_dir": str(Path(args.out) / (n if seed == 0 else f"{n}-s{seed}"))}
             for n in args.only for seed in args.seeds]

@@ -70,6 +70,12 @@ def test_a_drifted_fact_is_caught_and_refreshed(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="reads nothing"):
         docs.fact("cells:main:lstm:eval.json:metrics.kl.value", ev, {})
+    # a benchmark's committed output, beside results/
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "speed.json").write_text(json.dumps({"ours": {"all_in_s": 512.25}}))
+    assert docs.fact("bench:speed.json:ours.all_in_s", ev, {}) == "512"
+    with pytest.raises(UserError, match="reads nothing"):
+        docs.fact("bench:speed.json:ours.wall_s", ev, {})
 
 
 def test_pooled_interval_and_the_comparison_rule_by_hand() -> None:

@@ -757,7 +757,8 @@ def make_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=cmd_train)
 
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
-    r.add_argument("task", nargs="?", help="experiment or task (default: the main job, a transformer on bijection V=10)")
+    r.add_argument("task", nargs="?", help="experiment or task (default: the main job, a transformer on bijection V=10; "
+                   "with --V 20 the main job on the papers' cell V=20, L=19, on its own recipe)")
     r.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (a laptop CPU, default) or paper (the papers' sizes, GPU)")
     r.add_argument("--n", type=positive_int, help="evaluation sequences (default: the preset's, "
                    + ", ".join(f"{v} {k}" for k, v in grid.EVAL_N.items()) + ")")

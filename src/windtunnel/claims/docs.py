@@ -11,7 +11,8 @@ text differs from what its artifact gives today.  Fact keys:
 
 * ``cells:EXPERIMENT:ARCH:FILE:dotted.path`` — a value of every seed's committed cell file,
   pooled over the seeds (mean and Student-t 95% interval);
-* ``json:RELATIVE/PATH.json:dotted.path`` — one value of a committed JSON file;
+* ``json:RELATIVE/PATH.json:dotted.path`` — one value of a committed JSON file under ``results/``;
+* ``bench:FILE.json:dotted.path`` — one value of a benchmark's committed output (``benchmarks/results/``);
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
 * ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``explained``,
   ``unexplained``, ``not-measured``, ``not-measurable``, ``total``).
@@ -52,9 +53,9 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             if m is None:
                 raise KeyError(key)
             return m.text()
-        if kind == "json":
+        if kind in ("json", "bench"):
             rel, path = rest.rsplit(":", 1)
-            doc = ev.json(rel)
+            doc = ev.json(rel if kind == "json" else f"../benchmarks/results/{rel}")
             if doc is None:
                 raise KeyError(rel)
             v = _dig(doc, path)
@@ -70,7 +71,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             return str(sum(v.kind == COUNT_NAMES[rest] for v in verdicts.values()))
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
-    raise UserError(f"unknown fact kind in {key!r}: cells, json, ours, verdict or count")
+    raise UserError(f"unknown fact kind in {key!r}: cells, json, bench, ours, verdict or count")
 
 
 def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
