@@ -78,7 +78,9 @@ def test_run_trains_the_main_job_of_the_size_it_names(tmp_path: Path) -> None:
     assert grid.main_job("hmm", {"V": 20}) == "hmm"
     assert grid.EXPERIMENTS["main_v20"].task_params["quick"] == {"V": 20, "L": 19}
     out = tmp_path / "v20"
-    assert main(["run", "bijection", "--V", "20", "--steps", "3", "--n", "16", "--out", str(out), "--no-progress",
+    # the README's form: a task parameter and its value with no task named (argparse alone would read the value
+    # as the optional TASK)
+    assert main(["run", "--V", "20", "--steps", "3", "--n", "16", "--out", str(out), "--no-progress",
                  "--no-analyze"]) == 0
     record = json.loads((out / "config.json").read_text())
     recipe = grid.EXPERIMENTS["main_v20"].recipes["quick"]

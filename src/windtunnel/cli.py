@@ -932,6 +932,28 @@ def _resource_error(exc: BaseException) -> bool:
     )
 
 
+def _bind_task_params(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``run --V 20`` → ``run --V=20``: a task parameter's value bound to its name, so that argparse cannot
+    take the value for ``run``'s optional positional TASK (it would read ``--V 20`` as task ``20`` and a
+    parameter without a value)."""
+    at = next((i for i, item in enumerate(argv) if not item.startswith("-")), None)
+    if at is None or argv[at] != "run":  # only the run command has a positional beside its task parameters
+        return argv
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    known = set(sub._option_string_actions)
+    out, i = argv[: at + 1], at + 1
+    while i < len(argv):
+        item = argv[i]
+        if (item.startswith("--") and "=" not in item and item not in known and item != "--"
+                and i + 1 < len(argv) and not argv[i + 1].startswith("--")):
+            out.append(f"{item}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(item)
+            i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted, 1 when standard
     output was closed by its reader).
@@ -940,7 +962,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = make_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
+        args, extra = parser.parse_known_args(_bind_task_params(parser, list(sys.argv[1:] if argv is None else argv)))
         if not getattr(args, "command", None):
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")

@@ -632,25 +632,29 @@ def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Mea
 @claim("B1", "I", "v1, v3", "abstract; geometry", "Layer-0 keys of the hypothesis tokens are near-orthogonal",
        "mean |cos| 0.052 vs 0.082 random (−37%)", "secondary",
        "key_orthogonality.layer0_mean_abs_cos, main job (d_head 16), 3 seeds, against the untrained model and E|cos| "
-       "of Gaussian vectors; control: the main job with 2 heads of 32, the papers' head width",
+       "of Gaussian vectors; controls: the main job with 2 heads of 32, the papers' head width, and the main job on "
+       "the papers' V=20, L=19 (main_v20)",
        "agree if every seed's trained value is below both nulls; disagree if every seed's is above both; explained "
-       "by the head width if the d_head-32 control agrees", REPRO)
+       "by the head width or the size of the task if its control agrees", REPRO)
 def _b1(ev: Evidence) -> Verdict:
     main = _key_orthogonality(ev, "main")
     if main is None:
         return missing("main-job geometry")
     m, un, ga, kind = main
     said = f"untrained {un.text()}, Gaussian {ga.value:.3f} (d_head 16; the papers' d_head is 32)"
-    wide = _key_orthogonality(ev, "main_dh32")
-    if wide is None or kind == AGREE:
+    if kind == AGREE:
         return Verdict(kind, m, said)
-    m32, un32, ga32, kind32 = wide
-    m = Measure(m.value, m.ci, m.seeds, m.values, m.files + m32.files)
-    said += (f"; at d_head 32: trained {m32.text()}, untrained {un32.text()}, Gaussian {ga32.value:.3f} "
-             f"({kind32.split(' ')[0]} by the same rule)")
-    if kind32 == AGREE:
-        return Verdict(DISAGREE_EXPLAINED if kind == DISAGREE else kind, m, said + ": the head width decides it",
-                       control=_cells_control(ev, "main_dh32", "geometry.json"))
+    for column, what, cause in (("main_dh32", "at d_head 32", "the head width"), ("main_v20", "at V=20", "the task's size")):
+        control = _key_orthogonality(ev, column)
+        if control is None:
+            continue
+        mc, unc, gac, kindc = control
+        m = Measure(m.value, m.ci, m.seeds, m.values, m.files + mc.files)
+        said += (f"; {what}: trained {mc.text()}, untrained {unc.text()}, Gaussian {gac.value:.3f} "
+                 f"({kindc.split(' ')[0]} by the same rule)")
+        if kindc == AGREE:
+            return Verdict(DISAGREE_EXPLAINED if kind == DISAGREE else kind, m, said + f": {cause} decides it",
+                           control=_cells_control(ev, column, "geometry.json"))
     return Verdict(kind, m, said)
 
 
