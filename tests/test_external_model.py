@@ -189,3 +189,22 @@ def test_the_console_script_finds_a_module_in_the_current_folder(third_party: Pa
     proc = subprocess.run(cmd, cwd=third_party, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((third_party / "r" / "config.json").read_text())["model"]["arch"] == "thirdparty:make"
+
+
+def test_the_authors_transformer_enters_as_a_factory_at_its_published_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``benchmarks/authors_tinygpt.py`` (the time-to-Bayes comparison's other model) passes the protocol's
+    checks, has the papers' 2.67M parameters at V = 20, and reads its logits off the value tokens' embeddings."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    task = tasks.make("bijection", V=20, L=19)
+    torch.manual_seed(0)
+    model = models.make("benchmarks.authors_tinygpt:tinygpt", task)
+    assert sum(p.numel() for p in model.parameters()) == 2_677_248
+    net = model.net
+    ep = task.sample(3, seed=1)
+    logits = model(ep.tokens)
+    assert logits.shape == (3, task.seq_len, task.n_classes)
+    hidden = {}
+    handle = net.norm.register_forward_hook(lambda m, i, o: hidden.setdefault("x", o))
+    net(ep.tokens)
+    handle.remove()
+    torch.testing.assert_close(logits, hidden["x"] @ net.tok_emb.weight[task.V:].T)
