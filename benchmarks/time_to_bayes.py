@@ -92,6 +92,8 @@ def run_cli(job: dict[str, Any]) -> dict[str, Any]:
     import sys
     import time
 
+    from windtunnel.runs import RunDir
+
     env = {**os.environ, "OMP_NUM_THREADS": str(job["threads"])}
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "windtunnel", "run", "--V", "20", "--out", job["run_dir"], "--no-progress"],
@@ -102,14 +104,9 @@ def run_cli(job: dict[str, Any]) -> dict[str, Any]:
     train = json.loads((run / "config.json").read_text())["train"]
     return {"name": job["name"], "seed": train["seed"], "task": train["task_params"], "batch": train["batch_size"],
             "steps": train["steps"], "lr": train["lr"], "readout_lr_mult": train["readout_lr_mult"],
-            "threads": job["threads"], "all_in_s": round(wall, 1), "wall_s": round(trained_seconds(run), 1),
+            "threads": job["threads"], "all_in_s": round(wall, 1), "wall_s": round(RunDir(run).training_seconds() or 0.0, 1),
             "entropy_mae_curve": m["entropy_mae_curve"], "entropy_mae": m["entropy_mae"], "kl": m["kl"],
             "infeasible_mass": m["infeasible_mass"], "trajectory": trajectory(str(run))}
-
-
-def trained_seconds(run: Path) -> float:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return max(r["time"] for r in rows if "time" in r)
 
 
 def run_one(job: dict[str, Any]) -> dict[str, Any]:

@@ -244,7 +244,8 @@ def main_job(task: str | None, overrides: dict[str, Any]) -> str:
     experiment."""
     if task is not None and task != DEFAULT_TASK:
         return task
-    return MAIN_JOBS.get(overrides.get("V"), MAIN_JOB) if is_int(overrides.get("V")) else MAIN_JOB
+    v = overrides.get("V")
+    return MAIN_JOBS.get(v, MAIN_JOB) if is_int(v) else MAIN_JOB
 
 
 def with_steps(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
