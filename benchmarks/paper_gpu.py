@@ -98,12 +98,12 @@ def measure_cell(column: str, arch: str, steps: int, device: str) -> dict[str, A
 
 
 def cmd_measure(args: argparse.Namespace) -> None:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda:0" if torch.cuda.is_available() else "cpu"
     peak = {}
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        n = 8192 if device == "cuda" else 512
+        n = 8192 if device != "cpu" else 512
         peak[name] = matmul_peak_flops(n=n, dtype=dtype, device=device)
-    _append(args.jsonl, {"kind": "machine", "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+    _append(args.jsonl, {"kind": "machine", "device": torch.cuda.get_device_name() if device != "cpu" else "cpu",
                          "torch": torch.__version__, "matmul_peak_tflops": {k: v / 1e12 for k, v in peak.items()}})
     # the authors' recipe for the bijection cell (their 2.67M transformer, 20,000 steps of batch 256), for the
     # ratio of its whole schedule to the paper preset's cell on the same GPU
@@ -218,6 +218,8 @@ def cmd_summary(args: argparse.Namespace) -> None:
               f"{100 * r.get('mfu_bf16', 0):5.2f}% {r['projected_cell_h']:7.2f}")
     for r in doc["failed"]:
         print(f"{r['column'] + '/' + r['arch']:32s} failed: {r['error']}")
+    if not doc["cells"]:
+        return
     print(f"paper table, {doc['seeds']} seeds: {doc['table_hours_one_gpu_serial']:.1f} h on one GPU one cell at a time, "
           f"{doc[f'table_hours_{GPUS}_gpus']:.1f} h on {GPUS} GPUs (longest cell {doc['longest_cell_h']:.1f} h)")
     if doc["authors"]:

@@ -611,3 +611,36 @@ def test_causal_attention_equals_the_explicit_softmax_on_both_backends(T):
     w = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad((out * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("method", ["auto", "loop"])
+def test_mamba_trains_under_bf16_autocast(method):
+    """Training on a GPU runs the forward pass under bf16 autocast, which hands the scan bf16 projections
+    beside float32 decays: the scan must run (forward and backward) in float32 and agree with the model
+    run in float32 to bf16 rounding — before the fix this raised "expected scalar type Float"."""
+    torch.manual_seed(0)
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.make("mamba", task, params=20_000)
+    for m in model.modules():
+        if hasattr(m, "scan_method"):
+            m.scan_method = method
+    ep = task.sample(4, seed=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = model(**ep.inputs)
+    mixed.float().sum().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
+    with torch.no_grad():
+        full = model(**ep.inputs)
+    assert float((mixed.float() - full).abs().max()) < 0.05 * float(full.abs().max())
+
+
+def test_pick_device_gives_cuda_an_index(monkeypatch):
+    """``--device cuda`` must name this process's GPU by index: ``torch.cuda.set_device`` refuses a bare "cuda"."""
+    from windtunnel.optim import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert pick_device("cuda") == torch.device("cuda", 0)
+    assert pick_device("auto") == torch.device("cuda", 0)
+    assert pick_device("cpu") == torch.device("cpu")

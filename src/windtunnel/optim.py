@@ -42,6 +42,10 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any
 
 
 def pick_device(name: str) -> torch.device:
+    """The device a run trains on: ``auto`` picks this process's GPU (``LOCAL_RANK``), else MPS, else the CPU;
+    ``cuda`` without an index is this process's GPU too (``torch.cuda.set_device`` needs an index)."""
+    if name == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     if name != "auto":
         return torch.device(name)
     if torch.cuda.is_available():

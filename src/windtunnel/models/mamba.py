@@ -275,6 +275,15 @@ def kernel_threads() -> int:
     return 0 if mod is None else int(mod.parallel_width(64))  # type: ignore[attr-defined]
 
 
+def _scan_precision(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    r"""The scan's inputs in the one dtype it runs in: float64 where any input is (a float64 model), else
+    float32 — also the bf16 that autocast makes of the projections on a GPU.  The hand-written backward
+    passes need one dtype across their saved tensors, and the decays :math:`e^{\Delta A}` compound over
+    every step, so the scan keeps float32 as Mamba's own kernels do."""
+    dtype = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    return tuple(t.to(dtype) for t in tensors)
+
+
 def _kernel_takes(*tensors: torch.Tensor) -> bool:
     """Whether the fused CPU kernel handles these tensors: CPU, one float dtype (32 or 64 bit)."""
     dtype = tensors[0].dtype
@@ -318,9 +327,11 @@ def gated_selective_scan(
 
     On CPU float tensors with the fused kernel available (``method`` ``auto`` or ``fused``) it is
     one C++ pass per sequence; otherwise the same maths composed from :func:`selective_scan`."""
-    if method in ("auto", "fused") and _kernel_takes(u) and cpu_kernel() is not None:
-        return FusedScanCPU.apply(True, u, delta_raw, A, B, C, D, z)
-    return selective_scan(u, F.softplus(delta_raw), A, B, C, D, method=method) * F.silu(z)
+    with torch.autocast(u.device.type, enabled=False):  # the scan runs in its own precision (_scan_precision)
+        u, delta_raw, A, B, C, D, z = _scan_precision(u, delta_raw, A, B, C, D, z)
+        if method in ("auto", "fused") and _kernel_takes(u) and cpu_kernel() is not None:
+            return FusedScanCPU.apply(True, u, delta_raw, A, B, C, D, z)
+        return selective_scan(u, F.softplus(delta_raw), A, B, C, D, method=method) * F.silu(z)
 
 
 def selective_scan(
@@ -344,6 +355,12 @@ def selective_scan(
     """
     if method not in SCAN_METHODS:
         raise InvalidValue(f"invalid method: must be one of {', '.join(SCAN_METHODS)}, got {method!r}")
+    with torch.autocast(u.device.type, enabled=False):  # the scan runs in its own precision (_scan_precision)
+        return _selective_scan(*_scan_precision(u, delta, A, B, C, D), return_states, method)
+
+
+def _selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                    D: torch.Tensor, return_states: bool, method: str) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     fusable = not return_states and _kernel_takes(u)
     if method == "fused" and not fusable:
         raise InvalidValue("invalid method: 'fused' needs CPU float tensors and return_states=False")
