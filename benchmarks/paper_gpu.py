@@ -166,8 +166,12 @@ def summarise(jsonl: str, cells: str | None) -> dict[str, Any]:
     failed = [r for r in rows if r["kind"] == "cell" and "error" in r]
     hours = [r["projected_cell_h"] for r in cell_rows for _ in range(SEEDS)]
     authors = next((r for r in rows if r["kind"] == "authors"), None)
+    if authors:
+        authors = {**authors, "projected_schedule_min": 60 * authors["projected_schedule_h"]}
+    mfu = [r["mfu_bf16"] for r in cell_rows]
     doc: dict[str, Any] = {
-        "machine": machine, "authors": authors, "cells": cell_rows, "failed": failed, "seeds": SEEDS,
+        "machine": machine, "authors": authors, "cells": {f"{r['column']}-{r['arch']}": r for r in cell_rows},
+        "failed": failed, "seeds": SEEDS, "mfu_min_pct": 100 * min(mfu) if mfu else None, "mfu_max_pct": 100 * max(mfu) if mfu else None,
         "table_hours_one_gpu_serial": sum(hours),
         f"table_hours_{GPUS}_gpus": _lpt(hours, GPUS),
         "longest_cell_h": max(r["projected_cell_h"] for r in cell_rows) if cell_rows else None,
@@ -185,7 +189,8 @@ def summarise(jsonl: str, cells: str | None) -> dict[str, Any]:
             sec, _ = step_seconds(metrics)
             last = max(m["step"] for m in metrics if "time" in m)
             evals = [[m["step"], m["eval"]] for m in metrics if "eval" in m]
-            entry = {"steps_done": last, "recipe_steps": cfg["steps"], "train_s": max(m["time"] for m in metrics if "time" in m),
+            entry = {"steps_done": last, "last_eval_step": evals[-1][0] if evals else None,
+                     "last_eval": evals[-1][1] if evals else None, "recipe_steps": cfg["steps"], "train_s": max(m["time"] for m in metrics if "time" in m),
                      "ms_per_step_together": 1000 * sec, "projected_cell_h_together": cfg["steps"] * sec / 3600,
                      "eval": evals}
             if (column, cfg["arch"]) in solo:
@@ -213,7 +218,7 @@ def cmd_summary(args: argparse.Namespace) -> None:
     print(f"{m['device']} (torch {m['torch']}), matmul peak bf16 {m['matmul_peak_tflops']['bf16']:.0f} TFLOP/s, "
           f"fp32 {m['matmul_peak_tflops']['fp32']:.0f}")
     print(f"{'cell':32s} {'params':>9s} {'ms/step':>8s} {'tokens/s':>10s} {'MFU':>6s} {'cell h':>7s}")
-    for r in doc["cells"]:
+    for r in doc["cells"].values():
         print(f"{r['column'] + '/' + r['arch']:32s} {r['params']:9d} {r['ms_per_step']:8.1f} {r['tokens_per_s']:10.0f} "
               f"{100 * r.get('mfu_bf16', 0):5.2f}% {r['projected_cell_h']:7.2f}")
     for r in doc["failed"]:

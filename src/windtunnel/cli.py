@@ -798,7 +798,7 @@ def make_parser() -> argparse.ArgumentParser:
     tb.add_argument("--params", type=positive_int,
                     help="capacity of every row in parameters (default: the preset's, 200k quick, 2.67M paper)")
     tb.add_argument("--out", help="table folder (default results/PRESET)")
-    tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: one per GPU, else one per core)")
+    tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: three per GPU, else one per core)")
     tb.add_argument("--steps", type=positive_int, help="override every cell's training steps (smoke runs)")
     tb.add_argument("--force", action="store_true", help="replace a finished table.json in the output folder")
     tb.set_defaults(func=cmd_table)
@@ -850,7 +850,7 @@ def make_parser() -> argparse.ArgumentParser:
                           "the papers: belief geometry on Mess3), or all")
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
-    rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: one per core, or per GPU)")
+    rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: three per GPU, else one per core)")
     rep.add_argument("--threads", type=positive_int,
                      help="torch threads per worker on CPU (default: the cores shared out among the workers; "
                           "1 where other jobs share the machine, since a thread that waits for a busy core "

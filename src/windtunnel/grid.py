@@ -65,6 +65,11 @@ class Experiment:
 
 EVAL_N = {"quick": 1000, "paper": 2000}
 """Evaluation sequences of a cell (and of ``windtunnel run``) under each preset."""
+CELLS_PER_GPU = 3
+"""Cells ``windtunnel table`` and ``reproduce`` train at once on each GPU by default.  A cell's model is too
+small to keep a GPU busy — alone, a paper-size cell reached 0.1–1.5% of an H200's bf16 matmul peak, its
+steps bound by kernel launches — so cells share: three paper cells at once each ran 1.27× slower than
+alone, 2.36× the throughput (``benchmarks/paper_gpu.py``; its output ``benchmarks/results/paper_gpu.json``)."""
 ANALYZE_N = 512
 """Episodes the geometric diagnostics read (``windtunnel analyze``, the cells of ``reproduce``)."""
 

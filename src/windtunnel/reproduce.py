@@ -256,7 +256,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         return summary
     cores = os.cpu_count() or 1
     n_gpu = torch.cuda.device_count()
-    workers = workers or (n_gpu or min(cores, len(todo)))
+    workers = workers or min(n_gpu * grid.CELLS_PER_GPU or cores, len(todo))
     threads = 1 if n_gpu else threads or max(1, cores // workers)
     summary.update(workers=workers, threads=threads)
     payload = []

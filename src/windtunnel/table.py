@@ -358,7 +358,7 @@ def run_table(
     n_gpu = torch.cuda.device_count()
     cores = os.cpu_count() or 1
     if workers is None:
-        workers = n_gpu if n_gpu else max(1, cores)
+        workers = n_gpu * grid.CELLS_PER_GPU if n_gpu else max(1, cores)
     threads = 1 if n_gpu else max(1, cores // workers)
     jobs = []
     for seed in range(seeds):
