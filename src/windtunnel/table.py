@@ -20,7 +20,7 @@ own input alone, the floor of "no in-context inference").  Each cell is the mean
 (column, architecture, seed) cell is an ordinary run folder under ``OUT/runs/``; a cell whose
 ``eval.json`` exists is never redone, and an unfinished one resumes from its last checkpoint, so
 a killed table restarted with the same command loses nothing.  Cells run in parallel in worker
-processes (``concurrent.futures`` from the standard library): one per GPU when GPUs are present,
+processes (``concurrent.futures`` from the standard library): three per GPU when GPUs are present (``grid.CELLS_PER_GPU``),
 otherwise CPU workers splitting the cores.
 """
 

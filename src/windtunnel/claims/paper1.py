@@ -147,7 +147,25 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
     filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long", "hmm_fixed")) if f)
     mechanism = (f" (which strategy each seed ends nearest, the reference predictors, with in brackets the share of the "
                  f"posterior's move the model makes when the previous observation is edited: {filters})" if filters else "")
-    return Verdict(DISAGREE, m, f"{why}; {where}: neither budget nor data regime closes it{mechanism}" if ctls else why)
+    scale = _paper_scale_note(ev, paper) if arch == "transformer" else ""
+    return Verdict(DISAGREE, m, (f"{why}; {where}: neither budget nor data regime closes it{mechanism}" if ctls else why)
+                   + scale)
+
+
+def _paper_scale_note(ev: Evidence, paper: float | None) -> str:
+    """Where the paper-scale HMM cell (2.68M parameters, the paper recipe, one seed, trained on a GPU by
+    ``benchmarks/paper_gpu.py cells``) stood when its time ran out: its last held-out KL (the training loop's
+    evaluation on 512 episodes, no interval) — evidence on capacity and budget together, not a control that
+    can explain the gap, since it is one unfinished seed."""
+    doc = ev.json("../benchmarks/results/paper_gpu.json") or {}
+    hmm = (doc.get("trained") or {}).get("hmm") or {}
+    if not hmm.get("last_eval"):
+        return ""
+    kl = hmm["last_eval"]["kl"]
+    ratio = f", {kl / paper:.2g}× the papers' figure" if paper else ""
+    return (f"; at the papers' size (2.68M parameters, their recipe, seed 0, on a GPU; benchmarks/results/paper_gpu.json) "
+            f"the held-out KL was {kl:.2g}{ratio} at step {hmm['last_eval_step']} of {hmm['recipe_steps']}, when its "
+            f"time ran out")
 
 
 def _filter_note(ev: Evidence, column: str, arch: str) -> str:
