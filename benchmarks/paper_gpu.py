@@ -151,6 +151,39 @@ def cmd_cells(args: argparse.Namespace) -> None:
         print(f"{column}: exit {p.returncode}, {RunDir(rd).latest_step()} steps checkpointed", flush=True)
 
 
+QUICK_COUNTERPART = {"hmm": "hmm_long", "bijection": "main_v20"}
+"""The quick-preset cell each paper cell is compared with at equal steps: the same task at the same batch size
+(HMM: 64, the 200k model's 8000-step budget control; bijection V=20: 128, the 200k main job's recipe)."""
+GAP_STEPS = (2000, 4000, 6000, 8000)
+
+
+def train_gap(metrics: list[dict[str, Any]], step: int, window: int = 500) -> float | None:
+    """Mean logged Bayes gap (KL to the posterior on the training batches, bits) over the ``window`` steps up to
+    ``step``; ``None`` where the run logged none there."""
+    gaps = [m["bayes_gap"] for m in metrics if "bayes_gap" in m and step - window < m["step"] <= step]
+    return sum(gaps) / len(gaps) if gaps else None
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def gap_comparison(column: str, metrics: list[dict[str, Any]], quick_cells: Path) -> dict[str, Any] | None:
+    """The paper cell's training Bayes gap beside its quick counterpart's seeds at the same steps and batch:
+    capacity (and the paper recipe's rates) against the 200k model, budget held equal."""
+    other = QUICK_COUNTERPART.get(column)
+    if other is None:
+        return None
+    seeds = sorted(quick_cells.glob(f"{other}-transformer-s*/metrics.jsonl"))
+    if not seeds:
+        return None
+    quick = [[train_gap(_read_metrics(p), s) for s in GAP_STEPS] for p in seeds]
+    return {"quick_cell": other, "steps": list(GAP_STEPS), "paper": [train_gap(metrics, s) for s in GAP_STEPS],
+            "quick_seeds": quick,
+            "quick_mean": [None if any(q[i] is None for q in quick) else sum(q[i] for q in quick) / len(quick)
+                           for i in range(len(GAP_STEPS))]}
+
+
 def _lpt(hours: list[float], machines: int) -> float:
     """Makespan of the jobs spread longest first, each to the least-loaded machine."""
     load = [0.0] * machines
@@ -159,7 +192,7 @@ def _lpt(hours: list[float], machines: int) -> float:
     return max(load)
 
 
-def summarise(jsonl: str, cells: str | None) -> dict[str, Any]:
+def summarise(jsonl: str, cells: str | None, quick_cells: str = "results/quick/cells") -> dict[str, Any]:
     rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
     machine = next(r for r in rows if r["kind"] == "machine")
     cell_rows = [r for r in rows if r["kind"] == "cell" and "ms_per_step" in r]
@@ -198,6 +231,9 @@ def summarise(jsonl: str, cells: str | None) -> dict[str, Any]:
             ev = cfg_path.parent / f"{column}-eval.json"
             if ev.is_file():
                 entry["final"] = {k: v["value"] for k, v in json.loads(ev.read_text())["metrics"].items()}
+            compared = gap_comparison(column, metrics, Path(quick_cells))
+            if compared:
+                entry["gap_vs_quick"] = compared
             trained[column] = entry
         slow = [e["slowdown_together"] for e in trained.values() if "slowdown_together" in e]
         if slow:
@@ -237,6 +273,11 @@ def cmd_summary(args: argparse.Namespace) -> None:
               f"{t['throughput_gain']:.2f}× the throughput → {t['table_hours_one_gpu_together']:.1f} h on one GPU, "
               f"{t[f'table_hours_{GPUS}_gpus_together']:.1f} h on {GPUS}")
     for column, e in doc["trained"].items():
+        c = e.get("gap_vs_quick")
+        if c:
+            fmt = lambda xs: " / ".join("—" if x is None else f"{x:.4f}" for x in xs)  # noqa: E731
+            print(f"training Bayes gap at steps {c['steps']}: paper {column} {fmt(c['paper'])}, "
+                  f"quick {c['quick_cell']} {fmt(c['quick_mean'])} (mean of {len(c['quick_seeds'])} seeds)")
         last = e["eval"][-1] if e["eval"] else None
         print(f"trained {column}: {e['steps_done']}/{e['recipe_steps']} steps in {e['train_s']:.0f} s "
               f"({e['ms_per_step_together']:.1f} ms/step beside the others; whole recipe {e['projected_cell_h_together']:.2f} h)"
