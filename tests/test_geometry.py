@@ -135,11 +135,14 @@ def test_bypassing_an_inert_layer_changes_nothing() -> None:
 class Encoder(WindTunnelModel):
     """One identity block whose residual stream is ``[posterior, entropy] @ A + noise``."""
 
-    def __init__(self, task: tasks.Task, d: int = 12, noise: float = 1e-4, only_entropy: bool = False):
+    def __init__(self, task: tasks.Task, d: int = 12, noise: float = 1e-4, only_entropy: bool = False,
+                 token_imprint: float = 0.0):
         super().__init__(ModelConfig(arch="encoder", vocab_size=task.vocab_size, n_classes=task.n_classes))
-        self.task, self.noise, self.only_entropy = task, noise, only_entropy
+        self.task, self.noise, self.only_entropy, self.token_imprint = task, noise, only_entropy, token_imprint
         g = torch.Generator().manual_seed(0)
         self.A = torch.randn(task.n_classes + 1, d, generator=g, dtype=torch.float64)
+        # the current token's own direction in the stream (``token_imprint`` × a random vector per token)
+        self.E = torch.randn(task.vocab_size, d, generator=g)
         self.blocks = nn.ModuleList([_Identity()])
         self.hook_final = HookPoint()
         self.head = nn.Linear(d, task.n_classes)
@@ -149,7 +152,7 @@ class Encoder(WindTunnelModel):
         post = self.task.posterior(tokens)
         ent = tasks.entropy_bits(post)[..., None]
         code = torch.cat([torch.zeros_like(post) if self.only_entropy else post, ent], -1)
-        x = (code @ self.A).float()
+        x = (code @ self.A).float() + self.token_imprint * self.E[tokens]
         x = x + self.noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(int(tokens.sum())))
         x = self.hook_final(self.blocks[0](x))
         return self.head(x)
@@ -173,6 +176,21 @@ def test_probe_recovers_a_linearly_encoded_posterior() -> None:
     # k-means on a state that is a linear image of the posterior: clusters agree with the exact posteriors'
     c = r["clusters"]
     assert c["k"] == 3 and abs(c["null"]["ari_permuted_labels"]) < 0.05
+
+
+def test_clusters_of_states_dominated_by_the_current_token() -> None:
+    """A state that carries the posterior under a large imprint of the token just read clusters by token: the
+    raw clusters match the current observation (ARI 1), not the state; with each token's mean removed, the
+    imprint is gone and the clusters are exactly those of the same state without it.  Without the imprint the
+    token does not explain the clusters, which follow the state."""
+    task = tasks.make("hmm", S=3, O=3, K=8)
+    c = jsonable(G.probes(Encoder(task, token_imprint=50.0), task, n=200))["clusters"]
+    plain = jsonable(G.probes(Encoder(task), task, n=200))["clusters"]
+    assert c["ari_current_token"] == pytest.approx(1.0)
+    assert c["ari"] < 0.05 < 0.2 < plain["ari"]
+    assert c["ari_token_removed"] == pytest.approx(plain["ari_token_removed"])
+    assert c["ari_token_removed"] > 0.2
+    assert plain["ari_current_token"] < 0.05
 
 
 def test_manifold_of_a_one_dimensional_entropy_code() -> None:

@@ -50,6 +50,16 @@ def cluster_states(X: torch.Tensor, labels: torch.Tensor, k: int, seed: int = 0)
             "inertia": inertia, "labels": got}
 
 
+def _minus_token_means(X: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    r"""``X`` with each row's token-class mean removed: :math:`x_i - \bar x_{\text{token}(i)}` (what is left of
+    a state once the imprint of the token it has just read is taken out)."""
+    out = X.clone()
+    for t in token.unique():
+        sel = token == t
+        out[sel] -= X[sel].mean(0)
+    return out
+
+
 def _layer_names(model: torch.nn.Module) -> list[str]:
     return [f"blocks.{l}.hook_resid_post" for l in range(n_layers(model))]
 
@@ -111,7 +121,11 @@ def probes(
     k-means (``k = S``, k-means++, 4 restarts) of the final normed states (``hook_final``, what the
     output head reads) at the observation positions against the posterior's argmax state, scored by
     the adjusted Rand index; nulls: permuted labels, the untrained model, and k-means of the exact
-    posterior vectors themselves (how clustered the targets already are).  ``entropy_within_cluster_std``
+    posterior vectors themselves (how clustered the targets already are).  The competing explanation is
+    scored beside it: the ARI of the same clusters against the token just read (``ari_current_token``: a
+    state dominated by its input clusters by observation, whatever it knows of the hidden state), and the
+    ARI of k-means run again after each token's mean state is removed (``ari_token_removed``, with its
+    untrained null).  ``entropy_within_cluster_std``
     vs ``entropy_std``: entropy still varies inside each cluster (the papers' observation).
     """
     if not has_layer_hooks(model, "hook_resid_post"):
@@ -168,8 +182,13 @@ def probes(
         k = C
         labels = P.argmax(-1)
         X = sc.acts["hook_final"]
+        token = ep.tokens[sc.seq, sc.pos]  # the observation each state has just read
         cl = cluster_states(X, labels, k, seed=0)
         got = cl.pop("labels")
+        # the competing explanation: a state is dominated by the token it has just read, so k clusters can be
+        # the k observations rather than the k states; scored against the current token, and the clusters
+        # found again once each token's mean state is removed
+        token_removed = cluster_states(_minus_token_means(X, token), labels, k, seed=0)
         within = [float(H[got == j].std()) for j in range(k) if int((got == j).sum()) > 1]
         post_cl = cluster_states(P, labels, k, seed=0)
         post_cl.pop("labels")
@@ -181,6 +200,8 @@ def probes(
                 "ari_permuted_labels": cl["ari_permuted_labels"],
                 "ari_kmeans_on_exact_posteriors": post_cl["ari"],
             },
+            "ari_current_token": adjusted_rand_index(got, token),
+            "ari_token_removed": token_removed["ari"],
             "entropy_std": float(H.std()),
             "entropy_within_cluster_std": sum(within) / len(within) if within else None,
             "cluster_sizes": [int((got == j).sum()) for j in range(k)],
@@ -188,10 +209,15 @@ def probes(
         if usc is not None:
             ucl = cluster_states(usc.acts["hook_final"], labels, k, seed=0)
             res["null"]["ari_untrained"] = ucl["ari"]
+            res["null"]["ari_token_removed_untrained"] = cluster_states(
+                _minus_token_means(usc.acts["hook_final"], token), labels, k, seed=0)["ari"]
         out["clusters"] = res
         summary["cluster_ari"] = cl["ari"]
         summary["cluster_ari_untrained"] = res["null"].get("ari_untrained")
         summary["cluster_ari_exact_posteriors"] = post_cl["ari"]
+        summary["cluster_ari_current_token"] = res["ari_current_token"]
+        summary["cluster_ari_token_removed"] = res["ari_token_removed"]
+        summary["cluster_ari_token_removed_untrained"] = res["null"].get("ari_token_removed_untrained")
     out["summary"] = summary
     return clean(out)
 
