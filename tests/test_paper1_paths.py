@@ -192,3 +192,16 @@ def test_em_reading_responsibility_is_the_attention_on_the_posteriors_support() 
     acc = torch.tensor(r["prototype_accuracy"])
     assert ((acc >= 0) & (acc <= 1)).all() and r["summary"]["chance"] == pytest.approx(1 / 5)
     assert not em_reading(model, tasks.make("bijection", V=5, L=5), episodes=tasks.make("bijection", V=5, L=5).sample(4, 0))["applicable"]
+
+
+def test_scale_target_is_the_authors_hmm_regime_at_paper_size() -> None:
+    """``reproduce scale --preset paper``: the HMM cell at the papers' size trained as the authors' recipe trains
+    (7,813 steps of batch 64 over one fixed set of 10,000 episodes), three seeds, analysed."""
+    from windtunnel import reproduce
+
+    jobs = reproduce.plan("scale", "paper")
+    assert [j.cell.folder for j in jobs] == [f"hmm_fixed-transformer-s{s}" for s in reproduce.SEEDS]
+    assert all(j.analyze for j in jobs)
+    cfg = jobs[0].cell.config()
+    assert (cfg["steps"], cfg["batch_size"], cfg["train_set"], cfg["params"]) == (7813, 64, 10_000, 2_680_000)
+    assert cfg["model"]["n_layers"] == 9 and cfg["model"]["pos"] == "learned"

@@ -35,7 +35,7 @@ from .checkpoint import copy_atomic
 from .errors import InvalidValue
 from .runs import RunDir
 
-TARGETS = ("paper1", "paper2", "paper3", "beyond", "all")
+TARGETS = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
 GEOMETRY = "geometry.json"
 SEEDS = (0, 1, 2)
@@ -64,7 +64,8 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     manifold); HMM for the transformer (head ablation), Mamba and the LSTM (clusters, entropy R²,
     PC1 share).  Paper II adds the three primitives with uniform attention (which of them need
     routing); Paper III adds the main job with grouped-query attention (focusing, MHA vs GQA); ``beyond``
-    holds the tests beyond the papers (belief-state geometry on Mess3, for each architecture).
+    holds the tests beyond the papers (belief-state geometry on Mess3, for each architecture); ``scale`` the
+    cell that asks the HMM question at the papers' size (:data:`SCALE_CELLS`, meant for ``--preset paper``).
     """
     if target not in TARGETS:
         raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
@@ -75,8 +76,8 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
-             "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
-    analysed = GEOMETRY_CELLS + V20_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS
+             "scale": SCALE_CELLS, "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
+    analysed = GEOMETRY_CELLS + V20_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS + SCALE_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in dict.fromkeys(cells[target]) for seed in SEEDS]  # a cell two groups share, once
 
@@ -136,6 +137,13 @@ HMM_DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", 
 """The diversity sweep on HMM filtering: the HMM column trained on a finite pool of HMMs, for each pool size and
 architecture, trained and evaluated (on the pool's HMMs and on fresh ones); the ``hmm`` column is the infinite
 pool (its cells are Paper I's, analysed)."""
+
+SCALE_CELLS = (("hmm_fixed", "transformer"),)
+"""The scale question in the cell that fits a GPU lease: HMM filtering in the authors' own regime (``hmm_fixed``;
+under ``--preset paper`` the 2.68M, 9-layer transformer trained 7,813 steps of batch 64 over one fixed set of
+10,000 episodes, as their released recipe trains), evaluated at K = 20 / 30 / 50 and analysed —
+``windtunnel reproduce scale --preset paper``: about 18 ms a step on one H200, hours a seed on one CPU core,
+resumable either way."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
 """Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
