@@ -205,3 +205,15 @@ def test_scale_target_is_the_authors_hmm_regime_at_paper_size() -> None:
     cfg = jobs[0].cell.config()
     assert (cfg["steps"], cfg["batch_size"], cfg["train_set"], cfg["params"]) == (7813, 64, 10_000, 2_680_000)
     assert cfg["model"]["n_layers"] == 9 and cfg["model"]["pos"] == "learned"
+
+
+def test_reproduce_hands_out_the_longest_cells_first_to_several_workers(tmp_path) -> None:
+    """One worker: cheapest first (a stopped run has the most cells); several: longest first, so no core is
+    left alone on a long cell at the end."""
+    from windtunnel import reproduce
+
+    jobs = reproduce.plan("paper1")
+    cost = [reproduce._cost(j, tmp_path) for j in reproduce.schedule(jobs, tmp_path, workers=1)]
+    assert cost == sorted(cost) and cost[0] < cost[-1]
+    cost = [reproduce._cost(j, tmp_path) for j in reproduce.schedule(jobs, tmp_path, workers=2)]
+    assert cost == sorted(cost, reverse=True)

@@ -255,8 +255,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
 
     results = Path(results)
     jobs = plan(target, preset)
-    todo = [j for j in jobs if missing(j, results)]
-    todo.sort(key=lambda j: _cost(j, results))
+    todo = schedule([j for j in jobs if missing(j, results)], results, workers=1)
     summary: dict[str, Any] = {"target": target, "preset": preset, "cells": len(jobs), "missing": len(todo),
                                "done": [], "wall_s": 0.0, "external": external(target, preset, results)}
     if dry_run or not todo:
@@ -267,6 +266,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     workers = workers or min(n_gpu * grid.CELLS_PER_GPU or cores, len(todo))
     threads = 1 if n_gpu else threads or max(1, cores // workers)
     summary.update(workers=workers, threads=threads)
+    todo = schedule(todo, results, workers)
     payload = []
     for i, j in enumerate(todo):
         payload.append({
@@ -297,9 +297,17 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     return summary
 
 
+def schedule(todo: list[Job], results: Path, workers: int) -> list[Job]:
+    """The order the cells are handed out.  One worker takes the cheapest first, so a stopped reproduction has
+    the most cells done; several take the longest first (longest processing time first, handed out in that
+    order as workers come free), so the cells left at the end are short ones and no core waits alone on a
+    long cell while the others idle."""
+    return sorted(todo, key=lambda j: _cost(j, results), reverse=workers > 1)
+
+
 def _cost(job: Job, results: Path) -> float:
     """Tokens the cell still has to train on, weighted by its architecture's step cost (a trained cell costs
-    nothing): the work goes cheap cells first, so a stopped reproduction has the most cells done."""
+    nothing): what :func:`schedule` orders the cells by."""
     from . import tasks
 
     cfg = job.cell.config()
