@@ -168,3 +168,21 @@ def test_alibi_adds_the_distance_penalty_and_both_attention_paths_agree() -> Non
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     assert torch.allclose(diff[..., causal], attn.alibi_bias(T, torch.device("cpu"), torch.float64)[None][..., causal]
                           .expand_as(diff[..., causal]))
+
+
+def test_em_runs_are_the_same_runs_on_any_device(tmp_path) -> None:
+    """The device is where an arm trains, not what it is: a finished run is kept when the sweep is asked again
+    on another device, each run records the device it used, and em.json's setup leaves it out."""
+    import json
+
+    from windtunnel.routing.em import EMSetup, run_em
+
+    setup = EMSetup(steps=3, seeds=(42,), arms=("sgd",), length=64, eval_every=1)
+    run_em(setup, tmp_path, progress=False)
+    log = (tmp_path / "runs.jsonl").read_text()
+    assert json.loads(log)["device"] == "cpu"
+    run_em(EMSetup(steps=3, seeds=(42,), arms=("sgd",), length=64, eval_every=1, device="auto"), tmp_path, progress=False)
+    assert (tmp_path / "runs.jsonl").read_text() == log
+    assert "device" not in json.loads((tmp_path / "em.json").read_text())["setup"]
+    with pytest.raises(InvalidValue, match="device"):
+        EMSetup(device="tpu").validate()

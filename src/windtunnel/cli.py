@@ -462,6 +462,8 @@ def cmd_routing_em(args: argparse.Namespace, extra: list[str]) -> int:
         fields["steps"] = args.steps
     if args.arms:
         fields["arms"] = tuple(args.arms)
+    if args.device is not None:
+        fields["device"] = args.device
     if args.authors_model:
         setup, default_out = EMSetup.authors_deep(**fields), "results/routing/deep-authors"
     elif args.deep:
@@ -824,6 +826,8 @@ def make_parser() -> argparse.ArgumentParser:
     em.add_argument("--authors-model", dest="authors_model", action="store_true",
                     help="with --deep: as the papers' code builds it — LayerNorm, dropout 0.1, no positions, gradient "
                          "clip 1.0, the AdamW arm only (≈3 h a seed on one CPU core: a GPU job)")
+    em.add_argument("--device", choices=["cpu", "cuda", "auto"],
+                    help="where the arms train (default cpu; auto: a GPU where there is one)")
     em.add_argument("--force", action="store_true", help="replace a finished em.json in the output folder")
     em.set_defaults(func=cmd_routing_em)
     ts = ro_sub.add_parser("timescales", help="frame before precision: when attention settles against when the "

@@ -101,6 +101,9 @@ class EMSetup:
     pos: str = "rotary"
     #: clip the gradient to this global norm before the update (``None``: no clipping)
     clip: float | None = None
+    #: where the arms train (``cpu``, ``cuda``, ``auto``); not part of the experiment: a run is the same run
+    #: on any device (to float rounding and the dropout masks' stream), so finished runs are kept across devices
+    device: str = "cpu"
 
     @classmethod
     def deep(cls, **changes: Any) -> "EMSetup":
@@ -143,6 +146,10 @@ class EMSetup:
         if self.clip is not None and (not isinstance(self.clip, (int, float)) or not math.isfinite(self.clip)
                                       or self.clip <= 0):
             raise InvalidValue(f"invalid clip: must be a positive number or null, got {self.clip!r}")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise InvalidValue(f"invalid device: choose from cpu, cuda, auto, got {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise InvalidValue("invalid device: cuda asked for, but this machine has no CUDA GPU")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown or "sgd" not in self.arms:
             raise InvalidValue(f"invalid arms: choose from {', '.join(ARMS)} (sgd included, it sets the threshold)")
@@ -225,11 +232,14 @@ class _Adam:
 def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
     """Train one arm on one seed; returns the training-gap curve (every step), the held-out curve,
     the update norms and the final entropies (model vs exact predictive, held-out, bits)."""
+    from ..optim import pick_device
+
+    device = pick_device(setup.device)
     task = setup.task()
-    train_ep = task.sample(1, seed=seed)
-    held_ep = task.sample(1, seed=seed + HELD_OUT)
+    train_ep = task.sample(1, seed=seed).to(device)
+    held_ep = task.sample(1, seed=seed + HELD_OUT).to(device)
     torch.manual_seed(seed)
-    model = build_model(task, setup)
+    model = build_model(task, setup).to(device)  # initialised on the CPU: the same weights on every device
     entries = value_masks(model)
     params = [p for p, _ in entries]
     adam = _Adam(params) if setup.model == "deep" else None
@@ -282,7 +292,7 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
         "final_gap": gap[-1], "final_held_out_gap": held[-1],
         "final_entropy_bits": float(entropy_bits(q).mean()),
         "exact_entropy_bits": float(entropy_bits(held_ep.posterior[held_ep.mask].double()).mean()),
-        "seconds": time.perf_counter() - t0,
+        "seconds": time.perf_counter() - t0, "device": str(device),
     }
 
 
@@ -456,9 +466,9 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
         raise InvalidValue(f"invalid out: {out} is a file")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runs.jsonl"
-    key = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "arms")}
+    key = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "arms", "device")}
     # a record written before a field existed ran at that field's default
-    defaults = json_safe({k: v for k, v in asdict(EMSetup()).items() if k not in ("seeds", "arms")})
+    defaults = json_safe({k: v for k, v in asdict(EMSetup()).items() if k not in ("seeds", "arms", "device")})
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if log.is_file():
         for r in read_jsonl(log):
@@ -479,7 +489,8 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
     runs = [done[(a, s)] for s in setup.seeds for a in setup.arms]
     summary = summarise(runs, setup)
     wall = sum(r["seconds"] for r in runs)
-    write_text_atomic(out / "em.json", json.dumps(json_safe({"setup": asdict(setup), "summary": summary,
+    recorded = {k: v for k, v in asdict(setup).items() if k != "device"}  # each run records its own device
+    write_text_atomic(out / "em.json", json.dumps(json_safe({"setup": recorded, "summary": summary,
                                                              "train_s": wall}), indent=1))
     figure(runs, setup, summary, out / "em.png")
     md = out / "em.md"
