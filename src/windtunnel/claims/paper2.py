@@ -130,7 +130,8 @@ def _c7(ev: Evidence) -> Verdict:
     if authors is None:
         return Verdict(DISAGREE, m, "the network memorises its one training sequence; the control, the authors' model "
                        f"(LayerNorm, dropout, no positions, clipping; {DEEP_AUTHORS}), is not measured yet: its "
-                       "attention dropout on a 2000-token batch costs ≈3 h a seed on one CPU core, a GPU run: `windtunnel routing em --deep --authors-model --device cuda`")
+                       "attention dropout on a 2000-token batch costs ≈3 h a seed on one CPU core, a GPU run: "
+                       "`windtunnel routing em --deep --authors-model --device cuda`")
     a = authors["summary"]["arms"]["sgd"]
     held, best = a["final_held_out_gap"], a["best_held_out_gap"]["mean"]
     said = (f"the authors' model ends {held['mean']:.3f} [{held['ci95'][0]:.3f}, {held['ci95'][1]:.3f}] bits from the "
