@@ -200,11 +200,14 @@ def test_scale_target_is_the_authors_hmm_regime_at_paper_size() -> None:
     from windtunnel import reproduce
 
     jobs = reproduce.plan("scale", "paper")
-    assert [j.cell.folder for j in jobs] == [f"hmm_fixed-transformer-s{s}" for s in reproduce.SEEDS]
+    assert [j.cell.folder for j in jobs] == [f"{c}-transformer-s{s}" for c in ("hmm_fixed", "hmm_fixed_rotary")
+                                             for s in reproduce.SEEDS]
     assert all(j.analyze for j in jobs)
-    cfg = jobs[0].cell.config()
-    assert (cfg["steps"], cfg["batch_size"], cfg["train_set"], cfg["params"]) == (7813, 64, 10_000, 2_680_000)
-    assert cfg["model"]["n_layers"] == 9 and cfg["model"]["pos"] == "learned"
+    learned, rotary = jobs[0].cell.config(), jobs[3].cell.config()
+    assert (learned["steps"], learned["batch_size"], learned["train_set"], learned["params"]) == (7813, 64, 10_000, 2_680_000)
+    assert learned["model"]["n_layers"] == 9 and learned["model"]["pos"] == "learned"
+    assert rotary["model"]["pos"] == "rotary"
+    assert {k: v for k, v in rotary.items() if k != "model"} == {k: v for k, v in learned.items() if k != "model"}
 
 
 def test_reproduce_hands_out_the_longest_cells_first_to_several_workers(tmp_path) -> None:

@@ -156,6 +156,13 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("hmm_fixed", "hmm", {"K": 20}, {"K": 20}, replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps, train_set=10_000),
          replace(_PAPER_HMM, steps=7_813, train_set=10_000), metric="kl", lengths=(20, 30, 50),
          model={"transformer": _HMM_TRANSFORMER}),
+    # length generalisation in the authors' regime with rotary positions (no position has an untrained
+    # embedding): ``hmm_fixed`` with the transformer's encoding switched; at the paper preset, beside
+    # ``hmm_fixed``, the question at the papers' size (``windtunnel reproduce scale --preset paper``)
+    _exp("hmm_fixed_rotary", "hmm", {"K": 20}, {"K": 20},
+         replace(_QUICK_SHORT, steps=4 * _QUICK_SHORT.steps, train_set=10_000),
+         replace(_PAPER_HMM, steps=7_813, train_set=10_000), metric="kl", lengths=(20, 30, 50),
+         model={"transformer": {"pos": "rotary"}}),
     # the mechanism of the length-generalisation error: the HMM column trained at K=50 (every position
     # evaluated is a trained one), same steps; its per-position KL across step 20 is the jump without
     # untrained positions
