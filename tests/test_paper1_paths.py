@@ -194,19 +194,23 @@ def test_em_reading_responsibility_is_the_attention_on_the_posteriors_support() 
     assert not em_reading(model, tasks.make("bijection", V=5, L=5), episodes=tasks.make("bijection", V=5, L=5).sample(4, 0))["applicable"]
 
 
-def test_scale_target_is_the_authors_hmm_regime_at_paper_size() -> None:
+def test_scale_target_is_the_authors_hmm_regime_at_paper_size(tmp_path) -> None:
     """``reproduce scale --preset paper``: the HMM cell at the papers' size trained as the authors' recipe trains
     (7,813 steps of batch 64 over one fixed set of 10,000 episodes), three seeds, analysed."""
     from windtunnel import reproduce
 
     jobs = reproduce.plan("scale", "paper")
-    assert [j.cell.folder for j in jobs] == [f"{c}-transformer-s{s}" for c in ("hmm_fixed", "hmm_fixed_rotary")
-                                             for s in reproduce.SEEDS]
+    assert [j.cell.folder for j in jobs] == [f"{c}-transformer-s{s}" for c in ("hmm_fixed", "hmm_fixed_rotary",
+                                                                                 "hmm_fixed_gqa") for s in reproduce.SEEDS]
     assert all(j.analyze for j in jobs)
     learned, rotary = jobs[0].cell.config(), jobs[3].cell.config()
     assert (learned["steps"], learned["batch_size"], learned["train_set"], learned["params"]) == (7813, 64, 10_000, 2_680_000)
     assert learned["model"]["n_layers"] == 9 and learned["model"]["pos"] == "learned"
     assert rotary["model"]["pos"] == "rotary"
+    gqa = jobs[6].cell.config()
+    assert gqa["model"]["n_kv_heads"] == 1 and gqa["model"]["pos"] == "learned"
+    # the order the cells are handed out keeps the plan's where costs tie: a short lease has hmm_fixed first
+    assert [j.cell.column for j in reproduce.schedule(jobs, tmp_path, workers=3)][:3] == ["hmm_fixed"] * 3
     assert {k: v for k, v in rotary.items() if k != "model"} == {k: v for k, v in learned.items() if k != "model"}
 
 

@@ -141,12 +141,14 @@ HMM_DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", 
 architecture, trained and evaluated (on the pool's HMMs and on fresh ones); the ``hmm`` column is the infinite
 pool (its cells are Paper I's, analysed)."""
 
-SCALE_CELLS = (("hmm_fixed", "transformer"), ("hmm_fixed_rotary", "transformer"))
+SCALE_CELLS = (("hmm_fixed", "transformer"), ("hmm_fixed_rotary", "transformer"), ("hmm_fixed_gqa", "transformer"))
 """The scale question in cells that fit a GPU lease: HMM filtering in the authors' own regime (``hmm_fixed``;
 under ``--preset paper`` the 2.68M, 9-layer transformer trained 7,813 steps of batch 64 over one fixed set of
 10,000 episodes, as their released recipe trains), evaluated at K = 20 / 30 / 50 and analysed; beside it the
 same cell with rotary positions (``hmm_fixed_rotary``), whose positions beyond the trained length are no
-different from the trained ones — length generalisation at the papers' size.  ``windtunnel reproduce scale
+different from the trained ones — length generalisation at the papers' size; and with one key/value head shared
+by all query heads (``hmm_fixed_gqa``) — Paper III's MHA-vs-GQA focusing contrast on a task the model has
+learned (worked in this order, so a lease that ends early has the first ones).  ``windtunnel reproduce scale
 --preset paper``: about 18 ms a step on one H200, hours a seed on one CPU core, resumable either way."""
 
 EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
