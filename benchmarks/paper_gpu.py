@@ -83,15 +83,18 @@ def timed_training(fields: dict[str, Any], steps: int, device: str) -> tuple[flo
     return sec, timed, wall
 
 
-def measure_cell(column: str, arch: str, steps: int, device: str) -> dict[str, Any]:
-    """One paper cell trained ``steps`` steps; its speed."""
+def measure_cell(column: str, arch: str, steps: int, device: str, scan_method: str | None = None) -> dict[str, Any]:
+    """One paper cell trained ``steps`` steps; its speed (Mamba: with its scan walked by ``scan_method``)."""
     fields = grid.preset("paper", column, arch)
+    if scan_method is not None:
+        fields["model"] = {**fields["model"], "scan_method": scan_method}
     sec, timed, wall = timed_training(fields, steps, device)
     n_params, run_flops = cell_flops("paper", column, arch)
     step_flops = run_flops / fields["steps"]
     T = tasks.make(fields["task"], **fields["task_params"]).seq_len
     tokens = fields["batch_size"] * T
-    return {"kind": "cell", "column": column, "arch": arch, "params": n_params, "steps": fields["steps"],
+    return {"kind": "cell", "column": column, "arch": arch, **({"scan_method": scan_method} if scan_method else {}),
+            "params": n_params, "steps": fields["steps"],
             "batch": fields["batch_size"], "seq_len": T, "timed_steps": timed, "ms_per_step": 1000 * sec,
             "tokens_per_s": tokens / sec, "model_tflops": step_flops / sec / 1e12, "wall_s": wall,
             "projected_cell_h": fields["steps"] * sec / 3600}
@@ -122,6 +125,14 @@ def cmd_measure(args: argparse.Namespace) -> None:
             if "model_tflops" in row:
                 row["mfu_bf16"] = row["model_tflops"] * 1e12 / peak["bf16"]
             _append(args.jsonl, row)
+            for method in args.mamba_scans if arch == "mamba" else ():  # the scan's other walks, beside the default
+                try:
+                    row = measure_cell(column, arch, args.steps, device, scan_method=method)
+                    row["mfu_bf16"] = row["model_tflops"] * 1e12 / peak["bf16"]
+                except Exception as e:
+                    row = {"kind": "cell", "column": column, "arch": arch, "scan_method": method,
+                           "error": f"{type(e).__name__}: {e}"}
+                _append(args.jsonl, row)
 
 
 def cmd_cells(args: argparse.Namespace) -> None:
@@ -195,7 +206,8 @@ def _lpt(hours: list[float], machines: int) -> float:
 def summarise(jsonl: str, cells: str | None, quick_cells: str = "results/quick/cells") -> dict[str, Any]:
     rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
     machine = next(r for r in rows if r["kind"] == "machine")
-    cell_rows = [r for r in rows if r["kind"] == "cell" and "ms_per_step" in r]
+    cell_rows = [r for r in rows if r["kind"] == "cell" and "ms_per_step" in r and "scan_method" not in r]
+    scans = [r for r in rows if r["kind"] == "cell" and "ms_per_step" in r and "scan_method" in r]
     failed = [r for r in rows if r["kind"] == "cell" and "error" in r]
     hours = [r["projected_cell_h"] for r in cell_rows for _ in range(SEEDS)]
     authors = next((r for r in rows if r["kind"] == "authors"), None)
@@ -204,6 +216,7 @@ def summarise(jsonl: str, cells: str | None, quick_cells: str = "results/quick/c
     mfu = [r["mfu_bf16"] for r in cell_rows]
     doc: dict[str, Any] = {
         "machine": machine, "authors": authors, "cells": {f"{r['column']}-{r['arch']}": r for r in cell_rows},
+        "mamba_scans": {f"{r['column']}-{r['scan_method']}": r for r in scans},
         "failed": failed, "seeds": SEEDS, "mfu_min_pct": 100 * min(mfu) if mfu else None, "mfu_max_pct": 100 * max(mfu) if mfu else None,
         "table_hours_one_gpu_serial": sum(hours),
         f"table_hours_{GPUS}_gpus": _lpt(hours, GPUS),
@@ -257,6 +270,9 @@ def cmd_summary(args: argparse.Namespace) -> None:
     for r in doc["cells"].values():
         print(f"{r['column'] + '/' + r['arch']:32s} {r['params']:9d} {r['ms_per_step']:8.1f} {r['tokens_per_s']:10.0f} "
               f"{100 * r.get('mfu_bf16', 0):5.2f}% {r['projected_cell_h']:7.2f}")
+    for key, r in doc["mamba_scans"].items():
+        print(f"{'mamba ' + key:32s} {r['params']:9d} {r['ms_per_step']:8.1f} {r['tokens_per_s']:10.0f} "
+              f"{100 * r.get('mfu_bf16', 0):5.2f}% {r['projected_cell_h']:7.2f}")
     for r in doc["failed"]:
         print(f"{r['column'] + '/' + r['arch']:32s} failed: {r['error']}")
     if not doc["cells"]:
@@ -292,6 +308,8 @@ def main() -> None:
     me.add_argument("--columns", nargs="+", default=list(grid.TABLE_COLUMNS))
     me.add_argument("--archs", nargs="+", default=list(grid.TABLE_ARCHS))
     me.add_argument("--jsonl", default="benchmarks/results/paper_gpu.jsonl")
+    me.add_argument("--mamba-scans", dest="mamba_scans", nargs="*", default=[], choices=["loop", "doubling"],
+                    help="also time Mamba with its scan walked this way (the default on a GPU is loop)")
     ce = sub.add_parser("cells")
     ce.add_argument("--minutes", type=float, required=True)
     ce.add_argument("--columns", nargs="+", default=["bijection", "hmm"])
