@@ -3,6 +3,8 @@
     python benchmarks/recipe_sweep.py --task recall --arch transformer --grid shapes [--jobs 2]
     python benchmarks/recipe_sweep.py --task bijection_replacement --arch transformer mamba --grid curriculum
     python benchmarks/recipe_sweep.py --task bijection_replacement --grid block --steps 4000 --seeds 0 1 2
+    python benchmarks/recipe_sweep.py --task recall_p16 --grid store --steps 8000 --jobs 1 \
+        --log benchmarks/results/recipe_sweep_recall.jsonl
 
 Every candidate is an ordinary run (``windtunnel.train``) at 200k parameters (capacity-matched),
 one CPU thread per job, evaluated with ``windtunnel.evaluate`` on 1000 fresh episodes; each
@@ -14,6 +16,8 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
 * ``shapes``: layers × heads ∈ {(2,2), (2,4), (4,2), (4,4)} at LR 2e-3 and 1e-3;
 * ``curriculum``: the 2-layer shape with no curriculum, and with the first third of training on
   episodes whose keys come from a pool of 3 (``bijection`` ``key_pool``), at LR 2e-3 and 1e-3;
+* ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — the first
+  third of training on episodes holding half the pairs (the same key and value vocabularies);
 * ``block``: the quick preset's own recipe (its shape, LR and curriculum) with the transformer's
   MLP as the papers' GELU block and as the gated SwiGLU block of Llama-family models
   (``mlp="swiglu"``), capacity-matched alike — the one change that separates our transformer from
@@ -38,6 +42,9 @@ def candidates(grid: str, task: str, arch: str, steps: int,
 
     base = experiment_grid.preset("quick", task, arch)
     base.update(steps=steps, eval_every=steps, ckpt_every=max(500, steps // 4), progress=False)
+    if grid == "store":  # recall: the recipe as it is, and behind a store curriculum (half the pairs first)
+        pairs = base["task_params"]["pairs"]
+        return [dict(base), dict(base, curriculum=[{"until": steps // 3, "task_params": {"pairs": max(1, pairs // 2)}}])]
     if grid == "block":
         chosen = list(blocks) if arch == "transformer" else [None]
         return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in chosen]
@@ -77,7 +84,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
     ap.add_argument("--arch", nargs="+", default=["transformer"])
-    ap.add_argument("--grid", choices=["shapes", "curriculum", "block"], default="shapes")
+    ap.add_argument("--grid", choices=["shapes", "curriculum", "block", "store"], default="shapes")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--blocks", nargs="+", choices=["swiglu", "gelu"], default=["swiglu", "gelu"],
