@@ -119,8 +119,10 @@ orthogonality (B1) at the papers' head width."""
 LADDER_PAIRS = grid.RECALL_PAIRS[:1]
 """The store sizes of the binding ladder ``reproduce`` trains: 16 pairs only for now.  At the ladder's recipe
 (the recall column's, steps grown with the store) the transformer itself stays near chance at 16 pairs
-(``recall_p16-transformer-s0``: 6% after 4000 steps, its KL on a plateau from step 2000), so the larger stores
-would only record every architecture failing; they wait for a recipe under which the transformer binds at 16."""
+(6% on three seeds after 4000 steps, chance 1.6%, its KL on a plateau from step 2000), and twice the steps, with
+or without a store curriculum (half the pairs for the first third), leave it there too
+(``benchmarks/recipe_sweep.py --grid store``; ``benchmarks/results/recipe_sweep_recall.jsonl``); so the larger
+stores would only record every architecture failing, and wait for a recipe under which the transformer binds at 16."""
 BINDING_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
                       for column in ("recall", *(f"recall_p{pairs}" for pairs in LADDER_PAIRS)))
 """Binding vs size: recall for the transformer, Mamba and the LSTM as the store grows from the column's 8 pairs
