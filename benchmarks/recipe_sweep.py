@@ -37,13 +37,16 @@ from common import run_logged, train_and_evaluate
 
 
 def candidates(grid: str, task: str, arch: str, steps: int,
-               blocks: tuple[str, ...] = ("swiglu", "gelu")) -> list[dict[str, Any]]:
+               blocks: tuple[str, ...] = ("swiglu", "gelu"), task_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     from windtunnel import grid as experiment_grid  # not `grid`: that name is the sweep's grid
 
     base = experiment_grid.preset("quick", task, arch)
+    base["task_params"] = {**base["task_params"], **(task_params or {})}
     base.update(steps=steps, eval_every=steps, ckpt_every=max(500, steps // 4), progress=False)
     if grid == "store":  # recall: the recipe as it is, and behind a store curriculum (half the pairs first)
-        pairs = base["task_params"]["pairs"]
+        from windtunnel import tasks
+
+        pairs = tasks.make(base["task"], **base["task_params"]).params()["pairs"]
         return [dict(base), dict(base, curriculum=[{"until": steps // 3, "task_params": {"pairs": max(1, pairs // 2)}}])]
     if grid == "block":
         chosen = list(blocks) if arch == "transformer" else [None]
@@ -73,7 +76,7 @@ def candidates(grid: str, task: str, arch: str, steps: int,
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     cfg, wall, model, m = train_and_evaluate(job["config"], job["run_dir"], n=1000)
     return {
-        "task": job["task"], "arch": cfg.arch, "model": cfg.model, "lr": cfg.lr, "steps": cfg.steps,
+        "task": job["task"], "task_params": job.get("task_params"), "arch": cfg.arch, "model": cfg.model, "lr": cfg.lr, "steps": cfg.steps,
         "batch": cfg.batch_size, "curriculum": cfg.curriculum, "wall_s": round(wall, 1),
         "accuracy": m.get("accuracy"), "kl": m.get("kl"), "entropy_mae_curve": m.get("entropy_mae_curve"),
         "params": model.n_params(), "seed": cfg.seed,
@@ -89,17 +92,21 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--blocks", nargs="+", choices=["swiglu", "gelu"], default=["swiglu", "gelu"],
                     help="block grid: the transformer MLPs to run")
+    ap.add_argument("--set", dest="task_params", nargs="+", default=[], metavar="NAME=INT",
+                    help="task parameters changed from the experiment's (e.g. n_keys=64): the task, not the recipe")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="runs/sweep")
     ap.add_argument("--log", default="benchmarks/results/recipe_sweep.jsonl")
     args = ap.parse_args()
+    task_params = {k: int(v) for k, v in (p.split("=", 1) for p in args.task_params)}
+    changed = "".join(f"-{k}{v}" for k, v in sorted(task_params.items()))
     jobs = []
     for arch in args.arch:
-        for i, cfg in enumerate(candidates(args.grid, args.task, arch, args.steps, tuple(args.blocks))):
+        for i, cfg in enumerate(candidates(args.grid, args.task, arch, args.steps, tuple(args.blocks), task_params)):
             tag = cfg["model"].get("mlp", i) if args.grid == "block" else i
             for seed in args.seeds:
-                name = f"{args.task}-{arch}-{args.grid}-{tag}-{args.steps}" + (f"-s{seed}" if seed else "")
-                jobs.append({"task": args.task, "config": dict(cfg, seed=seed),
+                name = f"{args.task}{changed}-{arch}-{args.grid}-{tag}-{args.steps}" + (f"-s{seed}" if seed else "")
+                jobs.append({"task": args.task, "task_params": cfg["task_params"], "config": dict(cfg, seed=seed),
                              "run_dir": str(Path(args.out) / name)})
     run_logged(run_one, jobs, args.jobs, args.log)
 
