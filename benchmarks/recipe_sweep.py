@@ -16,8 +16,9 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
 * ``shapes``: layers × heads ∈ {(2,2), (2,4), (4,2), (4,4)} at LR 2e-3 and 1e-3;
 * ``curriculum``: the 2-layer shape with no curriculum, and with the first third of training on
   episodes whose keys come from a pool of 3 (``bijection`` ``key_pool``), at LR 2e-3 and 1e-3;
-* ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — the first
-  third of training on episodes holding half the pairs (the same key and value vocabularies);
+* ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — over the first
+  third of training the episodes hold 4 pairs, then twice as many, and so on up to the task's own
+  (:func:`store_curriculum`; the same key and value vocabularies);
 * ``block``: the quick preset's own recipe (its shape, LR and curriculum) with the transformer's
   MLP as the papers' GELU block and as the gated SwiGLU block of Llama-family models
   (``mlp="swiglu"``), capacity-matched alike — the one change that separates our transformer from
@@ -36,6 +37,18 @@ from typing import Any
 from common import run_logged, train_and_evaluate
 
 
+def store_curriculum(pairs: int, steps: int, first: int = 4) -> list[dict[str, Any]]:
+    """The store grown to ``pairs`` over the first third of training: ``first`` pairs, then doubling, each
+    size for an equal share of that third (8 pairs: 4 for the first third; 16: 4, then 8; 64: 4, 8, 16, 32)."""
+    sizes = []
+    p = first
+    while p < pairs:
+        sizes.append(p)
+        p *= 2
+    share = steps // 3 // max(1, len(sizes))
+    return [{"until": share * (i + 1), "task_params": {"pairs": size}} for i, size in enumerate(sizes)]
+
+
 def candidates(grid: str, task: str, arch: str, steps: int,
                blocks: tuple[str, ...] = ("swiglu", "gelu"), task_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     from windtunnel import grid as experiment_grid  # not `grid`: that name is the sweep's grid
@@ -43,11 +56,11 @@ def candidates(grid: str, task: str, arch: str, steps: int,
     base = experiment_grid.preset("quick", task, arch)
     base["task_params"] = {**base["task_params"], **(task_params or {})}
     base.update(steps=steps, eval_every=steps, ckpt_every=max(500, steps // 4), progress=False)
-    if grid == "store":  # recall: the recipe as it is, and behind a store curriculum (half the pairs first)
+    if grid == "store":  # recall: the recipe as it is, and behind a store curriculum
         from windtunnel import tasks
 
         pairs = tasks.make(base["task"], **base["task_params"]).params()["pairs"]
-        return [dict(base), dict(base, curriculum=[{"until": steps // 3, "task_params": {"pairs": max(1, pairs // 2)}}])]
+        return [dict(base), dict(base, curriculum=store_curriculum(pairs, steps))]
     if grid == "block":
         chosen = list(blocks) if arch == "transformer" else [None]
         return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in chosen]
