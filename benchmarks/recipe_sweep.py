@@ -18,7 +18,7 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
   episodes whose keys come from a pool of 3 (``bijection`` ``key_pool``), at LR 2e-3 and 1e-3;
 * ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — over the first
   third of training the episodes hold 4 pairs, then twice as many, and so on up to the task's own
-  (:func:`store_curriculum`; the same key and value vocabularies);
+  (``windtunnel.grid.store_curriculum``; the same key and value vocabularies);
 * ``block``: the quick preset's own recipe (its shape, LR and curriculum) with the transformer's
   MLP as the papers' GELU block and as the gated SwiGLU block of Llama-family models
   (``mlp="swiglu"``), capacity-matched alike — the one change that separates our transformer from
@@ -37,18 +37,6 @@ from typing import Any
 from common import run_logged, train_and_evaluate
 
 
-def store_curriculum(pairs: int, steps: int, first: int = 4) -> list[dict[str, Any]]:
-    """The store grown to ``pairs`` over the first third of training: ``first`` pairs, then doubling, each
-    size for an equal share of that third (8 pairs: 4 for the first third; 16: 4, then 8; 64: 4, 8, 16, 32)."""
-    sizes = []
-    p = first
-    while p < pairs:
-        sizes.append(p)
-        p *= 2
-    share = steps // 3 // max(1, len(sizes))
-    return [{"until": share * (i + 1), "task_params": {"pairs": size}} for i, size in enumerate(sizes)]
-
-
 def candidates(grid: str, task: str, arch: str, steps: int,
                blocks: tuple[str, ...] = ("swiglu", "gelu"), task_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     from windtunnel import grid as experiment_grid  # not `grid`: that name is the sweep's grid
@@ -60,7 +48,7 @@ def candidates(grid: str, task: str, arch: str, steps: int,
         from windtunnel import tasks
 
         pairs = tasks.make(base["task"], **base["task_params"]).params()["pairs"]
-        return [dict(base), dict(base, curriculum=store_curriculum(pairs, steps))]
+        return [dict(base), dict(base, curriculum=experiment_grid.store_curriculum(pairs, steps))]
     if grid == "block":
         chosen = list(blocks) if arch == "transformer" else [None]
         return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in chosen]

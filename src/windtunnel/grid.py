@@ -107,6 +107,19 @@ def _exp(name: str, task: str, quick: dict[str, Any], paper: dict[str, Any], qui
     return Experiment(name, task, {"quick": quick, "paper": paper}, {"quick": quick_recipe, "paper": paper_recipe}, **kw)
 
 
+def store_curriculum(pairs: int, steps: int, first: int = 4) -> list[dict[str, Any]]:
+    """Recall's store grown to ``pairs`` over the first third of ``steps``: ``first`` pairs, then twice as many,
+    and so on, each size for an equal share of that third (16 pairs: 4, then 8; 64: 4, 8, 16, 32) — the
+    curriculum stages (``Recipe.curriculum``) that let binding form over a large key vocabulary."""
+    sizes = []
+    p = first
+    while p < pairs:
+        sizes.append(p)
+        p *= 2
+    share = steps // 3 // max(1, len(sizes))
+    return [{"until": share * (i + 1), "task_params": {"pairs": size}} for i, size in enumerate(sizes)]
+
+
 RECALL_PAIRS = (16, 32, 64)
 """The binding-vs-size ladder's store sizes beyond the recall column's 8 pairs (the papers' recall holds 64)."""
 
@@ -178,13 +191,18 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          model={"transformer": _HMM_TRANSFORMER}),
     _RECALL,
     # binding vs size: the recall column's recipe with the store grown towards the papers' 64 pairs over 256
-    # keys (pairs doubling, key and value vocabularies 4× the pairs), queries and filler as the column's, and
-    # the steps grown with the store (2000 × pairs / 8): in a trial at the column's own 2000 steps the
-    # transformer and the LSTM stayed near chance at 16 pairs, so a fixed budget would compare failures
+    # keys (pairs doubling, key and value vocabularies 4× the pairs), queries and filler as the column's, the
+    # steps grown with the store (2000 × pairs / 8), and the store itself grown over the first third of
+    # training (``store_curriculum``).  Chosen by benchmarks/recipe_sweep.py --grid store (its output:
+    # benchmarks/results/recipe_sweep_recall.jsonl): without the curriculum the transformer stays at chance at
+    # 16 pairs over 64 keys even at twice the steps (6%), and at 8 pairs over 64 keys (14%); behind it, it
+    # binds both (100%) at these budgets
     *(_exp(f"recall_p{pairs}", "recall", {"pairs": pairs, "n_keys": 4 * pairs, "n_values": 4 * pairs},
            {**_RECALL.task_params["paper"], "pairs": pairs},
-           replace(_QUICK_RECALL, steps=_QUICK_RECALL.steps * pairs // 8), primitive="binding", metric="accuracy",
-           unit="%") for pairs in RECALL_PAIRS),
+           replace(_QUICK_RECALL, steps=_QUICK_RECALL.steps * pairs // 8,
+                   curriculum=tuple(store_curriculum(pairs, _QUICK_RECALL.steps * pairs // 8))),
+           replace(_PAPER, curriculum=tuple(store_curriculum(pairs, _PAPER.steps))),
+           primitive="binding", metric="accuracy", unit="%") for pairs in RECALL_PAIRS),
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
     *(_exp(f"hmm_{pos}", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),

@@ -116,19 +116,12 @@ HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
 """The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key
 orthogonality (B1) at the papers' head width."""
 
-LADDER_PAIRS = grid.RECALL_PAIRS[:1]
-"""The store sizes of the binding ladder ``reproduce`` trains: 16 pairs only for now.  At the ladder's recipe
-(the recall column's, steps grown with the store) the transformer itself stays near chance at 16 pairs
-(6% on three seeds after 4000 steps, chance 1.6%, its KL on a plateau from step 2000), and twice the steps, with
-or without a store curriculum (half the pairs for the first third), leave it there too
-(``benchmarks/recipe_sweep.py --grid store``; ``benchmarks/results/recipe_sweep_recall.jsonl``); so the larger
-stores would only record every architecture failing, and wait for a recipe under which the transformer binds at 16."""
 BINDING_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
-                      for column in ("recall", *(f"recall_p{pairs}" for pairs in LADDER_PAIRS)))
+                      for column in ("recall", *(f"recall_p{pairs}" for pairs in grid.RECALL_PAIRS)))
 """Binding vs size: recall for the transformer, Mamba and the LSTM as the store grows from the column's 8 pairs
-over 16 keys towards the papers' 64 over 256 (``recall_p16`` …; :data:`LADDER_PAIRS`), the steps grown with the
-store (2000 × pairs / 8), one recipe and budget for every architecture at each size; trained and evaluated —
-whether and where Mamba's binding breaks."""
+over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), the steps grown with the store
+(2000 × pairs / 8) behind a store curriculum (``grid.store_curriculum``), one recipe and budget for every
+architecture at each size; trained and evaluated — whether and where Mamba's binding breaks."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)
