@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from common import matmul_peak_flops
+from reproduce_budget import makespan
 from table_budget import cell_flops
 from windtunnel import grid, tasks
 from windtunnel.runs import RunDir
@@ -197,10 +198,7 @@ def gap_comparison(column: str, metrics: list[dict[str, Any]], quick_cells: Path
 
 def _lpt(hours: list[float], machines: int) -> float:
     """Makespan of the jobs spread longest first, each to the least-loaded machine."""
-    load = [0.0] * machines
-    for h in sorted(hours, reverse=True):
-        load[load.index(min(load))] += h
-    return max(load)
+    return makespan(sorted(hours, reverse=True), machines)
 
 
 def summarise(jsonl: str, cells: str | None, quick_cells: str = "results/quick/cells") -> dict[str, Any]:
