@@ -637,6 +637,11 @@ def _files(ev: Evidence, column: str, arch: str) -> tuple[str, ...]:
     return tuple(f"{ev.preset}/cells/{column}-{arch}-s{s}/geometry.json" for s in SEEDS)
 
 
+#: The main job's two size controls, each one change towards the papers' model: two heads of 32 (the
+#: papers' head width) and the papers' task V=20, L=19.  (column, how a verdict names it, the cause)
+SIZE_CONTROLS = (("main_dh32", "at d_head 32", "the head width"), ("main_v20", "at V=20", "the task's size"))
+
+
 def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Measure, str] | None:
     """Layer-0 key |cos| of ``column``'s cells with its two nulls (untrained, Gaussian) and the verdict of
     the B1 rule on them: AGREE if every seed is below both nulls, DISAGREE if every seed is above both."""
@@ -665,7 +670,7 @@ def _b1(ev: Evidence) -> Verdict:
     said = f"untrained {un.text()}, Gaussian {ga.value:.3f} (d_head 16; the papers' d_head is 32)"
     if kind == AGREE:
         return Verdict(kind, m, said)
-    for column, what, cause in (("main_dh32", "at d_head 32", "the head width"), ("main_v20", "at V=20", "the task's size")):
+    for column, what, cause in SIZE_CONTROLS:
         control = _key_orthogonality(ev, column)
         if control is None:
             continue
@@ -692,75 +697,129 @@ def _b2(ev: Evidence) -> Verdict:
                    "the papers' 0.40–0.45 'random' is not what random keys give at these widths")
 
 
+#: A rule on one column's cells: (whether it holds, our number, what it read), or None when not committed.
+ColumnRule = Callable[[Evidence, str], "tuple[bool, Measure | str, str] | None"]
+
+
+def _with_size_controls(ev: Evidence, rule: ColumnRule, what: str) -> Verdict:
+    """``rule`` on the main job; where it fails there, the same rule on each size control.  A control that
+    passes explains the disagreement (by the head width or the task's size); controls that fail too
+    show the disagreement holds at the papers' head width and task, and are reported beside it."""
+    main = rule(ev, "main")
+    if main is None:
+        return missing(what)
+    ok, ours, said = main
+    files = _files(ev, "main", "transformer")
+    if ok:
+        return Verdict(AGREE, ours, said, files=files)
+    for column, where, cause in SIZE_CONTROLS:
+        control = rule(ev, column)
+        if control is None:
+            continue
+        okc, oc, saidc = control
+        shown = oc.text() + "; " if isinstance(oc, Measure) else ""
+        said += f"; {where}: {shown}{saidc} ({'agree' if okc else 'disagree'} by the same rule)"
+        files += _files(ev, column, "transformer")
+        if isinstance(ours, Measure):
+            ours = Measure(ours.value, ours.ci, ours.seeds, ours.values, ours.files + _files(ev, column, "transformer"))
+        if okc:
+            return Verdict(DISAGREE_EXPLAINED, ours, said + f": {cause} decides it",
+                           control=_cells_control(ev, column, "geometry.json"), files=files)
+    return Verdict(DISAGREE, ours, said, files=files)
+
+
+def _frame_head(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+    """The B3 rule on ``column``: on every seed the most damaging head is in layer 0, its fold ≥ 10 and
+    its increase ≥ 2× the runner-up's."""
+    heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
+    fold = ev.geometry(column, "transformer", SEEDS, "head_ablation.frame_head_fold")
+    ratio = ev.geometry(column, "transformer", SEEDS, "head_ablation.ratio_to_runner_up")
+    if heads is None or fold is None or ratio is None:
+        return None
+    ok = all(isinstance(h, str) and h.startswith("L0") for h in heads) and min(fold.values) >= 10 and min(ratio.values) >= 2
+    return ok, fold, f"heads {', '.join(map(str, heads))}; ratio to runner-up {ratio.text()}"
+
+
 @claim("B3", "I", "v1", "geometry and ablation", "One layer-0 'hypothesis-frame head' whose ablation collapses "
        "calibration (> 10×); other heads matter little", "> 10×, one head", "secondary",
-       "head_ablation: the most damaging head, its fold (ablated / intact entropy error) and its ratio to the runner-up",
-       "agree if on every seed the most damaging head is in layer 0, its fold ≥ 10 and it is ≥ 2× the runner-up's increase",
-       REPRO)
+       "head_ablation: the most damaging head, its fold (ablated / intact entropy error) and its ratio to the runner-up; "
+       "controls: the main job at the papers' head width (main_dh32) and task (main_v20)",
+       "agree if on every seed the most damaging head is in layer 0, its fold ≥ 10 and it is ≥ 2× the runner-up's "
+       "increase; explained by the head width or the task's size if its control agrees", REPRO)
 def _b3(ev: Evidence) -> Verdict:
-    heads = _all_seeds(ev, "main", "transformer", "head_ablation.hypothesis_frame_head")
-    fold = ev.geometry("main", "transformer", SEEDS, "head_ablation.frame_head_fold")
-    ratio = ev.geometry("main", "transformer", SEEDS, "head_ablation.ratio_to_runner_up")
-    if heads is None or fold is None or ratio is None:
-        return missing("main-job geometry")
-    ok = all(isinstance(h, str) and h.startswith("L0") for h in heads) and min(fold.values) >= 10 and min(ratio.values) >= 2
-    return Verdict(AGREE if ok else DISAGREE, fold, f"heads {', '.join(map(str, heads))}; ratio to runner-up {ratio.text()}; "
-                   "on the production bijection variant (separate vocabularies, no query token)")
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        r = _frame_head(ev, column)
+        if r is None or column != "main":
+            return r
+        return r[0], r[1], r[2] + "; on the production bijection variant (separate vocabularies, no query token)"
+
+    return _with_size_controls(ev, rule, "main-job geometry")
 
 
 @claim("B3b", "I", "v1", "geometry and ablation", "The single layer-0 frame head on Paper I's own layout (one vocabulary, "
        "a query token before each key)", "> 10×, one head", "code",
        "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", "as B3", REPRO)
 def _b3b(ev: Evidence) -> Verdict:
-    heads = _all_seeds(ev, "main_query", "transformer", "head_ablation.hypothesis_frame_head")
-    fold = ev.geometry("main_query", "transformer", SEEDS, "head_ablation.frame_head_fold")
-    ratio = ev.geometry("main_query", "transformer", SEEDS, "head_ablation.ratio_to_runner_up")
-    if heads is None or fold is None or ratio is None:
+    r = _frame_head(ev, "main_query")
+    if r is None:
         return missing("query-layout geometry")
-    ok = all(isinstance(h, str) and h.startswith("L0") for h in heads) and min(fold.values) >= 10 and min(ratio.values) >= 2
-    return Verdict(AGREE if ok else DISAGREE, fold, f"heads {', '.join(map(str, heads))}; ratio to runner-up {ratio.text()}")
+    ok, fold, said = r
+    return Verdict(AGREE if ok else DISAGREE, fold, said)
 
 
 @claim("B4", "I", "—", "authors' code", "The frame head is the most-orthogonal layer-0 head", "implied", "not-a-claim",
-       "head_ablation.hypothesis_frame_head vs key_orthogonality.layer0_most_orthogonal_head",
-       "agree if they coincide on every seed", REPRO)
+       "head_ablation.hypothesis_frame_head vs key_orthogonality.layer0_most_orthogonal_head; controls: the main job "
+       "at the papers' head width (main_dh32) and task (main_v20)",
+       "agree if they coincide on every seed; explained by the head width or the task's size if its control agrees", REPRO)
 def _b4(ev: Evidence) -> Verdict:
-    heads = _all_seeds(ev, "main", "transformer", "head_ablation.hypothesis_frame_head")
-    orth = _all_seeds(ev, "main", "transformer", "key_orthogonality.layer0_most_orthogonal_head")
-    if heads is None or orth is None:
-        return missing("main-job geometry")
-    same = [h == f"L0H{o}" for h, o in zip(heads, orth)]
-    return Verdict(AGREE if all(same) else DISAGREE, f"{sum(same)} of {len(same)} seeds",
-                   f"frame heads {heads}, most orthogonal L0 heads {orth}", files=_files(ev, "main", "transformer"))
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
+        orth = _all_seeds(ev, column, "transformer", "key_orthogonality.layer0_most_orthogonal_head")
+        if heads is None or orth is None:
+            return None
+        same = [h == f"L0H{o}" for h, o in zip(heads, orth)]
+        return all(same), f"{sum(same)} of {len(same)} seeds", f"frame heads {heads}, most orthogonal L0 heads {orth}"
+
+    return _with_size_controls(ev, rule, "main-job geometry")
 
 
 @claim("B5", "I", "v1", "geometry and ablation", "Removing any single layer raises the error more than 10×", "> 10×",
-       "secondary", "layer_ablation.min_fold (the least damaging layer's ablated / intact entropy error)",
-       "agree if the least damaging layer's fold is ≥ 10 on every seed", REPRO)
+       "secondary", "layer_ablation.min_fold (the least damaging layer's ablated / intact entropy error); controls: the "
+       "main job at the papers' head width (main_dh32) and task (main_v20)",
+       "agree if the least damaging layer's fold is ≥ 10 on every seed; explained by the head width or the task's size "
+       "if its control agrees", REPRO)
 def _b5(ev: Evidence) -> Verdict:
-    m = ev.geometry("main", "transformer", SEEDS, "layer_ablation.min_fold")
-    mx = ev.geometry("main", "transformer", SEEDS, "layer_ablation.max_fold")
-    if m is None or mx is None:
-        return missing("main-job geometry")
-    return Verdict(AGREE if min(m.values) >= 10 else DISAGREE, m, f"most damaging layer's fold {mx.text()}")
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        m = ev.geometry(column, "transformer", SEEDS, "layer_ablation.min_fold")
+        mx = ev.geometry(column, "transformer", SEEDS, "layer_ablation.max_fold")
+        if m is None or mx is None:
+            return None
+        return min(m.values) >= 10, m, f"most damaging layer's fold {mx.text()}"
+
+    return _with_size_controls(ev, rule, "main-job geometry")
 
 
 @claim("B6", "I", "v1", "abstract", "Progressive query–key alignment: queries single out the relevant keys more with "
        "depth", "qualitative", "paper", "qk_alignment on the main job: cos(q_t, k) on the shown values minus on the whole "
-       "context, best head per layer; attention focusing beside it",
-       "agree if on every seed the last layer's alignment exceeds the first layer's, 0 and the untrained model's", REPRO)
+       "context, best head per layer; attention focusing beside it; controls: the main job at the papers' head width "
+       "(main_dh32) and task (main_v20)",
+       "agree if on every seed the last layer's alignment exceeds the first layer's, 0 and the untrained model's; "
+       "explained by the head width or the task's size if its control agrees", REPRO)
 def _b6(ev: Evidence) -> Verdict:
-    a = _all_seeds(ev, "main", "transformer", "qk_alignment.alignment_by_layer")
-    u = _all_seeds(ev, "main", "transformer", "qk_alignment.untrained_alignment_by_layer")
-    ent = _all_seeds(ev, "main", "transformer", "attention_focusing.entropy_by_layer")
-    if a is None or u is None or any(x is None for x in a):
-        return missing("main-job query–key alignment")
-    ok = [x[-1] > x[0] and x[-1] > 0 and x[-1] > y[-1] for x, y in zip(a, u)]
-    last = pooled([x[-1] for x in a], _files(ev, "main", "transformer"))
-    foc = "" if ent is None or any(e is None for e in ent) else (
-        "; attention entropy first → last layer " + ", ".join(f"{e[0]:.2f} → {e[-1]:.2f}" for e in ent))
-    return Verdict(AGREE if all(ok) else DISAGREE, last, f"last layer's alignment; layer 0: "
-                   f"{', '.join(f'{x[0]:.3f}' for x in a)}; progressive on {sum(ok)} of {len(ok)} seeds" + foc)
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        a = _all_seeds(ev, column, "transformer", "qk_alignment.alignment_by_layer")
+        u = _all_seeds(ev, column, "transformer", "qk_alignment.untrained_alignment_by_layer")
+        ent = _all_seeds(ev, column, "transformer", "attention_focusing.entropy_by_layer")
+        if a is None or u is None or any(x is None for x in a):
+            return None
+        ok = [x[-1] > x[0] and x[-1] > 0 and x[-1] > y[-1] for x, y in zip(a, u)]
+        last = pooled([x[-1] for x in a], _files(ev, column, "transformer"))
+        foc = "" if ent is None or any(e is None for e in ent) else (
+            "; attention entropy first → last layer " + ", ".join(f"{e[0]:.2f} → {e[-1]:.2f}" for e in ent))
+        return all(ok), last, (f"last layer's alignment; layer 0: {', '.join(f'{x[0]:.3f}' for x in a)}; "
+                               f"progressive on {sum(ok)} of {len(ok)} seeds" + foc)
+
+    return _with_size_controls(ev, rule, "main-job query–key alignment")
 
 
 @claim("B7", "I", "v1", "abstract; P3 §4.4", "A low-dimensional value manifold parameterised by posterior entropy",
@@ -812,17 +871,20 @@ def _b8(ev: Evidence) -> Verdict:
 
 @claim("B9", "I", "v1", "abstract", "Frame–precision dissociation: attention settles before the error does",
        "qualitative", "paper", "frame_precision on the main job: the step attention settles (JS to the final pattern) "
-       "vs the step the KL settles", "agree if attention settles first on every seed", REPRO)
+       "vs the step the KL settles; controls: the main job at the papers' head width (main_dh32) and task (main_v20)",
+       "agree if attention settles first on every seed; explained by the head width or the task's size if its control "
+       "agrees", REPRO)
 def _b9(ev: Evidence) -> Verdict:
-    first = _all_seeds(ev, "main", "transformer", "frame_precision.frame_before_error")
-    js = _all_seeds(ev, "main", "transformer", "frame_precision.js_settle_step")
-    er = _all_seeds(ev, "main", "transformer", "frame_precision.error_settle_step")
-    if first is None:
-        return missing("main-job geometry")
-    ok = all(f is True for f in first)
-    return Verdict(AGREE if ok else DISAGREE, f"frame first on {sum(f is True for f in first)} of {len(first)} seeds",
-                   f"attention settles at steps {js}, the KL at {er} (None: never within the run)",
-                   files=_files(ev, "main", "transformer"))
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        first = _all_seeds(ev, column, "transformer", "frame_precision.frame_before_error")
+        js = _all_seeds(ev, column, "transformer", "frame_precision.js_settle_step")
+        er = _all_seeds(ev, column, "transformer", "frame_precision.error_settle_step")
+        if first is None:
+            return None
+        return (all(f is True for f in first), f"frame first on {sum(f is True for f in first)} of {len(first)} seeds",
+                f"attention settles at steps {js}, the KL at {er} (None: never within the run)")
+
+    return _with_size_controls(ev, rule, "main-job geometry")
 
 
 @claim("B10", "I", "v1", "abstract", "The residual stream is the belief substrate (the posterior is linearly decodable)",
@@ -842,14 +904,19 @@ def _b10(ev: Evidence) -> Verdict:
 
 @claim("B11", "I", "v1", "abstract", "The feed-forward networks perform the posterior update; attention routes",
        "qualitative", "paper", "sublayer_ablation on the main job: geometric mean over layers ≥ 1 of the MLP ablation's "
-       "fold over the attention ablation's", "agree if it exceeds 1 on every seed", REPRO)
+       "fold over the attention ablation's; controls: the main job at the papers' head width (main_dh32) and task "
+       "(main_v20)", "agree if it exceeds 1 on every seed; explained by the head width or the task's size if its "
+       "control agrees", REPRO)
 def _b11(ev: Evidence) -> Verdict:
-    m = ev.geometry("main", "transformer", SEEDS, "sublayer_ablation.mlp_over_attn")
-    allm = ev.geometry("main", "transformer", SEEDS, "sublayer_ablation.all_mlp_fold")
-    if m is None:
-        return missing("main-job sublayer ablation")
-    return Verdict(AGREE if min(m.values) > 1 else DISAGREE, m, "removing a later block's MLP vs its attention"
-                   + (f"; every MLP at once ×{allm.text()}" if allm else ""))
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        m = ev.geometry(column, "transformer", SEEDS, "sublayer_ablation.mlp_over_attn")
+        allm = ev.geometry(column, "transformer", SEEDS, "sublayer_ablation.all_mlp_fold")
+        if m is None:
+            return None
+        return min(m.values) > 1, m, "removing a later block's MLP vs its attention" + (
+            f"; every MLP at once ×{allm.text()}" if allm else "")
+
+    return _with_size_controls(ev, rule, "main-job sublayer ablation")
 
 
 @claim("B12", "I", "v1", "HMM", "An HMM transformer with attention off in its top two layers fits K=20 but collapses at "
