@@ -122,6 +122,36 @@ def test_table_resumes_without_redoing(tmp_path: Path) -> None:
         run_table(preset="quick", archs=["gru"], out=tmp_path)
 
 
+def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_gone(tmp_path: Path) -> None:
+    """The committed cells and the table are one set of runs: with the (uncommitted) run folder gone, the
+    table re-renders from the cell ``reproduce`` exported, without training; a committed cell of another
+    recipe is never taken for it."""
+    import shutil
+
+    from windtunnel import grid, reproduce
+
+    out = tmp_path / "quick"
+    kw = dict(preset="quick", archs=["lstm"], tasks=["recall"], out=out, workers=1, steps=20, eval_n=64, seeds=1)
+    run_table(**kw)
+    first = json.loads((out / "table.json").read_text())
+    from windtunnel.runs import RunDir
+    from windtunnel.table import references
+
+    cell = grid.Cell("quick", "recall", "lstm", 0, None, 20)
+    RunDir(out / "runs" / cell.folder).write_references(references("quick", "recall", 64, None))  # as reproduce does
+    reproduce.export(reproduce.Job(cell, analyze=False), tmp_path)  # what reproduce commits
+    shutil.rmtree(out / "runs")
+    run_table(**kw)
+    again = json.loads((out / "table.json").read_text())
+    assert not any((out / "runs").iterdir())  # nothing trained
+    assert again["cells"] == first["cells"]
+    assert again["meta"]["cells_reused"] == again["meta"]["cells"] == 1
+    # another evaluation size: the committed cell is not this table's; the cell trains
+    run_table(**{**kw, "eval_n": 32})
+    assert (out / "runs" / cell.folder / "cell.json").is_file()
+    assert json.loads((out / "table.json").read_text())["meta"]["cells_reused"] == 0
+
+
 def test_every_option_of_every_command_says_what_it_does() -> None:
     import argparse
 

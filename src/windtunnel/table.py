@@ -19,7 +19,9 @@ own input alone, the floor of "no in-context inference").  Each cell is the mean
 95% interval across seeds (Student's t; the within-seed bootstrap interval is in table.json).  Each
 (column, architecture, seed) cell is an ordinary run folder under ``OUT/runs/``; a cell whose
 ``eval.json`` exists is never redone, and an unfinished one resumes from its last checkpoint, so
-a killed table restarted with the same command loses nothing.  Cells run in parallel in worker
+a killed table restarted with the same command loses nothing.  A cell whose run folder is gone but
+that ``windtunnel reproduce`` committed under ``OUT/cells/`` with the same recipe and evaluation is
+taken from there (``committed_cell``): the committed cells and the table are one set of runs.  Cells run in parallel in worker
 processes (``concurrent.futures`` from the standard library): three per GPU when GPUs are present (``grid.CELLS_PER_GPU``),
 otherwise CPU workers splitting the cores.
 """
@@ -286,6 +288,30 @@ def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
                                "move it away to retrain that cell, or choose another --out")
 
 
+def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
+    """The cell ``windtunnel reproduce`` committed for this job under ``OUT/cells/`` (the same folder name,
+    the same summary ``run_cell`` returns), when its recipe, evaluation size and lengths are this job's:
+    the table takes it instead of retraining a cell whose (uncommitted) run folder is gone.  ``None``
+    otherwise."""
+    from .training import TrainConfig
+
+    d = out / "cells" / Path(job["run_dir"]).name
+    try:
+        cell = json.loads((d / "cell.json").read_text())
+        stored = json.loads((d / "config.json").read_text())["train"]
+        n = json.loads((d / "eval.json").read_text()).get("n")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    ignore = {"progress", "device", "trackers"}
+    wanted = TrainConfig.from_dict(job["config"]).to_dict()
+    stored = TrainConfig.from_dict(stored).to_dict()
+    if any(stored.get(k) != v for k, v in wanted.items() if k not in ignore) or n != job["eval_n"]:
+        return None
+    if sorted(map(int, cell.get("lengths") or {})) != sorted(job.get("lengths") or []):
+        return None  # evaluated at other lengths than the table's column
+    return cell
+
+
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
     """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
     oracle and the context-blind optimum (``tasks.context_blind``)."""
@@ -376,13 +402,21 @@ def run_table(
     _refuse_changed_recipes(jobs)
     from .runs import RunDir
 
-    reused = sum(RunDir(j["run_dir"]).read_cell() is not None for j in jobs)
+    # a cell finished in its run folder is reused there; one whose run folder is gone but that reproduce
+    # committed (the same recipe) is taken from OUT/cells/
+    adopted = {}
+    for i, j in enumerate(jobs):
+        if RunDir(j["run_dir"]).read_cell() is None and (c := committed_cell(j, out)) is not None:
+            adopted[i] = c
+    reused = sum(RunDir(j["run_dir"]).read_cell() is not None for j in jobs) + len(adopted)
+    cells: list[dict[str, Any]] = list(adopted.values())
+    n_cells = len(jobs)
+    jobs = [j for i, j in enumerate(jobs) if i not in adopted]
     # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
     from .models.catalog import step_cost
 
     jobs.sort(key=lambda j: (j["seed"], -step_cost(j["arch"]), j["column"]))
     t0 = time.perf_counter()
-    cells: list[dict[str, Any]] = []
     if workers == 1:
         for job in jobs:
             cells.append(run_cell(job))
@@ -393,7 +427,7 @@ def run_table(
             for fut in as_completed(futures):
                 job = futures[fut]
                 cells.append(fut.result())
-                print(f"  done {job['column']}/{job['arch']}/s{job['seed']} ({len(cells)}/{len(jobs)})", flush=True)
+                print(f"  done {job['column']}/{job['arch']}/s{job['seed']} ({len(cells)}/{n_cells})", flush=True)
     wall = time.perf_counter() - t0
     wall_total = sum(c["train_s"] for c in cells)
     table = aggregate_cells(cells)
@@ -411,7 +445,7 @@ def run_table(
         "seeds": seeds,
         "wall_s": wall,  # this invocation (cells finished earlier are not redone)
         "train_s_total": wall_total,
-        "cells": len(jobs),
+        "cells": n_cells,
         "cells_reused": reused,
         "device": f"{n_gpu} GPU(s)" if n_gpu else f"{cores} CPU cores",
         "workers": workers,
