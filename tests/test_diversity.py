@@ -42,7 +42,7 @@ def test_the_memoriser_never_switches_and_the_inferrer_infers_from_the_smallest_
     assert len(doc["missing"]) == 10 * 3 + 10 + 10  # mamba entirely, seed 2 of the others
     assert main(["diversity", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "transformer: closer to the true prior than to the pool from pool size None" in out
+    assert "transformer: closer to the true prior than to the pool at no finite pool size made so far" in out
     assert (tmp_path / "quick" / "diversity.png").read_bytes()[:4] == b"\x89PNG"
     assert "| ∞ |" in (tmp_path / "quick" / "diversity.md").read_text()
     assert json.loads((tmp_path / "quick" / "diversity.json").read_text())["summary"]["lstm"]["inferring_from"] == 1

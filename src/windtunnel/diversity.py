@@ -101,9 +101,13 @@ def headline(doc: dict[str, Any], arch: str) -> str:
     """One line: where ``arch`` switches (bijection) or generalises (HMM)."""
     s = doc["summary"][arch]
     if doc.get("sweep") == "hmm":
-        return (f"{arch} (HMM): KL on fresh HMMs within {GENERALISES:g}x of the pool's from pool size "
-                f"{s['generalises_from']}")
-    return f"{arch}: closer to the true prior than to the pool from pool size {s['inferring_from']}"
+        size, what = s["generalises_from"], f"KL on fresh HMMs within {GENERALISES:g}x of the pool's"
+        arch = f"{arch} (HMM)"
+    else:
+        size, what = s["inferring_from"], "closer to the true prior than to the pool"
+    if size is None:  # no finite pool made so far qualifies (the infinite pool always does)
+        return f"{arch}: {what} at no finite pool size made so far"
+    return f"{arch}: {what} from pool size {size}"
 
 
 def _fmt(ms: dict[str, Any]) -> str:
