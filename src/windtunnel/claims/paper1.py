@@ -701,30 +701,43 @@ def _b2(ev: Evidence) -> Verdict:
 ColumnRule = Callable[[Evidence, str], "tuple[bool, Measure | str, str] | None"]
 
 
+#: The HMM column's budget controls: four times the steps on fresh episodes, and on the authors' fixed
+#: set of 10,000 (the transformer only).  (column, how a verdict names it, the cause)
+BUDGET_CONTROLS = (("hmm_long", "trained four times as long", "the budget"),
+                   ("hmm_fixed", "four times as long on a fixed set of 10,000", "the budget on the authors' data regime"))
+
+
 def _with_size_controls(ev: Evidence, rule: ColumnRule, what: str) -> Verdict:
-    """``rule`` on the main job; where it fails there, the same rule on each size control.  A control that
-    passes explains the disagreement (by the head width or the task's size); controls that fail too
-    show the disagreement holds at the papers' head width and task, and are reported beside it."""
-    main = rule(ev, "main")
+    """:func:`_with_controls` on the main job and its :data:`SIZE_CONTROLS`."""
+    return _with_controls(ev, rule, what, "main", SIZE_CONTROLS)
+
+
+def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
+                   controls: tuple[tuple[str, str, str], ...], arch: str = "transformer") -> Verdict:
+    """``rule`` on ``column``; where it fails there, the same rule on each control column (one change from
+    it: the papers' head width or task, a larger budget).  A control that passes explains the
+    disagreement by that change; controls that fail too show the disagreement survives the change, and
+    are reported beside it.  Controls not committed are skipped."""
+    main = rule(ev, column)
     if main is None:
         return missing(what)
     ok, ours, said = main
-    files = _files(ev, "main", "transformer")
+    files = _files(ev, column, arch)
     if ok:
         return Verdict(AGREE, ours, said, files=files)
-    for column, where, cause in SIZE_CONTROLS:
-        control = rule(ev, column)
+    for control_column, where, cause in controls:
+        control = rule(ev, control_column)
         if control is None:
             continue
         okc, oc, saidc = control
         shown = oc.text() + "; " if isinstance(oc, Measure) else ""
         said += f"; {where}: {shown}{saidc} ({'agree' if okc else 'disagree'} by the same rule)"
-        files += _files(ev, column, "transformer")
+        files += _files(ev, control_column, arch)
         if isinstance(ours, Measure):
-            ours = Measure(ours.value, ours.ci, ours.seeds, ours.values, ours.files + _files(ev, column, "transformer"))
+            ours = Measure(ours.value, ours.ci, ours.seeds, ours.values, ours.files + _files(ev, control_column, arch))
         if okc:
             return Verdict(DISAGREE_EXPLAINED, ours, said + f": {cause} decides it",
-                           control=_cells_control(ev, column, "geometry.json"), files=files)
+                           control=_cells_control(ev, control_column, "geometry.json", arch), files=files)
     return Verdict(DISAGREE, ours, said, files=files)
 
 
@@ -938,41 +951,53 @@ def _b12(ev: Evidence) -> Verdict:
 
 
 @claim("B13", "I", "—", "authors' figure", "On HMM, single-head ablations change the error by only +5% to +37%",
-       "+5…+37%", "code", "head_ablation on HMM: the most damaging head's fold, 3 seeds",
-       "agree if the most damaging head raises the error by less than 2× on every seed", REPRO)
+       "+5…+37%", "code", "head_ablation on HMM: the most damaging head's fold, 3 seeds; controls: the HMM cell trained "
+       "four times as long, on fresh episodes (hmm_long) and on the authors' fixed set (hmm_fixed)",
+       "agree if the most damaging head raises the error by less than 2× on every seed; explained by the budget if a "
+       "control agrees", REPRO)
 def _b13(ev: Evidence) -> Verdict:
-    fold = ev.geometry("hmm", "transformer", SEEDS, "head_ablation.frame_head_fold")
-    if fold is None:
-        return missing("HMM transformer geometry")
-    return Verdict(AGREE if max(fold.values) < 2 else DISAGREE, fold, "ablated / intact error of the most damaging head")
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        fold = ev.geometry(column, "transformer", SEEDS, "head_ablation.frame_head_fold")
+        heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
+        if fold is None:
+            return None
+        return max(fold.values) < 2, fold, "ablated / intact error of the most damaging head" + (
+            f" (heads {', '.join(map(str, heads))})" if heads else "")
+
+    return _with_controls(ev, rule, "HMM transformer geometry", "hmm", BUDGET_CONTROLS)
 
 
 @claim("B14", "I", "v3", "abstract", "Mamba's final layer forms five discrete clusters, one per HMM state",
-       "five clusters", "paper", "probes.cluster_ari: k-means (k = 5) of the final states against the argmax state, 3 seeds",
+       "five clusters", "paper", "probes.cluster_ari: k-means (k = 5) of the final states against the argmax state, 3 seeds; "
+       "control: the HMM cell trained four times as long (hmm_long)",
        "agree if the mean ARI is at least half the ceiling that exact posteriors reach, and above the untrained model's "
        "on every seed; explained if the clusters found again with each token's mean state removed (the imprint of the "
-       "observation just read) meet that rule", REPRO)
+       "observation just read) meet that rule, or by the budget if the control does", REPRO)
 def _b14(ev: Evidence) -> Verdict:
-    ari = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari")
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        ari = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari")
+        ceil = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari_exact_posteriors")
+        un = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari_untrained")
+        if ari is None or ceil is None or un is None:
+            return None
+        ok = ari.value >= 0.5 * ceil.value and all(a > u for a, u in zip(ari.values, un.values))
+        return ok, ari, f"ceiling {ceil.text()}, untrained {un.text()}{_token_confound(ev, column, ari, un)}"
+
+    verdict = _with_controls(ev, rule, "HMM Mamba geometry", "hmm", BUDGET_CONTROLS[:1], arch="mamba")
+    if verdict.kind != DISAGREE:
+        return verdict
     ceil = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_exact_posteriors")
-    un = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_untrained")
-    if ari is None or ceil is None or un is None:
-        return missing("HMM Mamba geometry")
-    ok = ari.value >= 0.5 * ceil.value and all(a > u for a, u in zip(ari.values, un.values))
-    why = f"ceiling {ceil.text()}, untrained {un.text()}{_token_confound(ev, ari, un)}"
-    if ok:
-        return Verdict(AGREE, ari, why)
     removed = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed")
     removed_un = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed_untrained")
-    if removed is not None and removed_un is not None and removed.value >= 0.5 * ceil.value and all(
+    if ceil is not None and removed is not None and removed_un is not None and removed.value >= 0.5 * ceil.value and all(
             a > u for a, u in zip(removed.values, removed_un.values)):
-        return Verdict(DISAGREE_EXPLAINED, ari, f"{why}; with each token's mean state removed the clusters are the "
-                       f"states' ({removed.text()}, untrained {removed_un.text()})",
-                       control="probes.cluster_ari_token_removed in the same geometry.json")
-    return Verdict(DISAGREE, ari, why)
+        return Verdict(DISAGREE_EXPLAINED, verdict.ours, f"{verdict.why}; with each token's mean state removed the "
+                       f"clusters are the states' ({removed.text()}, untrained {removed_un.text()})",
+                       control="probes.cluster_ari_token_removed in the same geometry.json", files=verdict.files)
+    return verdict
 
 
-def _token_confound(ev: Evidence, ari: Measure, untrained: Measure) -> str:
+def _token_confound(ev: Evidence, column: str, ari: Measure, untrained: Measure) -> str:
     """What the clusters are where they are not the states: seeds whose trained clusters score exactly the
     untrained model's ARI have the untrained model's partition, which is the token just read (k-means of a
     state dominated by its input clusters by observation); and, where the analysis scored it, the clusters'
@@ -980,8 +1005,8 @@ def _token_confound(ev: Evidence, ari: Measure, untrained: Measure) -> str:
     same = sum(abs(a - u) < 1e-12 for a, u in zip(ari.values, untrained.values))
     out = (f"; on {same} of {len(ari.values)} seeds the trained clusters are the untrained model's partition "
            f"(the same ARI to every digit)") if same else ""
-    token = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_current_token")
-    removed = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed")
+    token = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari_current_token")
+    removed = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari_token_removed")
     if token is not None:
         out += f"; ARI of the clusters against the token just read {token.text()}"
     if removed is not None:
@@ -1014,12 +1039,15 @@ def _mamba_vs_lstm(ev: Evidence, key: str, mamba_lower: bool) -> Verdict:
 @claim("B17", "I", "v3 (secondary)", "Mamba geometry", "Mamba realises the geometry through input-dependent Δ, B, C "
        "selection", "qualitative", "secondary", "selection on HMM: per layer, the mean over channels of |Spearman ρ| "
        "between Mamba's step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1); its largest "
-       "value over layers",
-       "agree if it is ≥ 0.3 on every seed and above the untrained model's", REPRO)
+       "value over layers; control: the HMM cell trained four times as long (hmm_long)",
+       "agree if it is ≥ 0.3 on every seed and above the untrained model's; explained by the budget if the control agrees",
+       REPRO)
 def _b17(ev: Evidence) -> Verdict:
-    m = ev.geometry("hmm", "mamba", SEEDS, "selection.best_abs_delta_info_rho")
-    un = ev.geometry("hmm", "mamba", SEEDS, "selection.untrained_best_abs_delta_info_rho")
-    if m is None or un is None:
-        return missing("HMM Mamba selection")
-    ok = all(v >= 0.3 and v > u for v, u in zip(m.values, un.values))
-    return Verdict(AGREE if ok else DISAGREE, m, f"untrained {un.text()}")
+    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
+        m = ev.geometry(column, "mamba", SEEDS, "selection.best_abs_delta_info_rho")
+        un = ev.geometry(column, "mamba", SEEDS, "selection.untrained_best_abs_delta_info_rho")
+        if m is None or un is None:
+            return None
+        return all(v >= 0.3 and v > u for v, u in zip(m.values, un.values)), m, f"untrained {un.text()}"
+
+    return _with_controls(ev, rule, "HMM Mamba selection", "hmm", BUDGET_CONTROLS[:1], arch="mamba")
