@@ -297,3 +297,41 @@ def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytes
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith("windtunnel: error:"), (args, err)
     assert not (tmp_path / "no").exists()
+
+
+def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_path: Path, monkeypatch) -> None:
+    """The scale cells (``reproduce scale --preset paper``, here with a tiny paper recipe so they train in
+    seconds) join A6's HMM controls, A11/A12's length controls and D10's note, read from the paper preset's
+    own folder beside the committed quick results."""
+    from dataclasses import replace
+
+    if Evidence(RESULTS).cells("hmm_fixed", "transformer", reproduce.SEEDS) is None:
+        pytest.skip("quick HMM controls not committed")
+    for column in ("hmm_fixed", "hmm_fixed_gqa"):
+        e = grid.EXPERIMENTS[column]
+        tiny = replace(e.recipes["paper"], params=20_000, layers=2, heads=2, steps=6, batch_size=8, warmup=1,
+                       eval_every=6, ckpt_every=6, train_set=40)
+        monkeypatch.setitem(grid.EXPERIMENTS, column, replace(e, recipes={**e.recipes, "paper": tiny}))
+    monkeypatch.setitem(grid.EVAL_N, "paper", 64)
+    monkeypatch.setattr(reproduce, "SCALE_CELLS", (("hmm_fixed", "transformer"), ("hmm_fixed_gqa", "transformer")))
+    root = tmp_path / "results"
+    root.mkdir()
+    (root / "quick").symlink_to(RESULTS / "quick")  # the committed quick results, read only
+    reproduce.reproduce("scale", preset="paper", results=root, workers=1, analyze_n=32, threads=1)
+
+    ev = Evidence(root)
+    kl20 = [json.loads((root / f"paper/cells/hmm_fixed-transformer-s{s}/eval.json").read_text())
+            ["lengths"]["20"]["metrics"]["kl"]["value"] for s in reproduce.SEEDS]
+    a6 = claims.CLAIMS["A6"].assess(ev)
+    assert a6.kind == claims.DISAGREE  # a 6-step model closes nothing
+    assert f"the 6-step control at the papers' size (0.02M parameters, 2 layers) on a fixed set" in a6.why
+    assert f"{sum(kl20) / 3:.3g}" in a6.why and "neither budget, data regime nor size closes it" in a6.why
+    assert "benchmarks/results/paper_gpu.json" not in a6.why  # the cells replace the benchmark's partial seed
+    assert "learned, the papers' size on a fixed set: KL" in claims.CLAIMS["A11"].assess(ev).why
+    d10 = claims.CLAIMS["D10"].assess(ev)
+    assert "on HMM at the papers' size" in d10.why
+    assert any(f.startswith("paper/cells/hmm_fixed_gqa-transformer-s") for f in d10.files)
+    # without the paper cells, none of it
+    plain = claims.CLAIMS["A6"].assess(Evidence(RESULTS))
+    assert "at the papers' size (0.02M" not in plain.why and "on HMM at the papers' size" not in \
+        claims.CLAIMS["D10"].assess(Evidence(RESULTS)).why

@@ -70,6 +70,16 @@ class Evidence:
     preset: str = "quick"
     _cache: dict[str, Any] = field(default_factory=dict)
     _recipes_checked: set[str] = field(default_factory=set)
+    _presets: dict[str, "Evidence"] = field(default_factory=dict)
+
+    def at(self, preset: str) -> "Evidence":
+        """The same results folder read at another preset: its own cells, table and references (the paper
+        preset's cells are the controls at the papers' size of some quick-preset claims)."""
+        if preset == self.preset:
+            return self
+        if preset not in self._presets:
+            self._presets[preset] = Evidence(self.root, preset)
+        return self._presets[preset]
 
     def json(self, rel: str) -> Any | None:
         """A committed JSON file (``None`` if absent); a damaged one is a :class:`UserError`."""
