@@ -152,6 +152,27 @@ def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_go
     assert json.loads((out / "table.json").read_text())["meta"]["cells_reused"] == 0
 
 
+def test_table_cells_are_in_the_tables_order_and_read_by_column_and_row(tmp_path: Path) -> None:
+    """table.json lists cells column by column, row by row, each metric's per-seed values in seed order
+    whatever order the cells finished in; a ``table:`` fact finds a cell by its column and row."""
+    from windtunnel.claims import docs
+    from windtunnel.claims.evidence import Evidence, _g
+
+    out = tmp_path / "quick"
+    run_table(preset="quick", archs=["mlp", "lstm"], tasks=["recall"], out=out, workers=2, steps=5, eval_n=32, seeds=2)
+    table = json.loads((out / "table.json").read_text())
+    assert [(c["task"], c["arch"]) for c in table["cells"]] == [("recall", "lstm"), ("recall", "mlp")]  # ARCHS order
+    for c in table["cells"]:
+        assert c["seeds"] == [0, 1]
+        per_seed = [json.loads((out / "runs" / f"recall-{c['arch']}-s{s}" / "cell.json").read_text())["metrics"]["kl"]
+                    for s in (0, 1)]
+        assert c["metrics"]["kl"]["values"] == per_seed
+    mlp = table["cells"][1]["metrics"]["kl"]["mean"]
+    assert docs.fact("table:quick:recall:mlp:metrics.kl.mean", Evidence(tmp_path), {}) == _g(mlp)
+    with pytest.raises(Exception, match="reads nothing"):
+        docs.fact("table:quick:hmm:mlp:metrics.kl.mean", Evidence(tmp_path), {})
+
+
 def test_every_option_of_every_command_says_what_it_does() -> None:
     import argparse
 

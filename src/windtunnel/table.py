@@ -115,7 +115,15 @@ def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from .evaluation import mean_std
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for c in cells:
+    # the table's own order (its columns, then its rows, then seeds), whatever order the cells finished in,
+    # so a cell's place in table.json and the order of its per-seed values are the same on every run
+    columns, rows = list(COLUMNS), list(ARCHS)
+
+    def order(c: dict[str, Any]) -> tuple[Any, ...]:
+        return (columns.index(c["task"]) if c["task"] in columns else len(columns), c["task"],
+                rows.index(c["arch"]) if c["arch"] in rows else len(rows), c["arch"], c["seed"])
+
+    for c in sorted(cells, key=order):
         groups.setdefault((c["task"], c["arch"]), []).append(c)
     out = []
     for (task, arch), cs in groups.items():

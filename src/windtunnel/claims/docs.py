@@ -11,6 +11,8 @@ text differs from what its artifact gives today.  Fact keys:
 
 * ``cells:EXPERIMENT:ARCH:FILE:dotted.path`` — a value of every seed's committed cell file,
   pooled over the seeds (mean and Student-t 95% interval);
+* ``table:PRESET:TASK:ARCH:dotted.path`` — one value of a cell of ``results/PRESET/table.json``, found by its
+  column and architecture (``table:quick:hmm:transformer:metrics.kl.mean``), not by its place in the list;
 * ``json:RELATIVE/PATH.json:dotted.path`` — one value of a committed JSON file under ``results/``;
 * ``bench:FILE.json:dotted.path`` — one value of a benchmark's committed output (``benchmarks/results/``);
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
@@ -53,6 +55,13 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             if m is None:
                 raise KeyError(key)
             return m.text()
+        if kind == "table":
+            preset, task, arch, path = rest.split(":", 3)
+            cell = ev.at(preset).table_cell(task, arch)
+            if cell is None:
+                raise KeyError(f"{preset}/table.json has no {task}/{arch} cell")
+            v = _dig(cell, path)
+            return _g(float(v)) if is_real(v) else str(v)
         if kind in ("json", "bench"):
             rel, path = rest.rsplit(":", 1)
             doc = ev.json(rel if kind == "json" else f"../benchmarks/results/{rel}")
@@ -71,7 +80,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             return str(sum(v.kind == COUNT_NAMES[rest] for v in verdicts.values()))
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
-    raise UserError(f"unknown fact kind in {key!r}: cells, json, bench, ours, verdict or count")
+    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, ours, verdict or count")
 
 
 def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
