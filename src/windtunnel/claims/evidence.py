@@ -103,7 +103,16 @@ class Evidence:
         return None
 
     def table(self, task: str, arch: str, metric: str) -> Measure | None:
-        """A table cell's metric over its seeds (mean, t-interval across seeds)."""
+        """A table cell's metric over its seeds (mean, t-interval across seeds), read from the committed
+        cells where every seed is committed — they are the table's own cells (``windtunnel table`` takes
+        them) — else from ``table.json``.  ``metric`` is a table metric name (``kl``, ``kl@K=30`` …)."""
+        from ..reproduce import SEEDS
+
+        name, _, length = metric.partition("@K=")
+        if self.cells(task, arch, SEEDS) is not None:
+            m = self.eval_metric(task, arch, SEEDS, name, int(length) if length else None)
+            if m is not None:
+                return m
         c = self.table_cell(task, arch)
         if c is None or metric not in c["metrics"]:
             return None
