@@ -52,6 +52,19 @@ def test_no_number_in_the_markdown_drifts_from_its_artifact() -> None:
     assert docs.stale(REPO, Evidence(RESULTS), verdicts) == []
 
 
+def test_the_readme_table_is_the_committed_table() -> None:
+    """README.md quotes the quick table whole: each of its rows is a row of results/quick/table.md as
+    ``windtunnel table`` last wrote it, so a re-rendered table cannot leave a stale copy behind."""
+    md = RESULTS / "quick" / "table.md"
+    if not md.is_file():
+        pytest.skip("quick table not committed")
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| ")]
+    readme = (REPO / "README.md").read_text().splitlines()
+    assert len(rows) >= 5
+    first = readme.index(rows[0])
+    assert readme[first:first + len(rows)] == rows
+
+
 def test_a_drifted_fact_is_caught_and_refreshed(tmp_path: Path) -> None:
     results = tmp_path / "results"
     shutil.copytree(RESULTS / "quick" / "cells" / "main-transformer-s0", results / "quick" / "cells" / "main-transformer-s0")
