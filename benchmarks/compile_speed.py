@@ -2,8 +2,9 @@
 
     python benchmarks/compile_speed.py [--archs transformer lstm] [--rounds 9] [--threads 1]
 
-For every table column and architecture it builds the cell exactly as the table does (``windtunnel.grid``)
-and times one full training step — fresh episodes, forward, loss, backward, AdamW — eager and through
+For every table column and architecture it builds the cell's task and model as the table does
+(``windtunnel.grid``) and times one training step on fresh episodes (sampled before the clock starts) —
+forward, the cell's loss, backward, AdamW; no clipping or schedule, which cost the same either way — eager and through
 ``torch.compile`` (inductor's CPU code generation), the two timed in turn in each round so that drift in
 the machine's speed hits both alike.  It prints the median step of each, the median of the per-round
 ratios (eager / compiled: above 1 means compiling is faster) and the seconds the first compiled steps

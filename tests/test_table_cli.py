@@ -144,12 +144,27 @@ def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_go
     run_table(**kw)
     again = json.loads((out / "table.json").read_text())
     assert not any((out / "runs").iterdir())  # nothing trained
-    assert again["cells"] == first["cells"]
+    committed = str(tmp_path / "quick" / "cells" / cell.folder)
+    assert again["cells"][0]["run_dirs"] == [committed]  # the folder the numbers now live in
+    assert {k: v for k, v in again["cells"][0].items() if k != "run_dirs"} == \
+        {k: v for k, v in first["cells"][0].items() if k != "run_dirs"}
     assert again["meta"]["cells_reused"] == again["meta"]["cells"] == 1
-    # another evaluation size: the committed cell is not this table's; the cell trains
-    run_table(**{**kw, "eval_n": 32})
-    assert (out / "runs" / cell.folder / "cell.json").is_file()
-    assert json.loads((out / "table.json").read_text())["meta"]["cells_reused"] == 0
+    # another recipe (more steps) or another evaluation size: the committed cell is not this table's; it trains
+    for change in ({"steps": 30}, {"eval_n": 32}):
+        shutil.rmtree(out / "runs")
+        (out / "runs").mkdir()
+        run_table(**{**kw, **change})
+        assert (out / "runs" / cell.folder / "cell.json").is_file(), change
+        assert json.loads((out / "table.json").read_text())["meta"]["cells_reused"] == 0
+    # a run folder of its own, even unfinished, is the cell: the committed one is not taken in its place
+    from windtunnel.table import committed_cell
+
+    job = {"config": cell.config(), "run_dir": str(out / "runs" / cell.folder), "eval_n": 64, "lengths": None}
+    assert committed_cell(job, out) is None
+    shutil.rmtree(out / "runs" / cell.folder)
+    assert committed_cell(job, out)["run_dir"] == committed
+    (tmp_path / "quick" / "cells" / cell.folder / "config.json").write_text("{not json")  # damaged: not taken
+    assert committed_cell(job, out) is None
 
 
 def test_table_cells_are_in_the_tables_order_and_read_by_column_and_row(tmp_path: Path) -> None:
@@ -171,6 +186,30 @@ def test_table_cells_are_in_the_tables_order_and_read_by_column_and_row(tmp_path
     assert docs.fact("table:quick:recall:mlp:metrics.kl.mean", Evidence(tmp_path), {}) == _g(mlp)
     with pytest.raises(Exception, match="reads nothing"):
         docs.fact("table:quick:hmm:mlp:metrics.kl.mean", Evidence(tmp_path), {})
+
+
+def test_aggregate_cells_orders_by_column_row_and_seed_whatever_order_they_come_in() -> None:
+    import random
+
+    from windtunnel.table import aggregate_cells
+
+    def cell(task: str, arch: str, seed: int) -> dict:
+        v = {"kl": 0.1 * seed + (1.0 if arch == "mlp" else 0.0)}
+        return {"task": task, "arch": arch, "seed": seed, "params": 1, "metrics": v, "ci": {"kl": [0, 1]},
+                "lengths": {}, "run_dir": f"{task}-{arch}-s{seed}", "train_s": 1.0}
+
+    cells = [cell(t, a, s) for t in ("recall", "bijection") for a in ("pkg.mod:factory", "mlp", "transformer")
+             for s in (2, 0, 1)]
+    random.Random(0).shuffle(cells)
+    table = aggregate_cells(cells)
+    assert [(c["task"], c["arch"]) for c in table] == [
+        ("bijection", "transformer"), ("bijection", "mlp"), ("bijection", "pkg.mod:factory"),
+        ("recall", "transformer"), ("recall", "mlp"), ("recall", "pkg.mod:factory")]  # columns, rows, then others
+    for c in table:
+        assert c["seeds"] == [0, 1, 2]
+        assert c["run_dirs"] == [f"{c['task']}-{c['arch']}-s{s}" for s in (0, 1, 2)]
+        assert c["metrics"]["kl"]["values"] == pytest.approx([0.1 * s + (1.0 if c["arch"] == "mlp" else 0.0)
+                                                              for s in (0, 1, 2)])
 
 
 def test_every_option_of_every_command_says_what_it_does() -> None:

@@ -105,7 +105,7 @@ def headline(doc: dict[str, Any], arch: str) -> str:
         arch = f"{arch} (HMM)"
     else:
         size, what = s["inferring_from"], "closer to the true prior than to the pool"
-    if size is None:  # no finite pool made so far qualifies (the infinite pool always does)
+    if size is None:  # no finite pool from which every larger pool made so far qualifies
         return f"{arch}: {what} at no finite pool size made so far"
     return f"{arch}: {what} from pool size {size}"
 

@@ -298,26 +298,32 @@ def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
 
 def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
     """The cell ``windtunnel reproduce`` committed for this job under ``OUT/cells/`` (the same folder name,
-    the same summary ``run_cell`` returns), when its recipe, evaluation size and lengths are this job's:
-    the table takes it instead of retraining a cell whose (uncommitted) run folder is gone.  ``None``
-    otherwise."""
+    the same summary ``run_cell`` returns), when its recipe, evaluation (size, episodes) and lengths are this
+    job's and the job has no run folder of its own: the table takes it instead of retraining a cell whose
+    (uncommitted) run folder is gone; its ``run_dir`` becomes the committed folder.  ``None`` otherwise — a
+    damaged or older committed cell included, which the table then trains afresh."""
+    from .evaluation import EVAL_SEED
+    from .runs import RunDir
     from .training import TrainConfig
 
+    if RunDir(job["run_dir"]).is_run():
+        return None  # a run folder of its own (finished or resumable) is the cell
     d = out / "cells" / Path(job["run_dir"]).name
+    ignore = {"progress", "device", "trackers"}
     try:
         cell = json.loads((d / "cell.json").read_text())
-        stored = json.loads((d / "config.json").read_text())["train"]
-        n = json.loads((d / "eval.json").read_text()).get("n")
-    except (OSError, ValueError, KeyError, TypeError):
+        evaluation = json.loads((d / "eval.json").read_text())
+        stored = TrainConfig.from_dict(json.loads((d / "config.json").read_text())["train"]).to_dict()
+        wanted = TrainConfig.from_dict(job["config"]).to_dict()
+        if any(stored.get(k) != v for k, v in wanted.items() if k not in ignore):
+            return None
+        if evaluation.get("n") != job["eval_n"] or evaluation.get("seed") != EVAL_SEED:
+            return None
+        if sorted(map(int, cell.get("lengths") or {})) != sorted(job.get("lengths") or []):
+            return None  # evaluated at other lengths than the table's column
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged, or from an older windtunnel
         return None
-    ignore = {"progress", "device", "trackers"}
-    wanted = TrainConfig.from_dict(job["config"]).to_dict()
-    stored = TrainConfig.from_dict(stored).to_dict()
-    if any(stored.get(k) != v for k, v in wanted.items() if k not in ignore) or n != job["eval_n"]:
-        return None
-    if sorted(map(int, cell.get("lengths") or {})) != sorted(job.get("lengths") or []):
-        return None  # evaluated at other lengths than the table's column
-    return cell
+    return {**cell, "run_dir": str(d)}
 
 
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
@@ -414,7 +420,7 @@ def run_table(
     # committed (the same recipe) is taken from OUT/cells/
     adopted = {}
     for i, j in enumerate(jobs):
-        if RunDir(j["run_dir"]).read_cell() is None and (c := committed_cell(j, out)) is not None:
+        if (c := committed_cell(j, out)) is not None:
             adopted[i] = c
     reused = sum(RunDir(j["run_dir"]).read_cell() is not None for j in jobs) + len(adopted)
     cells: list[dict[str, Any]] = list(adopted.values())

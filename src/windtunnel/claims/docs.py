@@ -61,6 +61,8 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             if cell is None:
                 raise KeyError(f"{preset}/table.json has no {task}/{arch} cell")
             v = _dig(cell, path)
+            if v is None:
+                raise KeyError(path)
             return _g(float(v)) if is_real(v) else str(v)
         if kind in ("json", "bench"):
             rel, path = rest.rsplit(":", 1)

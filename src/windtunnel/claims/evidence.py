@@ -109,7 +109,11 @@ class Evidence:
         from ..reproduce import SEEDS
 
         name, _, length = metric.partition("@K=")
-        if self.cells(task, arch, SEEDS) is not None:
+        meta = (self.json(f"{self.preset}/table.json") or {}).get("meta") or {}
+        # a table of other seeds or another recipe (--params, --steps) is its own experiment: its numbers stand
+        default = meta.get("seeds", len(SEEDS)) == len(SEEDS) and not any(
+            flag in str(meta.get("command", "")) for flag in ("--params", "--steps"))
+        if default and self.cells(task, arch, SEEDS) is not None:
             m = self.eval_metric(task, arch, SEEDS, name, int(length) if length else None)
             if m is not None:
                 return m

@@ -12,7 +12,7 @@ import math
 from typing import Any, Callable
 
 from .. import grid
-from ..reproduce import SEEDS
+from ..reproduce import SCALE_CELLS, SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, fixed, missing)
 from .evidence import Evidence, Measure, geometry_stat, pooled
@@ -33,14 +33,26 @@ SCALE = "windtunnel reproduce scale --preset paper"
 
 def _cells_control(ev: Evidence, column: str, file: str, arch: str = "transformer") -> str:
     """How a verdict names a control made of grid cells: the first seed's file, then the seeds and command."""
+    command = (SCALE if ev.preset == "paper" and (column, arch) in SCALE_CELLS
+               else f"windtunnel reproduce paper1 --preset {ev.preset}")
     return (f"{ev.preset}/cells/{column}-{arch}-s{SEEDS[0]}/{file} (and seeds "
-            f"{', '.join(map(str, SEEDS[1:]))}; {REPRO if ev.preset == 'quick' else SCALE})")
+            f"{', '.join(map(str, SEEDS[1:]))}; {command})")
 
 
 def _error_rule(ours: Measure, paper: float, unit: str = "bits") -> tuple[bool, str]:
     ok = ours.value <= ERROR_FACTOR * paper
     rel = ours.value / paper
     return ok, f"ours is {rel:.2g}× the papers' {paper:g} {unit} ({'within' if ok else 'beyond'} the {ERROR_FACTOR}× rule)"
+
+
+def _cited(*measures: Measure) -> tuple[str, ...]:
+    """The files behind several measures, each once, in order: what a verdict that compares them cites."""
+    return tuple(dict.fromkeys(f for m in measures for f in m.files))
+
+
+def _with_files(m: Measure, *others: Measure) -> Measure:
+    """``m`` citing the files of the measures it was compared with as well."""
+    return Measure(m.value, m.ci, m.seeds, m.values, _cited(m, *others))
 
 
 def _floor(ev: Evidence, task: str, metric: str) -> float | None:
@@ -122,11 +134,12 @@ BUDGET_COLUMN = "hmm_long"
 """The HMM transformer trained four times as long as its column: the budget control of A6, A6b, A7, A11, A12."""
 DATA_COLUMN = "hmm_fixed"
 """The same budget on one fixed set of 10,000 episodes revisited ≈51 times (the authors' data regime)."""
-HMM_CONTROLS = ((BUDGET_COLUMN, "quick", "fresh episodes"), (DATA_COLUMN, "quick", "a fixed set of 10,000 episodes"),
+HMM_CONTROLS = ((BUDGET_COLUMN, None, "fresh episodes"), (DATA_COLUMN, None, "a fixed set of 10,000 episodes"),
                 (DATA_COLUMN, "paper", "a fixed set of 10,000 episodes"))
-"""(column, preset, its data) of the HMM controls: four times the quick budget on fresh episodes and on the
-authors' fixed set, and the authors' regime at the papers' size (the paper preset's ``hmm_fixed``, a GPU's work:
-``windtunnel reproduce scale --preset paper``) — budget, data regime, then capacity."""
+"""(column, preset, its data) of the HMM controls: four times the claim's budget on fresh episodes and on the
+authors' fixed set (``None``: the claim's own preset), and the authors' regime at the papers' size (the paper
+preset's ``hmm_fixed``, a GPU's work: ``windtunnel reproduce scale --preset paper``; a control of the quick
+claims only) — budget, data regime, then capacity."""
 
 
 def _paper_size(column: str) -> str:
@@ -140,11 +153,13 @@ def _hmm_controls(ev: Evidence, arch: str = "transformer") -> list[tuple[Measure
     how to name it, and the control to cite."""
     out = []
     for column, preset, data in HMM_CONTROLS:
-        at = ev.at(preset)
+        if preset is not None and preset == ev.preset:
+            continue  # the claim's own preset: its rows above are these cells already
+        at = ev.at(preset or ev.preset)
         m = at.eval_metric(column, arch, SEEDS, "kl", 20)
         if m is not None:
-            steps = grid.EXPERIMENTS[column].recipes[preset].steps
-            size = f" at the papers' size ({_paper_size(column)})" if preset == "paper" else ""
+            steps = grid.EXPERIMENTS[column].recipes[preset or ev.preset].steps
+            size = f" at the papers' size ({_paper_size(column)})" if preset is not None else ""
             out.append((m, f"the {steps}-step control{size} on {data} ({len(SEEDS)} seeds)",
                         _cells_control(at, column, "eval.json", arch)))
     return out
@@ -163,7 +178,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
     filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long", "hmm_fixed")) if f)
     mechanism = (f" (which strategy each seed ends nearest, the reference predictors, with in brackets the share of the "
                  f"posterior's move the model makes when the previous observation is edited: {filters})" if filters else "")
-    at_scale = ev.at("paper").eval_metric(DATA_COLUMN, arch, SEEDS, "kl", 20) is not None
+    at_scale = ev.preset != "paper" and ev.at("paper").eval_metric(DATA_COLUMN, arch, SEEDS, "kl", 20) is not None
     # the benchmark's one unfinished paper-size seed, until the paper preset's cells are committed
     scale = _paper_scale_note(ev, paper) if arch == "transformer" and not at_scale else ""
     closed_by = "neither budget, data regime nor size" if at_scale else "neither budget nor data regime"
@@ -210,7 +225,8 @@ def _filter_note(ev: Evidence, column: str, arch: str) -> str:
 
 @claim("A6", "I", "v1", "Table 1", "HMM filtering: the transformer's error at K=20", "7.5×10⁻⁵ bits (a KL)", "secondary",
        "kl (bits) at K=20, transformer, 3 seeds; controls: the same cell trained four times as long, on fresh "
-       "episodes and on a fixed set of 10,000 (the authors' regime)",
+       "episodes and on a fixed set of 10,000 (the authors' regime), and the authors' regime at the papers' size "
+       "(the paper preset's cells, once committed)",
        f"agree if our mean is at most {ERROR_FACTOR}× 7.5e-5; a control explains the gap only if it reaches that level",
        f"{TABLE}; {REPRO}")
 def _a6(ev: Evidence) -> Verdict:
@@ -284,7 +300,7 @@ def _a9(ev: Evidence) -> Verdict:
     mlp, tr = ev.table("hmm", "mlp_pointwise", "kl"), ev.table("hmm", "transformer", "kl")
     if mlp is None or tr is None:
         return missing("table cells")
-    r = Measure(mlp.value / tr.value, None, tr.seeds, (), mlp.files)
+    r = Measure(mlp.value / tr.value, None, tr.seeds, (), _cited(mlp, tr))
     return Verdict(AGREE if r.value >= 547 else DISAGREE, r, "follows from A6: the transformer's HMM error is the gap")
 
 
@@ -303,15 +319,16 @@ def _a10(ev: Evidence) -> Verdict:
                    "four columns", files=("quick/table.json", "quick/references.json"))
 
 
-LENGTH_CONTROLS = {"rotary": ("hmm_rotary", "quick"), "alibi": ("hmm_alibi", "quick"), "none": ("hmm_none", "quick"),
-                   "learned, 4× steps": (BUDGET_COLUMN, "quick"),
-                   "learned, 4× steps on a fixed set": (DATA_COLUMN, "quick"),
-                   "rotary, 4× steps on a fixed set": ("hmm_fixed_rotary", "quick"),
+LENGTH_CONTROLS = {"rotary": ("hmm_rotary", None), "alibi": ("hmm_alibi", None), "none": ("hmm_none", None),
+                   "learned, 4× steps": (BUDGET_COLUMN, None),
+                   "learned, 4× steps on a fixed set": (DATA_COLUMN, None),
+                   "rotary, 4× steps on a fixed set": ("hmm_fixed_rotary", None),
                    "learned, the papers' size on a fixed set": (DATA_COLUMN, "paper"),
                    "rotary, the papers' size on a fixed set": ("hmm_fixed_rotary", "paper")}
 """The controls of length generalisation, by what they change in the HMM column (learned absolute positions,
 2000 steps on fresh episodes): the position encoding, the budget, the data regime, or the model's size (the
-paper preset's cells, ``windtunnel reproduce scale --preset paper``); each is (column, preset)."""
+paper preset's cells, ``windtunnel reproduce scale --preset paper``, controls of the quick claims only); each is
+(column, preset), ``None`` meaning the claim's own preset."""
 
 
 MECHANISM_COLUMN = "hmm_k50"
@@ -332,7 +349,9 @@ def _length_controls(ev: Evidence) -> dict[str, dict[str, Measure]]:
     """Per control with committed cells: KL at K=20/30/50 and the boundary jump, over seeds."""
     out = {}
     for label, (column, preset) in LENGTH_CONTROLS.items():
-        at = ev.at(preset)
+        if preset is not None and preset == ev.preset:
+            continue
+        at = ev.at(preset or ev.preset)
         row = {f"kl@{k}": at.eval_metric(column, "transformer", SEEDS, "kl", k) for k in (20, 30, 50)}
         row["jump"] = at.cell_stat(column, "transformer", SEEDS, "eval.json", _boundary_jump)
         if all(v is not None for v in row.values()):
@@ -343,7 +362,7 @@ def _length_controls(ev: Evidence) -> dict[str, dict[str, Measure]]:
 def _length_control(ev: Evidence, label: str) -> str:
     """The length control ``label`` named as a verdict cites it."""
     column, preset = LENGTH_CONTROLS[label]
-    return _cells_control(ev.at(preset), column, "eval.json")
+    return _cells_control(ev.at(preset or ev.preset), column, "eval.json")
 
 
 def _control_text(ctrl: dict[str, dict[str, Measure]]) -> str:
@@ -354,7 +373,8 @@ def _control_text(ctrl: dict[str, dict[str, Measure]]) -> str:
 @claim("A11", "I", "v1", "length generalisation", "HMM length generalisation of the transformer at K=30 and K=50",
        "KL 0.012 / 0.029 bits", "code", "kl (bits) at K=30, K=50, transformer (learned positions), 3 seeds; controls: "
        "the same cell with rotary, ALiBi and no position encoding, with learned positions trained four times as long (fresh "
-       "episodes, and a fixed set), and with rotary positions trained as long on the fixed set",
+       "episodes, and a fixed set), and with rotary positions trained as long on the fixed set; learned and rotary "
+       "positions at the papers' size (the paper preset's cells, once committed)",
        f"agree if both are at most {ERROR_FACTOR}× the papers' figures; explained if a control meets them",
        f"{TABLE}; {REPRO}")
 def _a11(ev: Evidence) -> Verdict:
@@ -379,7 +399,8 @@ def _a11(ev: Evidence) -> Verdict:
 @claim("A12", "I", "v1", "length generalisation", "No discontinuity at the training boundary (K=20)",
        "qualitative", "secondary", "per-position KL at K=50: mean over steps 21–25 / mean over steps 16–20, 3 seeds "
        "(learned positions); controls: rotary, ALiBi, none, learned positions trained four times as long (fresh, fixed "
-       "set), and rotary positions trained as long on the fixed set",
+       "set), and rotary positions trained as long on the fixed set; learned and rotary positions at the papers' size "
+       "(the paper preset's cells, once committed)",
        "agree if the ratio is at most 1.5 on the mean over seeds; explained if a control that learns the task "
        "(K=20 KL below half the context-blind 0.42) shows no jump", REPRO)
 def _a12(ev: Evidence) -> Verdict:
@@ -443,7 +464,8 @@ def _a15(ev: Evidence) -> Verdict:
     if ma4 is not None and tr4 is not None:
         why += (f"; trained four times as long: Mamba {ma4.text()}, transformer {tr4.text()} "
                 f"({_lower(ma4, tr4).split(' ')[0]} by the same rule)")
-    return Verdict(_lower(ma, tr), ma, why)
+        return Verdict(_lower(ma, tr), _with_files(ma, tr, ma4, tr4), why)
+    return Verdict(_lower(ma, tr), _with_files(ma, tr), why)
 
 
 @claim("A16", "I", "v3", "primitives table", "Mamba's HMM error", "0.024 bits", "secondary",
@@ -483,7 +505,7 @@ def _a19(ev: Evidence) -> Verdict:
     if ma is None or tr is None:
         return missing("table cells")
     per_seed = ", ".join(f"{v:.0%}" for v in ma.values)
-    return Verdict(_lower(ma, tr), ma, f"per seed {per_seed}; transformer {tr.text()}")
+    return Verdict(_lower(ma, tr), _with_files(ma, tr), f"per seed {per_seed}; transformer {tr.text()}")
 
 
 BOUND_GAP = 0.05
@@ -540,7 +562,7 @@ def _a22(ev: Evidence) -> Verdict:
         return missing("table cells")
     ok = t.value >= m.value > l.value
     return Verdict(AGREE if ok else DISAGREE, f"{t.value:.1%} / {m.value:.1%} / {l.value:.1%}", "",
-                   files=("quick/table.json",))
+                   files=_cited(t, m, l))
 
 
 @claim("A23", "I", "v3", "abstract", "Mamba struggles with binding; only the transformer realises all three primitives",
@@ -558,7 +580,7 @@ def _a23(ev: Evidence) -> Verdict:
                    f"recall {mr.value:.1%} vs {tr.value:.1%}; sawtooth {ms.value:.4f} vs {ts.value:.4f} bits",
                    f"binding vs size, recall accuracy by stored pairs (3 seeds): {ladder}" if ladder else
                    "binding was tested at 8 pairs over 16 tokens only (the papers: 64 over 256)",
-                   files=("quick/table.json",))
+                   files=_cited(mr, tr, ms, ts))
 
 
 BINDING_LADDER = (("recall", 8), *((f"recall_p{p}", p) for p in grid.RECALL_PAIRS))
@@ -588,8 +610,9 @@ def _a24(ev: Evidence) -> Verdict:
     if any(p.kind == NOT_MEASURED for p in parts):
         return missing("table cells")
     ok = all(p.kind == AGREE for p in parts)
+    files = tuple(dict.fromkeys(f for p in parts for f in (p.ours.files if isinstance(p.ours, Measure) else p.files)))
     return Verdict(AGREE if ok else DISAGREE, "bijection learned; sawtooth, HMM floor; recall chance" if ok
-                   else "; ".join(p.why for p in parts), files=("quick/table.json",))
+                   else "; ".join(p.why for p in parts), files=files)
 
 
 @claim("A25", "I", "v1, v3", "abstract", "MLPs realise none of the primitives (flat architectures fail)", "qualitative",
@@ -674,9 +697,11 @@ def _files(ev: Evidence, column: str, arch: str) -> tuple[str, ...]:
     return tuple(f"{ev.preset}/cells/{column}-{arch}-s{s}/geometry.json" for s in SEEDS)
 
 
-#: The main job's two size controls, each one change towards the papers' model: two heads of 32 (the
-#: papers' head width) and the papers' task V=20, L=19.  (column, how a verdict names it, the cause)
-SIZE_CONTROLS = (("main_dh32", "at d_head 32", "the head width"), ("main_v20", "at V=20", "the task's size"))
+#: The main job's two size controls, each a step towards the papers' model: two heads of 32 (the papers'
+#: head width; nothing else changed) and the papers' task V=20, L=19 (trained 6000 steps against the main
+#: job's 3000, the budget its recipe needs).  (column, how a verdict names it, the cause)
+SIZE_CONTROLS = (("main_dh32", "at d_head 32", "the head width"),
+                 ("main_v20", "at V=20", "the task's size (V=20, L=19, with the 6000 steps its recipe trains)"))
 
 
 def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Measure, str] | None:
@@ -767,8 +792,11 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
         if control is None:
             continue
         okc, oc, saidc = control
+        learned = _learned(ev, control_column, arch)
         shown = oc.text() + "; " if isinstance(oc, Measure) else ""
-        said += f"; {where}: {shown}{saidc} ({'agree' if okc else 'disagree'} by the same rule)"
+        said += f"; {where}: {shown}{saidc} ({'agree' if okc else 'disagree'} by the same rule" + (
+            "" if learned else "; a control that has not learned its task explains nothing") + ")"
+        okc = okc and learned
         files += _files(ev, control_column, arch)
         if isinstance(ours, Measure):
             ours = Measure(ours.value, ours.ci, ours.seeds, ours.values, ours.files + _files(ev, control_column, arch))
@@ -776,6 +804,18 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
             return Verdict(DISAGREE_EXPLAINED, ours, said + f": {cause} decides it",
                            control=_cells_control(ev, control_column, "geometry.json", arch), files=files)
     return Verdict(DISAGREE, ours, said, files=files)
+
+
+def _learned(ev: Evidence, column: str, arch: str) -> bool:
+    """Whether a control's cells learned their task — the column's headline error, pooled over seeds, below
+    half its context-blind floor (each seed's ``references.json``) — so that a rule it passes is not passed by
+    a model that ignores its context (ablating a head cannot hurt a model that reads nothing)."""
+    metric = grid.EXPERIMENTS[column].metric
+    m = ev.eval_metric(column, arch, SEEDS, metric)
+    floor = ev.cell_stat(column, arch, SEEDS, "references.json", lambda r: r["context_blind"]["metrics"][metric])
+    if m is None or floor is None or metric == "accuracy":
+        return False  # a control whose learning cannot be read this way explains nothing
+    return m.value < 0.5 * floor.value
 
 
 def _frame_head(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
