@@ -352,3 +352,24 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
     plain = claims.CLAIMS["A6"].assess(Evidence(RESULTS))
     assert "at the papers' size (0.02M" not in plain.why and "on HMM at the papers' size" not in \
         claims.CLAIMS["D10"].assess(Evidence(RESULTS)).why
+
+
+def test_the_committed_table_and_its_committed_cells_are_one_set_of_runs() -> None:
+    """Every cell of results/quick/table.json whose seeds are all committed under quick/cells holds the
+    numbers of those cells' eval.json, seed for seed: the table and the claims read the same runs."""
+    table = json.loads((RESULTS / "quick" / "table.json").read_text())
+    checked = 0
+    for c in table["cells"]:
+        folders = [RESULTS / "quick" / "cells" / f"{c['task']}-{c['arch']}-s{s}" for s in c["seeds"]]
+        if not all((f / "eval.json").is_file() for f in folders):
+            continue
+        for name, m in c["metrics"].items():
+            if "@K=" in name:
+                metric, K = name.split("@K=")
+                want = [json.loads((f / "eval.json").read_text())["lengths"][K]["metrics"][metric]["value"]
+                        for f in folders]
+            else:
+                want = [json.loads((f / "eval.json").read_text())["metrics"][name]["value"] for f in folders]
+            assert m["values"] == pytest.approx(want, rel=1e-12, abs=1e-15), (c["task"], c["arch"], name)
+        checked += 1
+    assert checked >= 10
