@@ -59,6 +59,8 @@ def main() -> None:
             elif c.get("train_s") and c.get("seeds"):
                 measured[(c["task"], c["arch"])] = c["train_s"] / len(c["seeds"])
     peak = matmul_peak_flops()
+    print(f"# python benchmarks/table_budget.py --table {args.table}: each cell's training seconds from its least "
+          "contended seed (the cell.json of its run folders where they are here), else the table's mean over seeds")
     print(f"dense fp32 matmul peak, one thread, measured now: {peak / 1e9:.1f} GFLOP/s")
     print(f"{'column':24s} {'arch':14s} {'params':>8s} {'TFLOP':>7s} {'train_s':>8s} {'GFLOP/s':>8s} {'MFU':>6s}")
     total_flops = total_s = 0.0
