@@ -188,7 +188,7 @@ def test_table_cells_are_in_the_tables_order_and_read_by_column_and_row(tmp_path
         docs.fact("table:quick:hmm:mlp:metrics.kl.mean", Evidence(tmp_path), {})
 
 
-def test_aggregate_cells_orders_by_column_row_and_seed_whatever_order_they_come_in() -> None:
+def test_aggregate_cells_orders_by_column_row_and_seed_whatever_order_they_come_in(tmp_path: Path) -> None:
     import random
 
     from windtunnel.table import aggregate_cells
@@ -210,6 +210,13 @@ def test_aggregate_cells_orders_by_column_row_and_seed_whatever_order_they_come_
         assert c["run_dirs"] == [f"{c['task']}-{c['arch']}-s{s}" for s in (0, 1, 2)]
         assert c["metrics"]["kl"]["values"] == pytest.approx([0.1 * s + (1.0 if c["arch"] == "mlp" else 0.0)
                                                               for s in (0, 1, 2)])
+    # a table: fact finds an external architecture's row by its full name (package.module:factory)
+    from windtunnel.claims import docs
+    from windtunnel.claims.evidence import Evidence
+
+    (tmp_path / "quick").mkdir()
+    (tmp_path / "quick" / "table.json").write_text(json.dumps({"cells": table}))
+    assert docs.fact("table:quick:recall:pkg.mod:factory:metrics.kl.mean", Evidence(tmp_path), {}) == "0.1"
 
 
 def test_every_option_of_every_command_says_what_it_does() -> None:

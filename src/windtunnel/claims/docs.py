@@ -56,7 +56,8 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
                 raise KeyError(key)
             return m.text()
         if kind == "table":
-            preset, task, arch, path = rest.split(":", 3)
+            preset, task, *arch_parts, path = rest.split(":")  # an external arch is package.module:factory
+            arch = ":".join(arch_parts)
             cell = ev.at(preset).table_cell(task, arch)
             if cell is None:
                 raise KeyError(f"{preset}/table.json has no {task}/{arch} cell")
