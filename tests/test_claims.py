@@ -373,3 +373,31 @@ def test_the_committed_table_and_its_committed_cells_are_one_set_of_runs() -> No
             assert m["values"] == pytest.approx(want, rel=1e-12, abs=1e-15), (c["task"], c["arch"], name)
         checked += 1
     assert checked >= 10
+
+
+def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_its_task() -> None:
+    """``_with_controls`` on the committed cells with rules that pass exactly where told: a passing control
+    that learned its task explains (and is cited); one at its context-blind floor does not; an uncommitted
+    control is skipped; an unmeasured main column is missing, not a verdict."""
+    from windtunnel.claims import paper1
+
+    ev = Evidence(RESULTS)
+    seeds = reproduce.SEEDS
+    if ev.cells("main_v20", "transformer", seeds) is None or ev.cells("hmm_pool_65536", "lstm", seeds) is None:
+        pytest.skip("the controls are not committed")
+
+    def passes_at(where: str):
+        return lambda ev, column: (column == where, f"{column} read", "") if ev.cells(
+            column, "lstm" if column.startswith("hmm") else "transformer", seeds) is not None else None
+
+    v = paper1._with_size_controls(ev, passes_at("main_v20"), "main-job geometry")
+    assert v.kind == claims.DISAGREE_EXPLAINED
+    assert v.control.startswith("quick/cells/main_v20-transformer-s0/geometry.json")
+    assert "quick/cells/main_v20-transformer-s2/geometry.json" in v.files
+    assert paper1._with_size_controls(ev, passes_at("nowhere"), "x").kind == claims.DISAGREE
+    # the LSTM trained on 65,536 HMMs sits at its context-blind floor: passing a rule there explains nothing
+    at_floor = paper1._with_controls(ev, passes_at("hmm_pool_65536"), "x", "hmm",
+                                     (("hmm_pool_65536", "on a pool", "the pool"), ("no_such_column", "-", "-")),
+                                     arch="lstm")
+    assert at_floor.kind == claims.DISAGREE and "has not learned its task" in at_floor.why
+    assert paper1._with_size_controls(ev, lambda ev, column: None, "main-job geometry").kind == claims.NOT_MEASURED
