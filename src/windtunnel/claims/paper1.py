@@ -793,7 +793,7 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
             continue
         okc, oc, saidc = control
         learned = _learned(ev, control_column, arch)
-        shown = oc.text() + "; " if isinstance(oc, Measure) else ""
+        shown = (oc.text() if isinstance(oc, Measure) else str(oc)) + "; "
         said += f"; {where}: {shown}{saidc} ({'agree' if okc else 'disagree'} by the same rule" + (
             "" if learned else "; a control that has not learned its task explains nothing") + ")"
         okc = okc and learned
