@@ -401,8 +401,8 @@ def _a11(ev: Evidence) -> Verdict:
        "(learned positions); controls: rotary, ALiBi, none, learned positions trained four times as long (fresh, fixed "
        "set), and rotary positions trained as long on the fixed set; learned and rotary positions at the papers' size "
        "(the paper preset's cells, once committed)",
-       "agree if the ratio is at most 1.5 on the mean over seeds; explained if a control that learns the task "
-       "(K=20 KL below half the context-blind 0.42) shows no jump", REPRO)
+       "agree if the ratio is at most 1.5 on the mean over seeds; explained if a control that learns the task on "
+       "every seed (K=20 KL below half the context-blind 0.42) shows no jump", REPRO)
 def _a12(ev: Evidence) -> Verdict:
     m = ev.cell_stat("hmm", "transformer", SEEDS, "eval.json", _boundary_jump)
     if m is None:
@@ -414,7 +414,9 @@ def _a12(ev: Evidence) -> Verdict:
         return Verdict(DISAGREE, m, "KL just past the boundary / just before it; no control committed yet")
     files = m.files + tuple(f for r in ctrl.values() for f in r["jump"].files)
     m = Measure(m.value, m.ci, m.seeds, (), files)
-    smooth = [label for label, r in ctrl.items() if r["kl@20"].value < 0.5 * 0.42 and r["jump"].value <= 1.5]
+    # a control learns the task only if every seed does: a seed left at the floor has no jump to show, and
+    # pooled with the others it would hide theirs
+    smooth = [label for label, r in ctrl.items() if max(r["kl@20"].values) < 0.5 * 0.42 and r["jump"].value <= 1.5]
     said = f"KL just past the boundary / just before it (learned positions); {_control_text(ctrl)}"
     trained = ev.cell_stat(MECHANISM_COLUMN, "transformer", SEEDS, "eval.json", _boundary_jump)
     if trained is not None:  # where the jump comes from; it does not say why the papers' model shows none
