@@ -302,26 +302,23 @@ def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
     job's and the job has no run folder of its own: the table takes it instead of retraining a cell whose
     (uncommitted) run folder is gone; its ``run_dir`` becomes the committed folder.  ``None`` otherwise — a
     damaged or older committed cell included, which the table then trains afresh."""
+    from .errors import UserError
     from .evaluation import EVAL_SEED
     from .runs import RunDir
-    from .training import TrainConfig
 
     if RunDir(job["run_dir"]).is_run():
         return None  # a run folder of its own (finished or resumable) is the cell
     d = out / "cells" / Path(job["run_dir"]).name
-    ignore = {"progress", "device", "trackers"}
     try:
+        if not RunDir(d).holds(job["config"]):  # the recipe test every resuming command applies
+            return None
         cell = json.loads((d / "cell.json").read_text())
         evaluation = json.loads((d / "eval.json").read_text())
-        stored = TrainConfig.from_dict(json.loads((d / "config.json").read_text())["train"]).to_dict()
-        wanted = TrainConfig.from_dict(job["config"]).to_dict()
-        if any(stored.get(k) != v for k, v in wanted.items() if k not in ignore):
-            return None
         if evaluation.get("n") != job["eval_n"] or evaluation.get("seed") != EVAL_SEED:
             return None
         if sorted(map(int, cell.get("lengths") or {})) != sorted(job.get("lengths") or []):
             return None  # evaluated at other lengths than the table's column
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged, or from an older windtunnel
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UserError):  # damaged, or an older windtunnel's
         return None
     return {**cell, "run_dir": str(d)}
 
