@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from windtunnel import metrics
 from windtunnel import references as R
 from windtunnel import tasks
 from windtunnel.geometry.reference_predictors import nearest_reference, reference_path, reference_predictors
@@ -171,6 +172,14 @@ def test_uniform_and_the_reference_set() -> None:
     pooled = R.predictors(tasks.make("bijection", V=5, L=4, pool=4), n=2000)
     assert list(pooled)[-2:] == ["oracle_true_prior", "oracle"]
     assert not any(k.startswith("window") for k in R.predictors(tasks.make("recall"), n=500))  # no windowed posterior
+    # real-valued inputs: the current input alone (window_0) is a reference below context_blind, which
+    # averages the input away — on regression the prior predictive, a pointwise network's floor
+    reg = tasks.make("regression", d=2, points=6, C=8)
+    refs = R.predictors(reg, n=2000)
+    assert list(refs) == ["uniform", "unigram", "bigram", "context_blind", "window_0", "window_1", "window_4", "oracle"]
+    ep = reg.sample(400, 5)
+    kl = {k: metrics.bayes_gap(refs[k](**ep.inputs), ep) for k in ("context_blind", "window_0", "window_1")}
+    assert kl["window_1"] < kl["window_0"] < kl["context_blind"]
 
 
 def test_nearest_and_path_by_hand() -> None:

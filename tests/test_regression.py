@@ -323,3 +323,46 @@ def test_pooled_predictive_equals_the_mixture_over_members(pool: int) -> None:
             mass = normal_bin_mass_reference(mean, torch.full_like(mean, 0.7), task.bin_edges())  # [pool, C]
             assert torch.allclose(ep.posterior[b, 2 * i], (pi[:, None] * mass).sum(0), rtol=0, atol=1e-12)
     assert task.unpooled() == make("regression", d=2, points=4, C=6, sigma=0.7, pool_seed=5)
+
+
+def test_d_active_is_the_smaller_regression_embedded_in_the_wider_input() -> None:
+    """With ``d_active = 2`` of ``d = 4`` the trailing coordinates of every x are 0, and the posterior is
+    the one of a 2-dimensional task on the first two coordinates with the same bin edges (``y_range``
+    rescaled so the edges, which depend on d, coincide) — the quadrature-checked task, embedded."""
+    wide = make("regression", d=4, points=5, C=9, d_active=2)
+    ep = wide.sample(64, seed=3)
+    x = ep.features[:, 0::2, :4]
+    assert torch.all(x[..., 2:] == 0) and torch.all(x[..., :2] != 0)
+    scale = math.sqrt((4 + 0.25) / (2 + 0.25))
+    narrow = make("regression", d=2, points=5, C=9, y_range=4.0 * scale)
+    assert torch.allclose(narrow.bin_edges(), wide.bin_edges(), rtol=1e-14, atol=0)
+    f = torch.cat([ep.features[..., :2], ep.features[..., 4:]], dim=-1)  # drop the two zero coordinates
+    assert torch.allclose(narrow.posterior(ep.tokens, f), ep.posterior, rtol=0, atol=1e-13)
+    # the same stream as the full task: only the cut coordinates differ
+    full = wide.replace(d_active=None).sample(64, seed=3)
+    assert torch.equal(full.features[:, 0::2, :2], x[..., :2])
+    with pytest.raises(ValueError, match="d_active"):
+        make("regression", d=4, d_active=5)
+
+
+def test_windowed_posterior_is_the_quadrature_on_the_window_alone() -> None:
+    """The observer that keeps the last ``m`` points: against quadrature over w given only those points
+    (d = 2), the prior predictive at ``m = 0`` in closed form, and the full posterior once ``m`` spans the episode."""
+    task = make("regression", d=2, points=5, C=8, y_range=2.0)
+    ep = task.sample(6, seed=11)
+    f = ep.features.double().numpy()
+    X, Y = f[:, 0::2, :2], f[:, 1::2, 2]
+    edges = task.bin_edges().numpy()
+    for m in (0, 1, 3):
+        got = task.windowed_posterior(ep.tokens, ep.features, window=m)
+        for i in range(task.points):
+            lo = max(0, i - m)
+            want = quadrature_bins(X[:, lo:i], Y[:, lo:i], X[:, i], edges, task.sigma_w, task.sigma)
+            assert np.allclose(got[:, 2 * i].numpy(), want, rtol=0, atol=TOL), (m, i)
+        assert torch.all(got[:, 1::2] == 1.0 / task.C)  # y-positions are not scored
+    x = ep.features[:, 0::2, :2].double()
+    prior = normal_bin_mass(torch.zeros(x.shape[:2], dtype=torch.float64),
+                            (x.pow(2).sum(-1) * task.sigma_w**2 + task.sigma**2).sqrt(), task.bin_edges())
+    assert torch.allclose(task.windowed_posterior(ep.tokens, ep.features, window=0)[:, 0::2], prior, rtol=0, atol=1e-15)
+    assert torch.equal(task.windowed_posterior(ep.tokens, ep.features, window=task.points)[:, 0::2],
+                       ep.posterior[:, 0::2])

@@ -10,8 +10,10 @@ informed to the most:
 * ``context_blind`` — its mean given the position and the current token (``tasks.context_blind``,
   the floor of a network without cross-position mixing);
 * ``window_m`` — the exact posterior of an observer that sees only the last ``m`` pieces of evidence
-  (``Task.windowed_posterior``: shown pairs on the bijection, observations on the HMM), for tasks that
-  define it;
+  (``Task.windowed_posterior``: shown pairs on the bijection, observations on the HMM, points on
+  regression), for tasks that define it.  On a task with real-valued inputs ``window_0`` comes first: the
+  answer given the current input alone (regression's prior predictive ``N(0, σ_w²‖x‖² + σ²)``), the floor
+  of a network without cross-position mixing, which ``context_blind`` — averaged over the inputs — is not;
 * ``oracle_true_prior`` — for a pooled task, the posterior under the true prior: the predictor that
   infers instead of memorising the pool;
 * ``oracle`` — the exact posterior (under a pool, the pool's).
@@ -50,7 +52,9 @@ class Uniform(torch.nn.Module):
 
 def has_window(task: Task) -> bool:
     """Whether ``task`` defines a windowed posterior (asked on one position of one episode)."""
-    return task.windowed_posterior(task.sample(1, 0).tokens[:, :1], window=1) is not None
+    ep = task.sample(1, 0)
+    features = None if ep.features is None else ep.features[:, :1]
+    return task.windowed_posterior(ep.tokens[:, :1], features, window=1) is not None
 
 
 class Windowed(BayesOracle):
@@ -80,6 +84,8 @@ def predictors(task: Task, windows: tuple[int, ...] = WINDOWS, n: int = 20000) -
         "context_blind": ConditionalMean(task, "position_token", samples=samples),
     }
     if has_window(task):
+        if task.n_features and 0 not in windows:  # the input alone is informative: its own reference
+            windows = (0, *windows)
         for m in windows:
             if m < task.seq_len:
                 out[f"window_{m}"] = Windowed(task, m)

@@ -324,15 +324,21 @@ def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
 
 
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
-    """The two reference rows of one column, on the cells' own evaluation episodes: the Bayes
-    oracle and the context-blind optimum (``tasks.context_blind``)."""
+    """The reference rows of one column, on the cells' own evaluation episodes: the Bayes oracle and the
+    context-blind optimum (``tasks.context_blind``); on a task with real-valued inputs also ``window_0``, the
+    answer given the current input alone (``references.Windowed``), the floor of a network without
+    cross-position mixing there."""
     from . import tasks
     from .evaluation import EVAL_SEED, evaluate
+    from .references import Windowed, has_window
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
     out = {}
-    for ref, model in (("oracle", tasks.oracle(task)), ("context_blind", tasks.context_blind(task))):
+    rows = [("oracle", tasks.oracle(task)), ("context_blind", tasks.context_blind(task))]
+    if task.n_features and has_window(task):
+        rows.append(("window_0", Windowed(task, 0)))
+    for ref, model in rows:
         r = evaluate(model, task, n=eval_n, seed=EVAL_SEED, lengths=lengths if ref == "oracle" else None, n_boot=200)
         out[ref] = {
             "metrics": {k: v["value"] for k, v in r.metrics.items()},

@@ -32,6 +32,12 @@ from the prior with ``pool_seed``.  The exact predictive is then a mixture over 
 
 (``pool · C`` bin masses per scored position: seconds per thousand episodes at a pool of a few thousand);
 :meth:`Regression.unpooled` gives the Gaussian-prior predictive above.
+
+``d_active`` (a dimension curriculum, as Garg et al. train in-context regression): only the first
+``d_active`` coordinates of every ``x`` are drawn, the rest are 0.  The input stays ``d + 2`` wide and the
+bins stay those of ``d``, so a curriculum can grow ``d_active`` to ``d`` under one model and one readout;
+the posterior needs no change, since a coordinate that is 0 in every ``x`` is never observed and never
+asked for (its rows of ``XᵀX`` are 0 and it adds nothing to ``xᵀΣx``).
 """
 
 from __future__ import annotations
@@ -108,6 +114,7 @@ class Regression(Task):
     y_range: float = 4.0
     pool: int | None = None
     pool_seed: int = 0
+    d_active: int | None = None
 
     def validate(self) -> None:
         check(is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
@@ -122,6 +129,8 @@ class Regression(Task):
         check(self.sigma_w / self.sigma <= 1e4, "sigma_w", "at most 1e4 × sigma (float64 conditioning of the posterior)")
         check(self.pool is None or (is_int(self.pool) and 1 <= self.pool <= 2**16), "pool", "null, or an integer in [1, 2^16]")
         check(is_int(self.pool_seed) and 0 <= self.pool_seed < 2**31, "pool_seed", "an integer in [0, 2^31)")
+        check(self.d_active is None or (is_int(self.d_active) and 1 <= self.d_active <= self.d), "d_active",
+              "null, or an integer in [1, d]")
 
     def unpooled(self) -> "Regression | None":
         """The same task with ``w`` from the Gaussian prior every episode (``None`` without a pool)."""
@@ -173,6 +182,8 @@ class Regression(Task):
             pick = torch.randint(0, self.pool, (n,), generator=torch.Generator().manual_seed(0x9002_0000_0000 + seed))
             w = self.pool_members()[pick]
         x = torch.randn(n, P, d, generator=g, dtype=torch.float64).float().double()  # float32 values
+        if self.d_active is not None:  # drawn in full and then cut, so every d_active sees the same stream
+            x[..., self.d_active:] = 0.0
         noise = torch.randn(n, P, generator=g, dtype=torch.float64) * self.sigma
         y = ((x @ w[:, :, None])[..., 0] + noise).float()  # [n, P] float32
 
@@ -265,6 +276,23 @@ class Regression(Task):
             return out
         mean, std = self.predictive(features)
         out[:, 0::2] = normal_bin_mass(mean, std, self.bin_edges())
+        return out
+
+    def windowed_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                           window: int = 1) -> torch.Tensor:
+        """The predictive of an observer that sees only the last ``window`` points ``(x_j, y_j)`` before
+        each x-position, and that position's ``x_i``: :meth:`posterior` of the episode cut to those points
+        (the points are exchangeable given ``w``, so the older ones carry nothing the window's rule needs).
+        ``window = 0`` is the prior predictive ``N(0, σ_w²‖x_i‖² + σ²)`` binned — a predictor that reads
+        the current input and infers nothing from the context."""
+        check(is_int(window) and window >= 0, "window", "a non-negative integer")
+        if features is None:
+            raise InvalidValue("invalid features: the regression task needs real-valued features")
+        B, T = tokens.shape
+        out = torch.full((B, T, self.C), 1.0 / self.C, dtype=torch.float64)
+        for t in range(0, T, 2):
+            first = max(0, t - 2 * window)
+            out[:, t] = self.posterior(tokens[:, first : t + 1], features[:, first : t + 1])[:, -1]
         return out
 
     def _pool_predictive(self, features: torch.Tensor, batch: int = 64, members: int = 512) -> torch.Tensor:
