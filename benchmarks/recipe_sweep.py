@@ -5,6 +5,8 @@
     python benchmarks/recipe_sweep.py --task bijection_replacement --grid block --steps 4000 --seeds 0 1 2
     python benchmarks/recipe_sweep.py --task recall_p16 --grid store --steps 8000 --jobs 1 \
         --log benchmarks/results/recipe_sweep_recall.jsonl
+    python benchmarks/recipe_sweep.py --task regression --grid shapes --steps 3000 --jobs 1 \
+        --log benchmarks/results/recipe_sweep_regression.jsonl
 
 Every candidate is an ordinary run (``windtunnel.train``) at 200k parameters (capacity-matched),
 one CPU thread per job, evaluated with ``windtunnel.evaluate`` on 1000 fresh episodes; each
@@ -19,6 +21,9 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
 * ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — over the first
   third of training the episodes hold 4 pairs, then twice as many, and so on up to the task's own
   (``windtunnel.grid.store_curriculum``; the same key and value vocabularies);
+* ``dimension`` (regression): the experiment's own recipe, and the same behind a dimension curriculum — over
+  the first third of training the inputs use 1, then 2, … of the task's d dimensions
+  (``windtunnel.grid.dimension_curriculum``);
 * ``block``: the quick preset's own recipe (its shape, LR and curriculum) with the transformer's
   MLP as the papers' GELU block and as the gated SwiGLU block of Llama-family models
   (``mlp="swiglu"``), capacity-matched alike — the one change that separates our transformer from
@@ -49,6 +54,9 @@ def candidates(grid: str, task: str, arch: str, steps: int,
 
         pairs = tasks.make(base["task"], **base["task_params"]).params()["pairs"]
         return [dict(base), dict(base, curriculum=experiment_grid.store_curriculum(pairs, steps))]
+    if grid == "dimension":  # regression: the recipe as it is, and behind a dimension curriculum
+        d = base["task_params"].get("d", 8)
+        return [dict(base), dict(base, curriculum=experiment_grid.dimension_curriculum(d, steps))]
     if grid == "block":
         chosen = list(blocks) if arch == "transformer" else [None]
         return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in chosen]
@@ -88,7 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
     ap.add_argument("--arch", nargs="+", default=["transformer"])
-    ap.add_argument("--grid", choices=["shapes", "curriculum", "block", "store"], default="shapes")
+    ap.add_argument("--grid", choices=["shapes", "curriculum", "block", "store", "dimension"], default="shapes")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--blocks", nargs="+", choices=["swiglu", "gelu"], default=["swiglu", "gelu"],

@@ -120,6 +120,14 @@ def store_curriculum(pairs: int, steps: int, first: int = 4) -> list[dict[str, A
     return [{"until": share * (i + 1), "task_params": {"pairs": size}} for i, size in enumerate(sizes)]
 
 
+def dimension_curriculum(d: int, steps: int) -> list[dict[str, Any]]:
+    """In-context regression's inputs grown to ``d`` dimensions over the first third of ``steps``: ``d_active``
+    = 1, 2, …, d − 1, each for an equal share of that third (Garg et al.'s curriculum, on the task's
+    ``d_active``: the input width, the bins and the model stay those of ``d``)."""
+    share = steps // 3 // max(1, d - 1)
+    return [{"until": share * k, "task_params": {"d_active": k}} for k in range(1, d)]
+
+
 RECALL_PAIRS = (16, 32, 64)
 """The binding-vs-size ladder's store sizes beyond the recall column's 8 pairs (the papers' recall holds 64)."""
 
