@@ -407,3 +407,31 @@ def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_
                                      arch="lstm")
     assert at_floor.kind == claims.DISAGREE and "has not learned its task" in at_floor.why
     assert paper1._with_size_controls(ev, lambda ev, column: None, "main-job geometry").kind == claims.NOT_MEASURED
+
+
+def test_a_references_file_missing_a_row_is_made_again_without_training(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A regression cell's references.json holds the windowed references (the current input alone, the last m
+    points); one written before they existed counts as missing, and ``reproduce`` writes it again from the task —
+    the trained cell untouched, its run folder gone — with the rows it had unchanged to the bit."""
+    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
+        return [reproduce.Job(grid.Cell(preset, "regression", "transformer", 0, params=20_000, steps=6), analyze=False)]
+
+    monkeypatch.setattr(reproduce, "plan", plan)
+    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+    results = tmp_path / "results"
+    assert reproduce.reproduce("paper1", results=results, workers=1)["done"] == ["regression-transformer-s0"]
+    cell = results / "quick" / "cells" / "regression-transformer-s0"
+    refs = json.loads((cell / "references.json").read_text())
+    assert list(refs) == ["oracle", "context_blind", "window_0", "window_1", "window_4"]
+    kl = {k: v["metrics"]["kl"] for k, v in refs.items()}
+    assert kl["oracle"] < 1e-12 and kl["window_4"] < kl["window_1"] < kl["window_0"] < kl["context_blind"]
+    trained = {k: v for k, v in _snapshot(cell).items() if k != "references.json"}
+    (cell / "references.json").write_text(json.dumps({k: refs[k] for k in ("oracle", "context_blind")}))
+    shutil.rmtree(results / "quick" / "runs")
+    job = plan("paper1")[0]
+    assert reproduce.missing(job, results) == ["references.json"]
+    again = reproduce.reproduce("paper1", results=results, workers=1)
+    assert again["missing"] == 0 and again["done"] == []
+    assert json.loads((cell / "references.json").read_text()) == refs
+    assert {k: v for k, v in _snapshot(cell).items() if k != "references.json"} == trained

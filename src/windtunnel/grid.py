@@ -138,6 +138,7 @@ _MAIN_V20 = _exp("main_v20", "bijection", {"V": 20, "L": 19}, {"V": 20, "L": 19}
 # entry), and at the quick budget only learned positions leave the context-blind plateau on every seed
 # (the ``hmm_rotary``, ``hmm_alibi`` and ``hmm_none`` control cells); everywhere else rotary (no length limit)
 _HMM_TRANSFORMER = {"pos": "learned"}
+_REGRESSION = _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {})
 _HMM = _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, primitive="transport", metric="kl",
             lengths=(20, 30, 50), model={"transformer": _HMM_TRANSFORMER})
 _RECALL = _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
@@ -221,7 +222,14 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
            e.recipes["paper"], metric=e.metric, unit=e.unit, lengths=e.lengths,
            model={"transformer": {**e.model.get("transformer", {}), "uniform_attn": "all"}})
       for e in (_MAIN, _HMM, _RECALL)),
-    _exp("regression", "regression", {"d": 4, "points": 16, "C": 32}, {}),
+    _REGRESSION,
+    # the regression cell's controls (A26): the same cell trained four times as long, and behind a dimension
+    # curriculum (``dimension_curriculum``: the inputs grown 1 … d dimensions over the first third of training)
+    _exp("regression_long", "regression", _REGRESSION.task_params["quick"], _REGRESSION.task_params["paper"],
+         replace(_QUICK, steps=4 * _QUICK.steps), replace(_PAPER, steps=4 * _PAPER.steps), metric="kl"),
+    _exp("regression_curriculum", "regression", _REGRESSION.task_params["quick"], _REGRESSION.task_params["paper"],
+         replace(_QUICK, curriculum=tuple(dimension_curriculum(4, _QUICK.steps))),
+         replace(_PAPER, curriculum=tuple(dimension_curriculum(8, _PAPER.steps))), metric="kl"),  # the task's default d
     _exp("coin", "coin", {}, {}),
     _exp("sticky", "sticky", {}, {}),
     # beyond the papers: one fixed 3-state process (no hypothesis to infer, a hidden state to track); the

@@ -38,6 +38,7 @@ from .runs import RunDir
 TARGETS = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
 GEOMETRY = "geometry.json"
+REFERENCES = "references.json"
 SEEDS = (0, 1, 2)
 """Every claim is measured on at least three training seeds."""
 ANALYZE_N = grid.ANALYZE_N
@@ -72,7 +73,8 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    controls = V20_CELLS + CONTROL_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS
+    controls = (V20_CELLS + CONTROL_CELLS + REGRESSION_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS
+                + HEAD_WIDTH_CELLS + BINDING_CELLS)
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
@@ -92,6 +94,11 @@ papers' headline error measured at their V, and the geometry at that size."""
 CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "mamba"))
 """Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
+
+REGRESSION_CELLS = (("regression_long", "transformer"), ("regression_curriculum", "transformer"))
+"""The regression wind tunnel's controls, trained and evaluated: its transformer four times as long, and behind a
+dimension curriculum (the inputs grown from 1 to d dimensions over the first third of training, as Garg et al.
+train in-context regression) — whether its error is the budget's or the optimisation's."""
 
 POSITION_CELLS = (("hmm_rotary", "transformer"), ("hmm_alibi", "transformer"), ("hmm_none", "transformer"),
                   ("hmm_fixed_rotary", "transformer"))
@@ -206,12 +213,39 @@ def missing(job: Job, results: Path) -> list[str]:
     registered diagnostic, or holds an older version of one, counts as missing)."""
     d = cell_dir(results, job.cell)
     out = [a for a in job.artifacts() if not (d / a).is_file()]
+    if REFERENCES not in out and _stale_references(job, d / REFERENCES):
+        out.append(REFERENCES)
     if job.analyze and GEOMETRY not in out:
         from .geometry.run import stale_diagnostics
 
         if stale_diagnostics(json.loads((d / GEOMETRY).read_text())):
             out.append(GEOMETRY)
     return out
+
+
+def _stale_references(job: Job, path: Path) -> bool:
+    """Whether a committed ``references.json`` lacks a row the code now writes (``table.reference_rows``)."""
+    from . import table
+
+    try:
+        have = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(have, dict) or not set(table.reference_rows(job.cell.preset, job.cell.column)) <= set(have)
+
+
+def refresh_references(job: Job, results: Path) -> None:
+    """Write a committed cell's ``references.json`` anew (in its cell folder, and its run folder where there is
+    one): the references are the task's alone, evaluated on the cell's evaluation episodes, so a cell whose
+    only missing artifact they are needs no training."""
+    from . import table
+    from .runs import RunDir
+
+    record = table.references(job.cell.preset, job.cell.column, _eval_n(job.cell.preset),
+                              list(job.cell.experiment.lengths or []) or None)
+    for folder in (cell_dir(results, job.cell), run_dir(results, job.cell)):
+        if folder.is_dir():
+            RunDir(folder).write_references(record)
 
 
 def _work(job: dict[str, Any]) -> dict[str, Any]:
@@ -261,6 +295,11 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
 
     results = Path(results)
     jobs = plan(target, preset)
+    if not dry_run:  # references made stale by a newer version: remade from the task, no training needed
+        for j in jobs:
+            if missing(j, results) == [REFERENCES]:
+                refresh_references(j, results)
+                print(f"  references {j.cell.folder}", flush=True)
     todo = schedule([j for j in jobs if missing(j, results)], results, workers=1)
     summary: dict[str, Any] = {"target": target, "preset": preset, "cells": len(jobs), "missing": len(todo),
                                "done": [], "wall_s": 0.0, "external": external(target, preset, results)}

@@ -323,22 +323,36 @@ def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
     return {**cell, "run_dir": str(d)}
 
 
+def reference_rows(preset: str, column: str) -> list[str]:
+    """The names of the rows :func:`references` writes for ``column`` (a ``references.json`` without one of
+    them was written by an older version and is made again)."""
+    from . import tasks
+    from .references import WINDOWS, has_window
+
+    name, params = grid.task_spec(column, preset)
+    task = tasks.make(name, **params)
+    rows = ["oracle", "context_blind"]
+    if task.n_features and has_window(task):
+        rows += [f"window_{m}" for m in (0, *WINDOWS) if m < task.seq_len]
+    return rows
+
+
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
     """The reference rows of one column, on the cells' own evaluation episodes: the Bayes oracle and the
-    context-blind optimum (``tasks.context_blind``); on a task with real-valued inputs also ``window_0``, the
-    answer given the current input alone (``references.Windowed``), the floor of a network without
-    cross-position mixing there."""
+    context-blind optimum (``tasks.context_blind``); on a task with real-valued inputs also the windowed
+    references (``references.Windowed``): ``window_0``, the answer given the current input alone — the floor of a
+    network without cross-position mixing there — and ``window_m``, the posterior from the last ``m`` pieces of
+    evidence (:data:`references.WINDOWS`), the yardsticks of how much of its context a model reads."""
     from . import tasks
     from .evaluation import EVAL_SEED, evaluate
-    from .references import Windowed, has_window
+    from .references import Windowed
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
     out = {}
-    rows = [("oracle", tasks.oracle(task)), ("context_blind", tasks.context_blind(task))]
-    if task.n_features and has_window(task):
-        rows.append(("window_0", Windowed(task, 0)))
-    for ref, model in rows:
+    for ref in reference_rows(preset, column):
+        model = (tasks.oracle(task) if ref == "oracle" else tasks.context_blind(task) if ref == "context_blind"
+                 else Windowed(task, int(ref.removeprefix("window_"))))
         r = evaluate(model, task, n=eval_n, seed=EVAL_SEED, lengths=lengths if ref == "oracle" else None, n_boot=200)
         out[ref] = {
             "metrics": {k: v["value"] for k, v in r.metrics.items()},
