@@ -663,7 +663,7 @@ def _regression_rule(ev: Evidence, column: str) -> tuple[bool, Measure, str] | N
 @claim("A26", "I", "v3 (secondary)", "—", "A Bayesian-regression wind tunnel: the transformer's predictive matches the "
        "posterior", "—", "secondary", "kl (bits) of the transformer on regression (d = 4, 16 points, 32 bins), 3 seeds, "
        "against the context-blind floor on the same episodes; controls: the same cell trained four times as long, "
-       "and behind a dimension curriculum",
+       "and behind a dimension curriculum; the LSTM and Mamba on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; explained if a control's is", REPRO)
 def _a26(ev: Evidence) -> Verdict:
     main = _regression_rule(ev, "regression")
@@ -683,6 +683,12 @@ def _a26(ev: Evidence) -> Verdict:
         if okc:
             return Verdict(DISAGREE_EXPLAINED, Measure(m.value, m.ci, m.seeds, m.values, files),
                            said + f": {cause} decides it", control=_cells_control(ev, column, "eval.json"))
+    floor = ev.json(f"{ev.preset}/cells/regression-transformer-s{SEEDS[0]}/references.json")["context_blind"]["metrics"]["kl"]
+    for arch in ("lstm", "mamba"):  # the same recipe and budget: is the task learnable in it at all?
+        other = ev.eval_metric("regression", arch, SEEDS, "kl")
+        if other is not None:
+            files += other.files
+            said += f"; the same recipe's {arch}: {other.text()} ({other.value / floor:.0%} of the floor)"
     return Verdict(DISAGREE, Measure(m.value, m.ci, m.seeds, m.values, files), said + "; not a claim of the v3 abstract")
 
 
