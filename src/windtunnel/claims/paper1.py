@@ -638,7 +638,7 @@ REGRESSION_CONTROLS = (("regression_long", "trained four times as long", "the bu
                         "over the first third)", "the optimisation (a curriculum)"))
 
 
-def _regression_rule(ev: Evidence, column: str) -> tuple[bool, Measure, str] | None:
+def _regression_rule(ev: Evidence, column: str, windows: bool = True) -> tuple[bool, Measure, str] | None:
     """The A26 rule on ``column``: the transformer's KL below :data:`LEARNED_FRACTION` of the context-blind floor,
     said beside the windowed references of its ``references.json`` (``window_0``: the current input alone, the
     prior predictive; ``window_m``: the posterior from the last ``m`` points) — how much of its context it reads."""
@@ -649,14 +649,16 @@ def _regression_rule(ev: Evidence, column: str) -> tuple[bool, Measure, str] | N
         return None
     m = Measure(m.value, m.ci, m.seeds, m.values, m.files + (refs_file,))
     floor = refs["context_blind"]["metrics"]["kl"]
-    windows = {k: v["metrics"]["kl"] for k, v in refs.items() if k.startswith("window_")}
+    window = {int(k.removeprefix("window_")): v["metrics"]["kl"] for k, v in refs.items() if k.startswith("window_")}
     said = f"{m.value / floor:.1%} of the context-blind floor {floor:.3f} bits"
-    if windows:
-        said += "; the posterior from the last m points: " + ", ".join(
-            f"m={k.removeprefix('window_')} {v:.3g}" for k, v in sorted(windows.items(), key=lambda kv: int(kv[0][7:])))
-        better = [k for k, v in windows.items() if m.value <= v]
-        said += (f" (ours below m={max(int(k[7:]) for k in better)})" if better
-                 else " (ours above every one: it uses less than the current input alone)")
+    if window:
+        if windows:  # the yardsticks, once: a control on the same task has the same ones
+            said += "; KL of the posterior from the last m points: " + ", ".join(
+                f"m={k} {v:.3g}" for k, v in sorted(window.items()))
+        better = [k for k, v in window.items() if m.value <= v]
+        said += (f" (below m={max(better)}, above m={min(k for k in window if k > max(better))})"
+                 if better and max(better) < max(window) else
+                 " (below every m)" if better else " (above every m: it uses less than the current input alone)")
     return m.value < LEARNED_FRACTION * floor, m, said
 
 
@@ -674,7 +676,7 @@ def _a26(ev: Evidence) -> Verdict:
     if ok:
         return Verdict(AGREE, m, said + "; not a claim of the v3 abstract")
     for column, where, cause in REGRESSION_CONTROLS:
-        control = _regression_rule(ev, column)
+        control = _regression_rule(ev, column, windows=False)
         if control is None:
             continue
         okc, mc, saidc = control
