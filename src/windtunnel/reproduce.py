@@ -96,11 +96,12 @@ CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"),
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
 
 REGRESSION_CELLS = (("regression_long", "transformer"), ("regression_curriculum", "transformer"),
-                    ("regression", "lstm"), ("regression", "mamba"))
+                    ("regression", "lstm"), ("regression", "mamba"), ("regression", "mlp_pointwise"))
 """The regression wind tunnel's controls, trained and evaluated: its transformer four times as long, and behind a
 dimension curriculum (the inputs grown from 1 to d dimensions over the first third of training, as Garg et al.
-train in-context regression) — whether its error is the budget's or the optimisation's; and the LSTM and Mamba on
-the same recipe and budget — whether the task is learnable at that budget at all."""
+train in-context regression) — whether its error is the budget's or the optimisation's; and the LSTM, Mamba and
+the pointwise MLP (which sees only the current input) on the same recipe and budget — whether the task is learnable
+at that budget at all, and what reading the current input alone reaches."""
 
 POSITION_CELLS = (("hmm_rotary", "transformer"), ("hmm_alibi", "transformer"), ("hmm_none", "transformer"),
                   ("hmm_fixed_rotary", "transformer"))

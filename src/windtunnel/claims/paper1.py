@@ -665,7 +665,7 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True) -> tuple[b
 @claim("A26", "I", "v3 (secondary)", "—", "A Bayesian-regression wind tunnel: the transformer's predictive matches the "
        "posterior", "—", "secondary", "kl (bits) of the transformer on regression (d = 4, 16 points, 32 bins), 3 seeds, "
        "against the context-blind floor on the same episodes; controls: the same cell trained four times as long, "
-       "and behind a dimension curriculum; the LSTM and Mamba on the same recipe beside it",
+       "and behind a dimension curriculum; the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; explained if a control's is", REPRO)
 def _a26(ev: Evidence) -> Verdict:
     main = _regression_rule(ev, "regression")
@@ -686,7 +686,7 @@ def _a26(ev: Evidence) -> Verdict:
             return Verdict(DISAGREE_EXPLAINED, Measure(m.value, m.ci, m.seeds, m.values, files),
                            said + f": {cause} decides it", control=_cells_control(ev, column, "eval.json"))
     floor = ev.json(f"{ev.preset}/cells/regression-transformer-s{SEEDS[0]}/references.json")["context_blind"]["metrics"]["kl"]
-    for arch in ("lstm", "mamba"):  # the same recipe and budget: is the task learnable in it at all?
+    for arch in ("lstm", "mamba", "mlp_pointwise"):  # the same recipe and budget: is the task learnable in it at all?
         other = ev.eval_metric("regression", arch, SEEDS, "kl")
         if other is not None:
             files += other.files
