@@ -7,6 +7,8 @@
         --log benchmarks/results/recipe_sweep_recall.jsonl
     python benchmarks/recipe_sweep.py --task regression --grid shapes --steps 3000 --jobs 1 \
         --log benchmarks/results/recipe_sweep_regression.jsonl
+    python benchmarks/recipe_sweep.py --task regression --grid transformer --steps 3000 --jobs 1 \
+        --log benchmarks/results/recipe_sweep_regression.jsonl
 
 Every candidate is an ordinary run (``windtunnel.train``) at 200k parameters (capacity-matched),
 one CPU thread per job, evaluated with ``windtunnel.evaluate`` on 1000 fresh episodes; each
@@ -21,6 +23,8 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
 * ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — over the first
   third of training the episodes hold 4 pairs, then twice as many, and so on up to the task's own
   (``windtunnel.grid.store_curriculum``; the same key and value vocabularies);
+* ``transformer``: the quick recipe (run as its grid cell) with one of the transformer's own choices changed at a time — learned or no
+  position encoding (rotary is the default), LayerNorm (RMSNorm), the gated SwiGLU block (GELU);
 * ``dimension`` (regression): the experiment's own recipe, and the same behind a dimension curriculum — over
   the first third of training the inputs use 1, then 2, … of the task's d dimensions
   (``windtunnel.grid.dimension_curriculum``);
@@ -57,6 +61,10 @@ def candidates(grid: str, task: str, arch: str, steps: int,
     if grid == "dimension":  # regression: the recipe as it is, and behind a dimension curriculum
         d = base["task_params"].get("d", 8)
         return [dict(base), dict(base, curriculum=experiment_grid.dimension_curriculum(d, steps))]
+    if grid == "transformer":  # one of the transformer's own choices changed at a time (the recipe itself: its cell)
+        assert arch == "transformer", "the transformer grid varies the transformer's own knobs"
+        variants = [{"pos": "learned"}, {"pos": "none"}, {"norm": "layer"}, {"mlp": "swiglu"}]
+        return [dict(base, model=dict(base["model"], **v)) for v in variants]
     if grid == "block":
         chosen = list(blocks) if arch == "transformer" else [None]
         return [dict(base, model=dict(base["model"], **({"mlp": b} if b else {}))) for b in chosen]
@@ -96,7 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
     ap.add_argument("--arch", nargs="+", default=["transformer"])
-    ap.add_argument("--grid", choices=["shapes", "curriculum", "block", "store", "dimension"], default="shapes")
+    ap.add_argument("--grid", choices=["shapes", "curriculum", "block", "store", "dimension", "transformer"], default="shapes")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--blocks", nargs="+", choices=["swiglu", "gelu"], default=["swiglu", "gelu"],
