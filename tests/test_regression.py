@@ -366,3 +366,20 @@ def test_windowed_posterior_is_the_quadrature_on_the_window_alone() -> None:
     assert torch.allclose(task.windowed_posterior(ep.tokens, ep.features, window=0)[:, 0::2], prior, rtol=0, atol=1e-15)
     assert torch.equal(task.windowed_posterior(ep.tokens, ep.features, window=task.points)[:, 0::2],
                        ep.posterior[:, 0::2])
+
+
+def test_dimension_curriculum_grows_the_inputs_over_the_first_third() -> None:
+    """``grid.dimension_curriculum(4, 3000)``: d_active 1, 2, 3 for 333 steps each, then the full task; the
+    stream's task at each step (``streams.curriculum_task``) draws inputs with exactly that many dimensions."""
+    from windtunnel import grid
+    from windtunnel.streams import curriculum_task
+    from windtunnel.train_config import TrainConfig
+
+    stages = grid.dimension_curriculum(4, 3000)
+    assert stages == [{"until": 333, "task_params": {"d_active": 1}}, {"until": 666, "task_params": {"d_active": 2}},
+                      {"until": 999, "task_params": {"d_active": 3}}]
+    cfg = TrainConfig.from_dict(grid.Cell("quick", "regression_curriculum", "transformer", 0).config())
+    task = make("regression", d=4, points=16, C=32)
+    for step, used in ((0, 1), (332, 1), (333, 2), (998, 3), (999, 4), (2999, 4)):
+        x = curriculum_task(cfg, task, step).sample(8, seed=step).features[:, 0::2, :4]
+        assert int((x != 0).any(dim=(0, 1)).sum()) == used, step
