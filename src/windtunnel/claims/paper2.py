@@ -12,6 +12,7 @@ import statistics
 from ..reproduce import SEEDS
 from .base import AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing
 from .evidence import Evidence, Measure, geometry_stat
+from .paper1 import SIZE_CONTROLS
 
 REPRO = "windtunnel reproduce paper1 --preset quick"
 EM = "routing/em.json"
@@ -46,14 +47,33 @@ def _c2(ev: Evidence) -> Verdict:
 
 
 @claim("C3", "III", "v1", "§2", "Late in training the routing (frame) gradient is small beside the value gradient",
-       "qualitative", "paper-p3", "routing_law.routing_to_value_grad_norm over every head of the trained main job",
-       "agree if the median over heads is below 0.1 on every seed", REPRO)
+       "qualitative", "paper-p3", "routing_law.routing_to_value_grad_norm over every head of the trained main job; "
+       "controls: the main job at the papers' head width (main_dh32) and task (main_v20)",
+       "agree if the median over heads is below 0.1 on every seed; explained by the head width or the task's size "
+       "if its control agrees", REPRO)
 def _c3(ev: Evidence) -> Verdict:
-    m = ev.cell_stat("main", "transformer", SEEDS, "geometry.json",
-                     lambda g: statistics.median(geometry_stat(g, "routing_law.routing_to_value_grad_norm")))
+    def ratio(column: str) -> Measure | None:
+        return ev.cell_stat(column, "transformer", SEEDS, "geometry.json",
+                            lambda g: statistics.median(geometry_stat(g, "routing_law.routing_to_value_grad_norm")))
+
+    m = ratio("main")
     if m is None:
         return missing("main-job geometry")
-    return Verdict(AGREE if max(m.values) < 0.1 else DISAGREE, m, "median over heads of |∂L/∂scores| / |∂L/∂values|")
+    said = "median over heads of |∂L/∂scores| / |∂L/∂values|"
+    if max(m.values) < 0.1:
+        return Verdict(AGREE, m, said)
+    files = m.files
+    for column, where, cause in SIZE_CONTROLS:  # the papers' head width, the papers' task
+        mc = ratio(column)
+        if mc is None:
+            continue
+        files += mc.files
+        ok = max(mc.values) < 0.1
+        said += f"; {where}: {mc.text()} ({'agree' if ok else 'disagree'} by the same rule)"
+        if ok:
+            return Verdict(DISAGREE_EXPLAINED, Measure(m.value, m.ci, m.seeds, m.values, files), said + f": {cause} decides it",
+                           control=f"quick/cells/{column}-transformer-s0/geometry.json (and seeds 1, 2; {REPRO})")
+    return Verdict(DISAGREE, Measure(m.value, m.ci, m.seeds, m.values, files), said)
 
 
 def _speedup(ev: Evidence, arm: str) -> Measure | None:
