@@ -29,7 +29,7 @@ import torch
 from .errors import InvalidValue
 from .tasks.base import BayesOracle, ConditionalMean, Task, fit_samples, oracle
 
-__all__ = ["Uniform", "Windowed", "has_window", "predictors", "WINDOWS"]
+__all__ = ["Uniform", "Windowed", "has_window", "predictors", "window_sizes", "WINDOWS"]
 
 WINDOWS: tuple[int, ...] = (1, 4)
 """The default short memories of the windowed references (pieces of evidence)."""
@@ -55,6 +55,17 @@ def has_window(task: Task) -> bool:
     ep = task.sample(1, 0)
     features = None if ep.features is None else ep.features[:, :1]
     return task.windowed_posterior(ep.tokens[:, :1], features, window=1) is not None
+
+
+def window_sizes(task: Task, windows: tuple[int, ...] = WINDOWS) -> tuple[int, ...]:
+    """The windows ``m`` of ``task``'s ``window_m`` references: none where the task defines no windowed
+    posterior; else ``windows`` shorter than an episode, with ``0`` first on a task with real-valued inputs
+    (the input alone is informative there: its own reference)."""
+    if not has_window(task):
+        return ()
+    if task.n_features and 0 not in windows:
+        windows = (0, *windows)
+    return tuple(m for m in windows if m < task.seq_len)
 
 
 class Windowed(BayesOracle):
@@ -83,12 +94,8 @@ def predictors(task: Task, windows: tuple[int, ...] = WINDOWS, n: int = 20000) -
         "bigram": ConditionalMean(task, "token", samples=samples),
         "context_blind": ConditionalMean(task, "position_token", samples=samples),
     }
-    if has_window(task):
-        if task.n_features and 0 not in windows:  # the input alone is informative: its own reference
-            windows = (0, *windows)
-        for m in windows:
-            if m < task.seq_len:
-                out[f"window_{m}"] = Windowed(task, m)
+    for m in window_sizes(task, windows):
+        out[f"window_{m}"] = Windowed(task, m)
     if task.unpooled() is not None:  # it knows less than the pool's oracle, so it comes first
         out["oracle_true_prior"] = oracle(task, prior="true")
     out["oracle"] = oracle(task)

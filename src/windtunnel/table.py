@@ -327,14 +327,13 @@ def reference_rows(preset: str, column: str) -> list[str]:
     """The names of the rows :func:`references` writes for ``column`` (a ``references.json`` without one of
     them was written by an older version and is made again)."""
     from . import tasks
-    from .references import WINDOWS, has_window
+    from .references import window_sizes
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
-    rows = ["oracle", "context_blind"]
-    if task.n_features and has_window(task):
-        rows += [f"window_{m}" for m in (0, *WINDOWS) if m < task.seq_len]
-    return rows
+    # the windowed references on tasks with real-valued inputs only: elsewhere they live in reference_predictors
+    windows = window_sizes(task) if task.n_features else ()
+    return ["oracle", "context_blind", *(f"window_{m}" for m in windows)]
 
 
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
