@@ -345,6 +345,21 @@ def test_d_active_is_the_smaller_regression_embedded_in_the_wider_input() -> Non
         make("regression", d=4, d_active=5)
 
 
+def test_paired_layout_adds_each_input_to_its_response_and_nothing_else() -> None:
+    """``paired``: every y-position carries the x of the x-position before it; the x-positions, tokens, targets
+    and the posterior are those of the interleaved task, from the same stream."""
+    task = make("regression", d=3, points=5, C=9)
+    plain, paired = task.sample(32, seed=5), task.replace(paired=True).sample(32, seed=5)
+    assert torch.equal(paired.features[:, 1::2, :3], plain.features[:, 0::2, :3])
+    assert torch.equal(paired.features[:, 1::2, 3:], plain.features[:, 1::2, 3:])
+    assert torch.equal(paired.features[:, 0::2], plain.features[:, 0::2])
+    assert torch.equal(paired.tokens, plain.tokens) and torch.equal(paired.targets, plain.targets)
+    assert torch.equal(paired.posterior, plain.posterior)
+    assert torch.equal(task.posterior(paired.tokens, paired.features), plain.posterior)
+    with pytest.raises(ValueError, match="paired"):
+        make("regression", paired=1)
+
+
 def test_windowed_posterior_is_the_quadrature_on_the_window_alone() -> None:
     """The observer that keeps the last ``m`` points: against quadrature over w given only those points
     (d = 2), the prior predictive at ``m = 0`` in closed form, and the full posterior once ``m`` spans the episode."""

@@ -230,6 +230,13 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("regression_curriculum", "regression", _REGRESSION.task_params["quick"], _REGRESSION.task_params["paper"],
          replace(_QUICK, curriculum=tuple(dimension_curriculum(4, _QUICK.steps))),
          replace(_PAPER, curriculum=tuple(dimension_curriculum(8, _PAPER.steps))), metric="kl"),  # the task's default d
+    # and with each response on one token with its own input (``paired``), so no layer has to bring a point's
+    # input and response together: at the cell's budget and four times it
+    _exp("regression_paired", "regression", {**_REGRESSION.task_params["quick"], "paired": True},
+         {**_REGRESSION.task_params["paper"], "paired": True}, _QUICK, _PAPER, metric="kl"),
+    _exp("regression_paired_long", "regression", {**_REGRESSION.task_params["quick"], "paired": True},
+         {**_REGRESSION.task_params["paper"], "paired": True}, replace(_QUICK, steps=4 * _QUICK.steps),
+         replace(_PAPER, steps=4 * _PAPER.steps), metric="kl"),
     _exp("coin", "coin", {}, {}),
     _exp("sticky", "sticky", {}, {}),
     # beyond the papers: one fixed 3-state process (no hypothesis to infer, a hidden state to track); the

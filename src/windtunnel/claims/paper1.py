@@ -635,7 +635,11 @@ def _a25(ev: Evidence) -> Verdict:
 #: A26's controls: (column, how a verdict names it, the cause it would name)
 REGRESSION_CONTROLS = (("regression_long", "trained four times as long", "the budget"),
                        ("regression_curriculum", "behind a dimension curriculum (inputs grown 1 to 4 dimensions "
-                        "over the first third)", "the optimisation (a curriculum)"))
+                        "over the first third)", "the optimisation (a curriculum)"),
+                       ("regression_paired", "with each response on one token with its own input (no pairing to "
+                        "learn)", "bringing each point's input and response together"),
+                       ("regression_paired_long", "paired and trained four times as long",
+                        "bringing each point's input and response together, with the budget"))
 
 
 def _regression_rule(ev: Evidence, column: str, windows: bool = True) -> tuple[bool, Measure, str] | None:
@@ -665,7 +669,8 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True) -> tuple[b
 @claim("A26", "I", "v3 (secondary)", "—", "A Bayesian-regression wind tunnel: the transformer's predictive matches the "
        "posterior", "—", "secondary", "kl (bits) of the transformer on regression (d = 4, 16 points, 32 bins), 3 seeds, "
        "against the context-blind floor on the same episodes; controls: the same cell trained four times as long, "
-       "and behind a dimension curriculum; the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
+       "behind a dimension curriculum, and with each response on one token with its own input (paired) at the "
+       "cell's budget and four times it; the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; explained if a control's is", REPRO)
 def _a26(ev: Evidence) -> Verdict:
     main = _regression_rule(ev, "regression")

@@ -38,6 +38,10 @@ from the prior with ``pool_seed``.  The exact predictive is then a mixture over 
 bins stay those of ``d``, so a curriculum can grow ``d_active`` to ``d`` under one model and one readout;
 the posterior needs no change, since a coordinate that is 0 in every ``x`` is never observed and never
 asked for (its rows of ``XᵀX`` are 0 and it adds nothing to ``xᵀΣx``).
+
+``paired`` (a layout control): each y-position also carries its own input, ``(x_i, y_i, 1)``, so a point's input
+and response meet in one token and no layer has to bring them together; the x-positions, the targets and the
+posterior are unchanged (it reads ``x`` from the x-positions and ``y`` from the y-positions).
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ class Regression(Task):
     pool: int | None = None
     pool_seed: int = 0
     d_active: int | None = None
+    paired: bool = False
 
     def validate(self) -> None:
         check(is_int(self.d) and 1 <= self.d <= 1024, "d", "an integer in [1, 1024]")
@@ -131,6 +136,7 @@ class Regression(Task):
         check(is_int(self.pool_seed) and 0 <= self.pool_seed < 2**31, "pool_seed", "an integer in [0, 2^31)")
         check(self.d_active is None or (is_int(self.d_active) and 1 <= self.d_active <= self.d), "d_active",
               "null, or an integer in [1, d]")
+        check(isinstance(self.paired, bool), "paired", "true or false")
 
     def unpooled(self) -> "Regression | None":
         """The same task with ``w`` from the Gaussian prior every episode (``None`` without a pool)."""
@@ -191,6 +197,8 @@ class Regression(Task):
         features[:, 0::2, :d] = x.float()
         features[:, 1::2, d] = y
         features[:, 1::2, d + 1] = 1.0
+        if self.paired:
+            features[:, 1::2, :d] = x.float()
         tokens = torch.zeros(n, 2 * P, dtype=torch.long)
         tokens[:, 1::2] = 1
         targets = torch.full(tokens.shape, IGNORE, dtype=torch.long)
