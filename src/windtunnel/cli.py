@@ -850,8 +850,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
     rep.add_argument("target", choices=list(REPRODUCE_TARGETS),
-                     help="whose claims: paper1 (Paper I's geometry cells), paper2, paper3, beyond (the tests beyond "
-                          "the papers: belief geometry on Mess3), or all")
+                     help="whose claims: paper1 (Paper I's cells and their controls), paper2, paper3, beyond (the "
+                          "tests beyond the papers: belief geometry on Mess3, the task-diversity sweeps), scale (the "
+                          "HMM cells in the authors' regime, for --preset paper on a GPU), or all")
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
     rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: three per GPU, else one per core)")
