@@ -306,13 +306,21 @@ def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: 
     assert reproduce.missing(reproduce.plan("paper1")[0], results) == ["geometry.json"]
 
 
+def test_reproduce_only_works_the_cells_its_patterns_match(tmp_path: Path) -> None:
+    """``--only``: one seed of a sweep's row, in the plan's order; a second pattern adds its cells."""
+    row = reproduce.reproduce("beyond", results=tmp_path, dry_run=True, only=["hmm_pool_*-mamba-s0"])
+    assert row["todo"] == [f"hmm_pool_{n}-mamba-s0" for n in grid.POOL_SIZES] and row["cells"] == len(grid.POOL_SIZES)
+    two = reproduce.reproduce("beyond", results=tmp_path, dry_run=True, only=["hmm_pool_1-mamba-s0", "mess3-lstm-*"])
+    assert sorted(two["todo"]) == ["hmm_pool_1-mamba-s0", "mess3-lstm-s0", "mess3-lstm-s1", "mess3-lstm-s2"]
+
+
 def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from windtunnel.cli import main
 
     cases = [["claims", "--results", str(tmp_path / "none")], ["claims", "--out", str(tmp_path / "no" / "C.md")],
              ["compare", str(tmp_path / "none")], ["reproduce", "paper1", "--workers", "0"],
              ["reproduce", "paper1", "--threads", "0"],
-             ["reproduce", "paper9"], ["compare", str(RESULTS / "quick" / "cells" / "main-transformer-s0"),
+             ["reproduce", "paper9"], ["reproduce", "beyond", "--only", "no_such_cell*"], ["compare", str(RESULTS / "quick" / "cells" / "main-transformer-s0"),
                                        "--out", str(tmp_path / "no" / "c.png")]]
     for args in cases:
         capsys.readouterr()

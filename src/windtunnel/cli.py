@@ -626,7 +626,10 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     if results.exists() and not results.is_dir():
         raise UsageError(f"invalid results: {results} is a file")
     summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run,
-                        threads=args.threads)
+                        threads=args.threads, only=args.only or ())
+    if args.only and not summary["cells"]:
+        raise UsageError(f"invalid only: no cell of {args.target} matches {' '.join(args.only)} "
+                         f"(`windtunnel reproduce {args.target} --dry-run` lists the missing ones)")
     for rel, cmd in summary["external"]:
         print(f"{results / rel} is missing: it is made by `{cmd}`", file=sys.stderr)
     if args.dry_run:
@@ -861,6 +864,9 @@ def make_parser() -> argparse.ArgumentParser:
                           "1 where other jobs share the machine, since a thread that waits for a busy core "
                           "stalls every step)")
     rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells; work nothing")
+    rep.add_argument("--only", nargs="+", metavar="PATTERN",
+                     help="work only the cells whose folder matches one of these shell patterns "
+                          "(e.g. 'hmm_pool_*-mamba-s0': one seed of a sweep's row)")
     rep.set_defaults(func=cmd_reproduce)
 
     cl = sub.add_parser("claims", help="render results/CLAIMS.md: every claim's verdict from the committed artifacts")

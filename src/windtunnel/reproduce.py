@@ -21,6 +21,7 @@ registry (:mod:`windtunnel.claims`) reads its numbers from these files only.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import multiprocessing as mp
 import os
@@ -28,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import grid
 from .checkpoint import copy_atomic
@@ -294,13 +295,18 @@ def export(job: Job, results: Path) -> Path:
 
 
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
-              dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None) -> dict[str, Any]:
+              dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None,
+              only: Sequence[str] = ()) -> dict[str, Any]:
     """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took.
-    ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers)."""
+    ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers).
+    ``only``: shell patterns on the cell folders (``hmm_pool_*-mamba-s0``); when given, just the cells that
+    match one of them are worked (a row of a sweep, one seed of every cell)."""
     import torch
 
     results = Path(results)
     jobs = plan(target, preset)
+    if only:
+        jobs = [j for j in jobs if any(fnmatch.fnmatchcase(j.cell.folder, p) for p in only)]
     if not dry_run:  # references made stale by a newer version: remade from the task, no training needed
         for j in jobs:
             if missing(j, results) == [REFERENCES]:
