@@ -636,10 +636,10 @@ def _a25(ev: Evidence) -> Verdict:
 REGRESSION_CONTROLS = (("regression_long", "trained four times as long", "the budget"),
                        ("regression_curriculum", "behind a dimension curriculum (inputs grown 1 to 4 dimensions "
                         "over the first third)", "the optimisation (a curriculum)"),
-                       ("regression_paired", "with each response on one token with its own input (no pairing to "
-                        "learn)", "bringing each point's input and response together"),
+                       ("regression_paired", "with each response on one token with its own input (the pairs "
+                        "given, not assembled)", "the layout (pairs the network must assemble itself)"),
                        ("regression_paired_long", "paired and trained four times as long",
-                        "bringing each point's input and response together, with the budget"))
+                        "the layout (pairs the network must assemble itself), with the budget"))
 
 
 def _regression_rule(ev: Evidence, column: str, windows: bool = True) -> tuple[bool, Measure, str] | None:
