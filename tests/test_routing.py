@@ -204,6 +204,41 @@ def test_authors_deep_variant_trains_with_dropout_but_measures_without_it() -> N
     assert a["loss"][0] != pytest.approx(clean, rel=1e-9)
 
 
+def test_a_killed_em_run_resumes_from_its_partial_file_and_ends_bitwise_as_an_unbroken_one(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The authors' model (dropout: the masks' random state must be carried over too), killed after its state
+    at step 4 is written, resumed from that file: every curve and final number equal the unbroken run's, and
+    the file is gone at the end; a file of another seed is not resumed."""
+    setup = em.EMSetup.authors_deep(length=40, steps=7, seeds=(3,), eval_every=2)
+    whole = em.train_arm("sgd", 3, setup)
+    partial = tmp_path / "partial-sgd-s3.pt"
+    real, calls = metrics.bayes_gap, {"n": 0}
+
+    def dies(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 8:  # inside step 5, after the state of step 4 was written
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(metrics, "bayes_gap", dies)
+    with pytest.raises(KeyboardInterrupt):
+        em.train_arm("sgd", 3, setup, partial=partial)
+    monkeypatch.setattr(metrics, "bayes_gap", real)
+    assert torch.load(partial, weights_only=False)["step"] == 4
+    resumed = em.train_arm("sgd", 3, setup, partial=partial)
+    assert not partial.exists()
+    for k in ("gap", "loss", "held_out_gap", "held_out_steps", "update_norm_mean", "final_entropy_bits"):
+        assert resumed[k] == whole[k], k
+    # a leftover of seed 4 is ignored by seed 3's run: it starts from step 0 and still matches
+    monkeypatch.setattr(metrics, "bayes_gap", dies)
+    calls["n"] = 0
+    other = tmp_path / "partial-sgd-s4.pt"
+    with pytest.raises(KeyboardInterrupt):
+        em.train_arm("sgd", 4, setup, partial=other)
+    monkeypatch.setattr(metrics, "bayes_gap", real)
+    assert em.train_arm("sgd", 3, setup, partial=other)["gap"] == whole["gap"]
+
+
 def test_gradient_clipping_bounds_the_plain_gradient_step() -> None:
     """With plain gradient steps the update is lr·g; clipped at c it has norm lr·c exactly (when ‖g‖ > c)."""
     free = em.train_arm("sgd", 1, em.EMSetup(length=32, steps=1, seeds=(1,)))

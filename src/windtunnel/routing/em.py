@@ -229,9 +229,26 @@ class _Adam:
         return out
 
 
-def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
+def _save_partial(path: Path, state: dict[str, Any]) -> None:
+    """One file, replaced atomically: a kill while writing leaves the previous one whole."""
+    import io
+
+    from ..checkpoint import write_bytes_atomic
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def train_arm(arm: str, seed: int, setup: EMSetup, partial: Path | None = None) -> dict[str, Any]:
     """Train one arm on one seed; returns the training-gap curve (every step), the held-out curve,
-    the update norms and the final entropies (model vs exact predictive, held-out, bits)."""
+    the update norms and the final entropies (model vs exact predictive, held-out, bits).
+
+    ``partial``: a file the run's state is written to every ``eval_every`` steps (weights, the Adam moments,
+    the random-number state that the dropout masks draw from, the curves so far) and resumed from when it holds
+    this setup's run, so a killed run goes on from there and ends bitwise as an unbroken one would; it is
+    deleted when the run ends."""
+    from ..checkpoint import rng_state, set_rng_state
     from ..optim import pick_device
 
     device = pick_device(setup.device)
@@ -244,8 +261,29 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
     params = [p for p, _ in entries]
     adam = _Adam(params) if setup.model == "deep" else None
     gap, loss_bits, held, norms, held_steps = [], [], [], [], []
-    t0 = time.perf_counter()
-    for step in range(setup.steps + 1):
+    key = {"arm": arm, "seed": seed, "setup": json_safe({k: v for k, v in asdict(setup).items()
+                                                          if k not in ("seeds", "arms", "device")})}
+    start, spent = 0, 0.0
+    if partial is not None and partial.is_file():
+        state = torch.load(partial, map_location="cpu", weights_only=False)
+        if state.get("key") == key:  # another setup's or arm's leftover is not resumed
+            model.load_state_dict(state["model"])
+            if adam is not None:
+                adam.m = [m.to(device) for m in state["adam"]["m"]]
+                adam.v = [v.to(device) for v in state["adam"]["v"]]
+                adam.t = state["adam"]["t"]
+            gap, loss_bits, held, norms, held_steps = (state[k] for k in ("gap", "loss", "held", "norms", "held_steps"))
+            start, spent = state["step"], state["seconds"]
+            set_rng_state(state["rng"])
+    t0 = time.perf_counter() - spent
+    for step in range(start, setup.steps + 1):
+        if partial is not None and step > start and step % setup.eval_every == 0:
+            _save_partial(partial, {
+                "key": key, "step": step, "seconds": time.perf_counter() - t0, "rng": rng_state(),
+                "model": {k: v.cpu() for k, v in model.state_dict().items()},
+                "adam": None if adam is None else {"m": [m.cpu() for m in adam.m], "v": [v.cpu() for v in adam.v],
+                                                   "t": adam.t},
+                "gap": gap, "loss": loss_bits, "held": held, "norms": norms, "held_steps": held_steps})
         model.train()
         logits = model(**train_ep.inputs)
         loss = scored_cross_entropy(logits, train_ep)
@@ -285,6 +323,8 @@ def train_arm(arm: str, seed: int, setup: EMSetup) -> dict[str, Any]:
             break
     with torch.no_grad():
         q = torch.softmax(model(**held_ep.inputs).double(), -1)[held_ep.mask]
+    if partial is not None:
+        partial.unlink(missing_ok=True)
     return {
         "arm": arm, "seed": seed, "gap": gap, "loss": loss_bits, "held_out_gap": held, "held_out_steps": held_steps,
         "final_loss": loss_bits[-1], "best_held_out_gap": min(held), "best_held_out_step": held_steps[held.index(min(held))],
@@ -478,7 +518,7 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
         for arm in setup.arms:
             if (arm, seed) in done:
                 continue
-            r = train_arm(arm, seed, setup)
+            r = train_arm(arm, seed, setup, partial=out / f"partial-{arm}-s{seed}.pt")
             r["setup"] = json_safe(key)
             with log.open("a") as f:  # one line per finished (arm, seed): a killed sweep loses one run at most
                 f.write(json.dumps(json_safe(r)) + "\n")
