@@ -148,7 +148,8 @@ def test_paper2_controls_decide_c7_and_c8_by_their_rules() -> None:
         pytest.skip("Paper II controls not committed")
     deep, authors, cosine, const = (json.loads(p.read_text()) for p in paths)
     ours = deep["summary"]["arms"]["sgd"]["final_held_out_gap"]["mean"]
-    theirs = authors["summary"]["arms"]["sgd"]["final_held_out_gap"]["ci95"][1]
+    held = authors["summary"]["arms"]["sgd"]["final_held_out_gap"]
+    theirs = held["ci95"][1] if held["ci95"] else held["mean"]  # one seed: its value
     want = (claims.AGREE if ours < 0.1 else claims.DISAGREE_EXPLAINED if theirs < 0.1 else claims.DISAGREE)
     assert claims.CLAIMS["C7"].assess(ev).kind == want
     below = [all(doc["results"][t]["log_t90_ratio"]["ci95"][1] < 1 for t in ("bijection", "sticky"))

@@ -828,7 +828,8 @@ def make_parser() -> argparse.ArgumentParser:
     em.add_argument("--deep", action="store_true", help="the 4-layer × 4-head transformer with AdamW (2000 steps)")
     em.add_argument("--authors-model", dest="authors_model", action="store_true",
                     help="with --deep: as the papers' code builds it — LayerNorm, dropout 0.1, no positions, gradient "
-                         "clip 1.0, the AdamW arm only (≈3 h a seed on one CPU core: a GPU job)")
+                         "clip 1.0, the AdamW arm only (its attention dropout makes a seed take over an hour on one CPU "
+                         "core; a killed run resumes)")
     em.add_argument("--device", choices=["cpu", "cuda", "auto"],
                     help="where the arms train (default cpu; auto: a GPU where there is one)")
     em.add_argument("--force", action="store_true", help="replace a finished em.json in the output folder")

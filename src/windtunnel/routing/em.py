@@ -28,8 +28,8 @@ no dropout, no clipping, rotary positions); ``EMSetup.authors_deep()`` (``--deep
 restores all of them and drops the positions as the papers' model does, the control for whether they
 decide between memorising the one sequence and generalising.  With dropout the loss and its gradient
 come from the dropout forward pass; every Bayes gap is measured without dropout.  Attention dropout
-on a 2000-token full batch has no fused CPU kernel: a step costs ≈ 6 s on one core (≈ 3 h a seed),
-an experiment for a GPU.
+on a 2000-token full batch has no fused CPU kernel, so a seed takes over an hour on one CPU core (its
+``seconds`` in ``runs.jsonl``); every run writes its state as it goes and a killed one resumes.
 
 Every arm of a seed starts from the same weights on the same sequence (``torch.manual_seed(seed)``
 before building; the training sequence is ``task.sample(1, seed)``, the held-out one
