@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -39,3 +40,35 @@ def test_step_seconds_and_train_gap_read_the_logged_lines() -> None:
     assert paper_gpu.train_gap(metrics, 2000) is None
     with pytest.raises(ValueError):
         paper_gpu.step_seconds(metrics[:2])
+
+
+def test_pairing_attention_under_uniform_attention_is_the_hand_computed_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``regression_diagnosis.pairing_attention``: with every layer's attention the causal mean, each y-position
+    ``2j+1`` pays ``1/(2j+2)`` to its input; over 5 points that is (1/2 + 1/4 + 1/6 + 1/8 + 1/10) / 5."""
+    from windtunnel import models, tasks
+    from windtunnel.tasks import base
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # the script's readout task, registered here only
+    import regression_diagnosis
+
+    task = tasks.make("regression", d=2, points=5, C=8)
+    model = models.make("transformer", task, d_model=16, n_layers=2, n_heads=2, uniform_attn=[0, 1])
+    shares, uniform = regression_diagnosis.pairing_attention(model, task, n=4)
+    want = (1 / 2 + 1 / 4 + 1 / 6 + 1 / 8 + 1 / 10) / 5
+    assert uniform == pytest.approx(want, rel=1e-12)
+    assert shares == pytest.approx([want, want], rel=1e-6)
+    # a pattern built by hand: head 1 puts 0.7 on each y's own input, head 0 0.3, and the diagonal 0.9 (which
+    # a wrong index would read): the share is head 1's 0.7
+    T = task.seq_len
+    pattern = torch.zeros(4, 2, T, T)
+    pattern[:, :, torch.arange(T), torch.arange(T)] = 0.9
+    y = torch.arange(1, T, 2)
+    pattern[:, 0, y, y - 1], pattern[:, 1, y, y - 1] = 0.3, 0.7
+
+    class Fixed:
+        config = type("C", (), {"n_layers": 1})
+
+        def run_with_cache(self, tokens, features, names):
+            return None, {names[0]: pattern}
+
+    assert regression_diagnosis.pairing_attention(Fixed(), task, n=4)[0] == pytest.approx([0.7])
