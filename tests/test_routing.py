@@ -237,6 +237,8 @@ def test_a_killed_em_run_resumes_from_its_partial_file_and_ends_bitwise_as_an_un
         em.train_arm("sgd", 4, setup, partial=other)
     monkeypatch.setattr(metrics, "bayes_gap", real)
     assert em.train_arm("sgd", 3, setup, partial=other)["gap"] == whole["gap"]
+    other.write_bytes(b"not a checkpoint")  # a damaged file: the run starts over, no traceback
+    assert em.train_arm("sgd", 3, setup, partial=other)["gap"] == whole["gap"] and not other.exists()
 
 
 def test_gradient_clipping_bounds_the_plain_gradient_step() -> None:

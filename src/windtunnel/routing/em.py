@@ -229,6 +229,23 @@ class _Adam:
         return out
 
 
+def _record_key(setup: EMSetup) -> dict[str, Any]:
+    """What makes two runs the same run: the setup without its seeds, arms and device (JSON-safe)."""
+    return json_safe({k: v for k, v in asdict(setup).items() if k not in ("seeds", "arms", "device")})
+
+
+def _load_partial(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The state in ``path`` if it is this run's; ``None`` for another run's leftover or a damaged file (the
+    run then starts over: the file only ever saves time)."""
+    import pickle
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError):
+        return None
+    return state if isinstance(state, dict) and state.get("key") == key else None
+
+
 def _save_partial(path: Path, state: dict[str, Any]) -> None:
     """One file, replaced atomically: a kill while writing leaves the previous one whole."""
     import io
@@ -261,20 +278,18 @@ def train_arm(arm: str, seed: int, setup: EMSetup, partial: Path | None = None) 
     params = [p for p, _ in entries]
     adam = _Adam(params) if setup.model == "deep" else None
     gap, loss_bits, held, norms, held_steps = [], [], [], [], []
-    key = {"arm": arm, "seed": seed, "setup": json_safe({k: v for k, v in asdict(setup).items()
-                                                          if k not in ("seeds", "arms", "device")})}
+    key = {"arm": arm, "seed": seed, "setup": _record_key(setup)}
     start, spent = 0, 0.0
-    if partial is not None and partial.is_file():
-        state = torch.load(partial, map_location="cpu", weights_only=False)
-        if state.get("key") == key:  # another setup's or arm's leftover is not resumed
-            model.load_state_dict(state["model"])
-            if adam is not None:
-                adam.m = [m.to(device) for m in state["adam"]["m"]]
-                adam.v = [v.to(device) for v in state["adam"]["v"]]
-                adam.t = state["adam"]["t"]
-            gap, loss_bits, held, norms, held_steps = (state[k] for k in ("gap", "loss", "held", "norms", "held_steps"))
-            start, spent = state["step"], state["seconds"]
-            set_rng_state(state["rng"])
+    state = _load_partial(partial, key) if partial is not None and partial.is_file() else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        if adam is not None:
+            adam.m = [m.to(device) for m in state["adam"]["m"]]
+            adam.v = [v.to(device) for v in state["adam"]["v"]]
+            adam.t = state["adam"]["t"]
+        gap, loss_bits, held, norms, held_steps = (state[k] for k in ("gap", "loss", "held", "norms", "held_steps"))
+        start, spent = state["step"], state["seconds"]
+        set_rng_state(state["rng"])
     t0 = time.perf_counter() - spent
     for step in range(start, setup.steps + 1):
         if partial is not None and step > start and step % setup.eval_every == 0:
@@ -506,21 +521,21 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
         raise InvalidValue(f"invalid out: {out} is a file")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runs.jsonl"
-    key = {k: v for k, v in asdict(setup).items() if k not in ("seeds", "arms", "device")}
+    key = _record_key(setup)
     # a record written before a field existed ran at that field's default
-    defaults = json_safe({k: v for k, v in asdict(EMSetup()).items() if k not in ("seeds", "arms", "device")})
+    defaults = _record_key(EMSetup())
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if log.is_file():
         for r in read_jsonl(log):
-            if isinstance(r.get("setup"), dict) and {**defaults, **r["setup"]} == json_safe(key):
+            if isinstance(r.get("setup"), dict) and {**defaults, **r["setup"]} == key:
                 done[(r["arm"], r["seed"])] = r
     for seed in setup.seeds:
         for arm in setup.arms:
             if (arm, seed) in done:
                 continue
             r = train_arm(arm, seed, setup, partial=out / f"partial-{arm}-s{seed}.pt")
-            r["setup"] = json_safe(key)
-            with log.open("a") as f:  # one line per finished (arm, seed): a killed sweep loses one run at most
+            r["setup"] = key
+            with log.open("a") as f:  # one line per finished (arm, seed); a run in progress resumes from its partial file
                 f.write(json.dumps(json_safe(r)) + "\n")
             done[(arm, seed)] = r
             if progress:
