@@ -443,6 +443,25 @@ def test_a_finished_result_is_replaced_only_with_force(command: str, tmp_path: P
     assert main(argv + ["--force"]) == 0
 
 
+def test_routing_em_with_more_seeds_extends_the_finished_result(tmp_path: Path, capsys) -> None:
+    """More seeds of the same setup add to a finished EM experiment without ``--force``: the finished
+    seed's record is reused, not retrained; fewer seeds, or another setup, are still refused."""
+    out = tmp_path / "out"
+    one = ["routing", "em", "--steps", "2", "--seeds", "1", "--arms", "sgd", "--out", str(out)]
+    assert main(one) == 0
+    first = (out / "runs.jsonl").read_text().splitlines()
+    capsys.readouterr()
+    assert main([a if a != "1" else "2" for a in one]) == 0
+    lines = (out / "runs.jsonl").read_text().splitlines()
+    assert lines[0] == first[0] and len(lines) == 2  # seed 42 kept as it was, seed 2024 added
+    assert json.loads((out / "em.json").read_text())["setup"]["seeds"] == [42, 2024]
+    before = snapshot(out)
+    assert "--force" in user_error(one, capsys)  # fewer seeds would replace the 2-seed result
+    other_setup = ["routing", "em", "--steps", "3", "--seeds", "3", "--arms", "sgd", "--out", str(out)]
+    assert "--force" in user_error(other_setup, capsys)  # more seeds, but of another setup
+    assert snapshot(out) == before
+
+
 def test_eval_keeps_a_better_evaluation_unless_forced(full_run: Path, tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
     shutil.copytree(full_run, run)

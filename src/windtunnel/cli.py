@@ -471,11 +471,32 @@ def cmd_routing_em(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         setup, default_out = EMSetup(**fields), "results/routing"
     out = _out_path(args.out) or Path(default_out)
-    _keep_result(out / "em.json", args.force)
+    if not _adds_seeds(out / "em.json", setup):
+        _keep_result(out / "em.json", args.force)
     md = run_em(setup, out)
     print(md.read_text())
     print(f"wrote {md}")
     return 0
+
+
+def _adds_seeds(result: Path, setup: "Any") -> bool:
+    """True when ``result`` (a finished ``em.json``) holds this very setup on a proper subset of the
+    requested seeds: asking for more seeds extends the experiment (its finished runs are kept in
+    ``runs.jsonl`` and reused), so it needs no ``--force``.  Anything else is a replacement."""
+    import json
+    from dataclasses import asdict
+
+    from .stats import json_safe
+
+    try:
+        old = json.loads(result.read_text())["setup"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    new = json.loads(json.dumps(json_safe({k: v for k, v in asdict(setup).items() if k != "device"})))
+    if not isinstance(old, dict) or not isinstance(old.get("seeds"), list):
+        return False
+    same_rest = {k: v for k, v in old.items() if k != "seeds"} == {k: v for k, v in new.items() if k != "seeds"}
+    return same_rest and set(old["seeds"]) < set(new["seeds"])
 
 
 def cmd_llm_signatures(args: argparse.Namespace, extra: list[str]) -> int:
@@ -832,7 +853,7 @@ def make_parser() -> argparse.ArgumentParser:
                          "core; a killed run resumes)")
     em.add_argument("--device", choices=["cpu", "cuda", "auto"],
                     help="where the arms train (default cpu; auto: a GPU where there is one)")
-    em.add_argument("--force", action="store_true", help="replace a finished em.json in the output folder")
+    em.add_argument("--force", action="store_true", help="replace a finished em.json in the output folder (more seeds of the same setup extend it without --force)")
     em.set_defaults(func=cmd_routing_em)
     ts = ro_sub.add_parser("timescales", help="frame before precision: when attention settles against when the "
                                               "error does, bijection and sticky HMM")
