@@ -6,14 +6,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from windtunnel import checkpoint as ckpt
-from windtunnel import models, tasks
+from windtunnel import models, optim, tasks
 from windtunnel.cli import main as cli_main
+from windtunnel.runs import RunDir
 from windtunnel.training import ConfigError, TrainConfig, TrainingDiverged, load, train
 
 
@@ -176,6 +178,28 @@ def test_sigkill_inside_every_write_resumes_exactly(where: str, tmp_path: Path) 
     assert steps == sorted(set(steps)) and steps[-1] == 30
 
 
+def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(tmp_path: Path) -> None:
+    """``ckpt_minutes``: a run killed between scheduled checkpoints resumes from the last timed one (here
+    every step is due one), not from the schedule's; once finished it keeps exactly the checkpoints, and
+    ends with exactly the weights, of a run that never took a timed one."""
+    cfg = tiny(steps=30, keep_last=2, log_every=5, ckpt_minutes=1e-9)
+    script = tmp_path / "kill.py"
+    script.write_text(KILL_SCRIPT.replace("__CFG__", repr(cfg.to_dict())).replace("__THREADS__", str(torch.get_num_threads())))
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(script), str(run), "log"], capture_output=True)  # killed logging step 15
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-500:]
+    assert ckpt.step_of(ckpt.find_latest(run / "checkpoints")) == 14  # the schedule alone would have kept 10
+    off_schedule = {ckpt.step_of(p) for p in ckpt.list_checkpoints(run / "checkpoints")} - optim.log_spaced_steps(30) - {0, 10}
+    assert off_schedule == {14}  # each timed checkpoint went when a newer one was whole
+    train(cfg, run, resume=True)
+    train(replace(cfg, ckpt_minutes=0.0), tmp_path / "straight")
+    a, b = weights(run), weights(tmp_path / "straight")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [[ckpt.step_of(p) for p in ckpt.list_checkpoints(r / "checkpoints")] for r in (run, tmp_path / "straight")]
+    assert steps[0] == steps[1]
+    assert RunDir(run).holds(replace(cfg, ckpt_minutes=5.0).to_dict())  # not part of what the run is
+
+
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
@@ -207,6 +231,9 @@ def test_bad_config_key_or_value_exits_2(tmp_path: Path, capsys: pytest.CaptureF
     bad.write_text('task = "bijection"\nbatch_size = -4\n')
     assert cli_main(["train", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "batch_size" in capsys.readouterr().err
+    bad.write_text('task = "bijection"\nckpt_minutes = -1.0\n')
+    assert cli_main(["train", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "ckpt_minutes" in capsys.readouterr().err
     assert cli_main(["train", "--task", "bijection", "--V", "1", "--out", str(tmp_path / "o")]) == 2
     assert "V" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -300,13 +300,14 @@ class RunDir:
         return cfg
 
     def holds(self, train: dict[str, Any]) -> bool:
-        """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar
-        and the experiment trackers aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
+        """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar,
+        the experiment trackers and the timed checkpoints aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
         test every resuming command applies before it continues or reuses a run."""
         from .train_config import TrainConfig
 
         def norm(fields: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items() if k not in ("progress", "trackers")}
+            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items()
+                    if k not in ("progress", "trackers", "ckpt_minutes")}
 
         return self.is_run() and norm(self.read_config()["train"]) == norm(train)
 

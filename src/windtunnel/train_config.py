@@ -47,6 +47,11 @@ class TrainConfig:
     eval_every: int = 250
     eval_n: int = 512
     ckpt_every: int = 250
+    #: also checkpoint once this many minutes of training have passed since the last checkpoint (0: off),
+    #: so that a killed run loses at most that much however far apart ``ckpt_every`` steps are; such a
+    #: checkpoint is removed once a newer one is whole, so a finished run keeps the same checkpoints
+    #: whatever its speed
+    ckpt_minutes: float = 10.0
     keep_last: int = 2
     log_checkpoints: bool = True  # keep checkpoints at ~log-spaced steps (training dynamics)
     device: str = "auto"  # auto | cpu | cuda | mps
@@ -90,6 +95,8 @@ class TrainConfig:
             need(isinstance(getattr(self, key), int) and getattr(self, key) >= 1, key, "a positive integer")
         need(isinstance(self.warmup, int) and self.warmup >= 0, "warmup", "an integer ≥ 0")
         need(isinstance(self.keep_last, int) and self.keep_last >= 1, "keep_last", "an integer ≥ 1")
+        need(isinstance(self.ckpt_minutes, (int, float)) and not isinstance(self.ckpt_minutes, bool)
+             and 0 <= self.ckpt_minutes < float("inf"), "ckpt_minutes", "a number of minutes ≥ 0 (0: off)")
         need(isinstance(self.lr, (int, float)) and 0 < self.lr < 1, "lr", "a number in (0, 1)")
         need(isinstance(self.min_lr, (int, float)) and 0 <= self.min_lr <= self.lr, "min_lr", "a number in [0, lr]")
         need(isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0, "weight_decay", "≥ 0")

@@ -14,7 +14,8 @@
    progress bar and any experiment trackers (``trackers.py``);
 6. evaluates on a fixed held-out batch every ``eval_every`` steps;
 7. checkpoints atomically (``checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
-   (kept for the training-dynamics analyses); a NaN/Inf loss stops the run with a clear message
+   (kept for the training-dynamics analyses), and after ``ckpt_minutes`` of training without one (a killed
+   run loses at most that much; removed once a newer one is whole); a NaN/Inf loss stops the run with a clear message
    and leaves the last good checkpoint in place.
 
 What a run is lives in ``train_config.py``; the data and its shards in ``streams.py``; the schedule,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -170,6 +172,15 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             ckpt.save(ckpt_root, step, model, optimizer,
                       {"elapsed": elapsed, "config": cfg.to_dict(), "data_shards": shards})
             ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
+            # a timed checkpoint (off the step schedule) is insurance against a kill and nothing more: once a
+            # newer one is whole it goes, so the checkpoints a run keeps (which the training-dynamics
+            # diagnostics read) do not depend on how fast it trained
+            for p in ckpt.list_checkpoints(ckpt_root):
+                if ckpt.step_of(p) < step and not on_schedule(ckpt.step_of(p)):
+                    shutil.rmtree(p, ignore_errors=True)
+
+    def on_schedule(step: int) -> bool:
+        return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
 
     if start == 0 and main_proc and cfg.log_checkpoints and run.latest_checkpoint() is None:
         save(0)  # the untrained model: the origin of every training-dynamics curve
@@ -183,7 +194,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     last_loss: dict[str, float] = {}
 
     model.train()
-    t0 = time.perf_counter()
+    t0 = last_save = time.perf_counter()
     stop = cfg.steps if until is None else min(cfg.steps, until)
     for step in range(start, stop):
         for group in optimizer.param_groups:
@@ -237,10 +248,12 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                 print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {last_loss.get('loss', float('nan')):.4f} bits, "
                       f"held-out KL {held_out.get('kl', float('nan')):.3g} bits, "
                       f"{elapsed + time.perf_counter() - t0:.0f} s", flush=True)
-        if done % cfg.ckpt_every == 0 or done in (cfg.steps, stop) or done in keep_steps:
+        timed = main_proc and cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
+        if on_schedule(done) or done == stop or timed:
             elapsed_now = elapsed + time.perf_counter() - t0
             elapsed, t0 = elapsed_now, time.perf_counter()
             save(done)
+            last_save = time.perf_counter()
         if bar is not None:
             bar.update(1)
     if bar is not None:
