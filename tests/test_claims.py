@@ -103,6 +103,32 @@ def test_pooled_interval_and_the_comparison_rule_by_hand() -> None:
     assert _lower(b, a) == claims.DISAGREE
 
 
+SIZE_COLUMNS = ("main_dh32", "main_v20", "main_paper_size")
+"""The main job's size controls, written out here so a control dropped from the claims is caught."""
+
+
+def test_a2_reads_the_papers_size_once_its_seeds_are_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A2 is the papers' size claim: it judges ``main_paper_size`` (2.67M parameters) when all its seeds are
+    there, with the 200k model beside it and cited, and the 200k model alone (said so) before."""
+    from windtunnel.claims import paper1
+
+    assert tuple(column for column, _, _ in paper1.SIZE_CONTROLS) == SIZE_COLUMNS
+    ev = Evidence(RESULTS)
+    small = ev.eval_metric("main_v20", "transformer", reproduce.SEEDS, "entropy_mae_curve")
+    if small is None:
+        pytest.skip("main_v20 cells not committed")
+    if ev.eval_metric("main_paper_size", "transformer", reproduce.SEEDS, "entropy_mae_curve") is None:
+        before = claims.CLAIMS["A2"].assess(ev)
+        assert before.ours == small and "not their 2.67M" in before.why
+    real = ev.eval_metric
+    big = Measure(0.02, (0.01, 0.03), 3, (0.01, 0.02, 0.03), ("quick/cells/main_paper_size-transformer-s0/eval.json",))
+    monkeypatch.setattr(ev, "eval_metric", lambda column, *a, **k: big if column == "main_paper_size" else real(column, *a, **k))
+    v = claims.CLAIMS["A2"].assess(ev)
+    assert v.kind == claims.DISAGREE and v.ours.value == 0.02  # 0.02 is beyond 1.5× the v3 figure 0.007
+    assert f"200k parameters on the same recipe: {small.text()}" in v.why
+    assert set(big.files) | set(small.files) <= set(v.ours.files)
+
+
 def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
     """B1 and B5 recomputed from the committed geometry files by hand."""
     ev = Evidence(RESULTS)
@@ -120,8 +146,8 @@ def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
         above = all(s["layer0_mean_abs_cos"] > max(s["layer0_untrained"], s["gaussian_expected"]) for s in k)
         return claims.AGREE if below else claims.DISAGREE if above else claims.INCONCLUSIVE
 
-    want, wide = rule("main"), rule("main_dh32")  # the main job at d_head 16; the control at the papers' 32
-    if want == claims.DISAGREE and wide == claims.AGREE:
+    want = rule("main")  # the main job at d_head 16; its controls step towards the papers' model
+    if want == claims.DISAGREE and any(rule(column) == claims.AGREE for column in SIZE_COLUMNS):
         want = claims.DISAGREE_EXPLAINED
     assert claims.CLAIMS["B1"].assess(ev).kind == want
     def least_fold(column: str) -> float | None:  # B5's number: the least damaging layer's fold, worst seed
@@ -134,7 +160,7 @@ def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
     lo = least_fold("main")
     assert lo == min(x["layer_ablation"]["summary"]["min_fold"] for x in g)
     want = claims.AGREE if lo >= 10 else claims.DISAGREE
-    if want == claims.DISAGREE and any((f := least_fold(c)) is not None and f >= 10 for c in ("main_dh32", "main_v20")):
+    if want == claims.DISAGREE and any((f := least_fold(c)) is not None and f >= 10 for c in SIZE_COLUMNS):
         want = claims.DISAGREE_EXPLAINED  # a size control meets the rule the main job misses
     assert claims.CLAIMS["B5"].assess(ev).kind == want
 

@@ -89,9 +89,10 @@ GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bije
                   ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"),
                   ("main_gqa", "transformer"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
-V20_CELLS = (("main_v20", "transformer"),)
+V20_CELLS = (("main_v20", "transformer"), ("main_paper_size", "transformer"))
 """The main job on the papers' own bijection cell (V = 20, L = 19; ``windtunnel run --V 20``), analysed: the
-papers' headline error measured at their V, and the geometry at that size."""
+papers' headline error measured at their V, and the geometry at that size; then the same recipe at the papers'
+model size (2.67M parameters, 6 layers of 6 heads: ``main_paper_size``, ≈2.5 hours a seed on one CPU core)."""
 CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "mamba"))
 """Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
 the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
@@ -363,8 +364,10 @@ def schedule(todo: list[Job], results: Path, workers: int) -> list[Job]:
 
 
 def _cost(job: Job, results: Path) -> float:
-    """Tokens the cell still has to train on, weighted by its architecture's step cost (a trained cell costs
-    nothing): what :func:`schedule` orders the cells by."""
+    """Tokens the cell still has to train on times its parameters (a step's arithmetic, 6·N per token),
+    weighted by its architecture's step cost (a trained cell costs nothing): what :func:`schedule` orders the
+    cells by.  At the quick preset's 200k parameters a step is partly fixed overhead, so this overstates a
+    larger model's seconds beside them."""
     from . import tasks
 
     cfg = job.cell.config()
@@ -375,7 +378,7 @@ def _cost(job: Job, results: Path) -> float:
     T = tasks.make(cfg["task"], **cfg["task_params"]).seq_len
     from .models.catalog import step_cost
 
-    return step_cost(job.cell.arch) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
+    return step_cost(job.cell.arch) * (cfg.get("params") or 1) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
 
 
 def _eval_n(preset: str) -> int:

@@ -48,9 +48,9 @@ def _c2(ev: Evidence) -> Verdict:
 
 @claim("C3", "III", "v1", "§2", "Late in training the routing (frame) gradient is small beside the value gradient",
        "qualitative", "paper-p3", "routing_law.routing_to_value_grad_norm over every head of the trained main job; "
-       "controls: the main job at the papers' head width (main_dh32) and task (main_v20)",
-       "agree if the median over heads is below 0.1 on every seed; explained by the head width or the task's size "
-       "if its control agrees", REPRO)
+       "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
+       "agree if the median over heads is below 0.1 on every seed; explained by the head width, the task's size "
+       "or the model's size if its control agrees", REPRO)
 def _c3(ev: Evidence) -> Verdict:
     def ratio(column: str) -> Measure | None:
         return ev.cell_stat(column, "transformer", SEEDS, "geometry.json",
@@ -63,7 +63,7 @@ def _c3(ev: Evidence) -> Verdict:
     if max(m.values) < 0.1:
         return Verdict(AGREE, m, said)
     files = m.files
-    for column, where, cause in SIZE_CONTROLS:  # the papers' head width, the papers' task
+    for column, where, cause in SIZE_CONTROLS:  # the papers' head width, task and model size
         mc = ratio(column)
         if mc is None:
             continue
