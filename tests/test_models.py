@@ -99,6 +99,30 @@ def test_paper_size_transformer():
     assert abs(model.n_params() - 2.67e6) / 2.67e6 < 0.005
 
 
+def test_transformer_initialisations() -> None:
+    """``init="gpt2"``: every matrix N(0, 0.02), the residual projections 0.02/sqrt(2 L); ``init="torch"``:
+    PyTorch's own draws (linear maps uniform in ±1/sqrt(fan_in), token embeddings N(0, 1)); the same shape
+    and parameter count either way, and an unknown name refused."""
+    task = tasks.make("regression", d=4, points=16, C=32)
+    torch.manual_seed(0)
+    gpt2 = models.make("transformer", task, d_model=64, n_layers=4, n_heads=4)
+    torch.manual_seed(0)
+    pt = models.make("transformer", task, d_model=64, n_layers=4, n_heads=4, init="torch")
+    assert gpt2.n_params() == pt.n_params()
+    g = {k: v.detach() for k, v in gpt2.named_parameters()}
+    t = {k: v.detach() for k, v in pt.named_parameters()}
+    assert abs(float(g["embed.tok.weight"].std()) - 0.02) < 0.004
+    assert abs(float(g["blocks.0.mlp.proj.weight"].std()) - 0.02 / 8 ** 0.5) < 0.002
+    assert abs(float(t["embed.tok.weight"].std()) - 1.0) < 0.2
+    for name, p in t.items():
+        if p.dim() == 2 and not name.startswith("embed.tok") and "pos_embed" not in name:
+            bound = 1 / p.shape[1] ** 0.5  # fan_in
+            assert float(p.abs().max()) <= bound + 1e-7, name
+            assert float(p.abs().max()) > 0.9 * bound, name  # the whole range is used, not N(0, 0.02)
+    with pytest.raises(ValueError, match="init"):
+        models.make("transformer", task, init="xavier")
+
+
 # --- capacity matching ----------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ARCHS)
 def test_readout_is_the_maps_from_the_last_stream_to_the_logits(arch):

@@ -92,6 +92,8 @@ def _a2(ev: Evidence) -> Verdict:
         return Verdict(AGREE if ok else DISAGREE, m,
                        why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 with 200k parameters, not their 2.67M")
     beside = f"; 200k parameters on the same recipe: {small.text()}" if small is not None else ""
+    hours = ev.cell_stat("main_paper_size", "transformer", SEEDS, "timings.json", lambda t: t["train_s"] / 3600)
+    beside += f"; training took {hours.text()} hours a seed on one CPU core (timings.json)" if hours is not None else ""
     return Verdict(AGREE if ok else DISAGREE, _with_files(m, *(x for x in (small,) if x is not None)),
                    why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 and size (2.67M parameters, 6 layers "
                    f"of 6 heads) on the V=20 recipe{beside}")
@@ -647,7 +649,11 @@ REGRESSION_CONTROLS = (("regression_long", "trained four times as long", "the bu
                        ("regression_paired", "with each response on one token with its own input (the pairs "
                         "given, not assembled)", "the layout (pairs the network must assemble itself)"),
                        ("regression_paired_long", "paired and trained four times as long",
-                        "the layout (pairs the network must assemble itself), with the budget"))
+                        "the layout (pairs the network must assemble itself), with the budget"),
+                       ("regression_torch_init", "from PyTorch's default initialisation (not N(0, 0.02))",
+                        "the initialisation"),
+                       ("regression_paired_torch_init", "paired, from PyTorch's default initialisation",
+                        "the layout with the initialisation"))
 
 
 def _regression_rule(ev: Evidence, column: str, windows: bool = True,
@@ -685,8 +691,8 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
 @claim("A26", "I", "v3 (secondary)", "—", "A Bayesian-regression wind tunnel: the transformer's predictive matches the "
        "posterior", "—", "secondary", "kl (bits) of the transformer on regression (d = 4, 16 points, 32 bins), 3 seeds, "
        "against the context-blind floor on the same episodes; controls: the same cell trained four times as long, "
-       "behind a dimension curriculum, and with each response on one token with its own input (paired) at the "
-       "cell's budget and four times it; the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
+       "behind a dimension curriculum, with each response on one token with its own input (paired) at the "
+       "cell's budget and four times it, and both layouts from PyTorch's default initialisation; the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; explained if a control's is, on "
        "every seed", REPRO)
 def _a26(ev: Evidence) -> Verdict:

@@ -72,6 +72,8 @@ from ..errors import InvalidValue, is_int
 
 POSITIONS = ("rotary", "learned", "alibi", "none")
 NORMS = ("rms", "layer")
+INITS = ("gpt2", "torch")
+"""Initialisations of :class:`Transformer` (``TransformerConfig.init``)."""
 
 
 def make_norm(cfg: "TransformerConfig") -> nn.Module:
@@ -107,12 +109,17 @@ class TransformerConfig(ModelConfig):
     frozen: list[str] = field(default_factory=list)
     #: layers whose attention is the causal mean (no content-based routing)
     uniform_attn: list[int] = field(default_factory=list)
+    #: initial weights: ``"gpt2"`` (N(0, 0.02), residual projections N(0, 0.02/sqrt(2 n_layers)), as nanoGPT)
+    #: or ``"torch"`` (each module's PyTorch default: linear maps uniform in ±1/sqrt(fan_in), embeddings
+    #: N(0, 1) — what a model built from ``torch.nn`` modules and trained as it comes starts from)
+    init: str = "gpt2"
 
     def validate(self) -> None:
         super().validate()
         _check(self.arch == "transformer", "arch", "'transformer'")
         _check(self.mlp in MLPS, "mlp", " | ".join(MLPS))
         _check(self.norm in NORMS, "norm", " | ".join(NORMS))
+        _check(self.init in INITS, "init", " | ".join(INITS))
         _check(_pos_int(self.n_layers), "n_layers", "a positive integer")
         _check(_pos_int(self.n_heads), "n_heads", "a positive integer")
         _check(_pos_int(self.d_model) and self.d_model % self.n_heads == 0, "d_model",
@@ -345,9 +352,10 @@ class Transformer(WindTunnelModel):
         self._finish_init()
 
     def _init_weights(self) -> None:
-        """N(0, 0.02) everywhere; residual projections N(0, 0.02/sqrt(2 n_layers)) (nanoGPT/GPT-2)."""
+        """``init="gpt2"``: N(0, 0.02) on every matrix, residual projections N(0, 0.02/sqrt(2 n_layers))
+        (nanoGPT/GPT-2); ``init="torch"`` keeps the weights each module drew when it was built."""
         for name, p in self.named_parameters():
-            if p.dim() >= 2:
+            if p.dim() >= 2 and self.config.init == "gpt2":
                 std = 0.02
                 if name.endswith("attn.out_proj.weight") or name.endswith("mlp.proj.weight"):
                     std = 0.02 / math.sqrt(2 * self.config.n_layers)
