@@ -178,25 +178,34 @@ def test_sigkill_inside_every_write_resumes_exactly(where: str, tmp_path: Path) 
     assert steps == sorted(set(steps)) and steps[-1] == 30
 
 
-def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("every,log_checkpoints", [(10, True), (6, False)])
+def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(every: int, log_checkpoints: bool,
+                                                                        tmp_path: Path) -> None:
     """``ckpt_minutes``: a run killed between scheduled checkpoints resumes from the last timed one (here
-    every step is due one), not from the schedule's; once finished it keeps exactly the checkpoints, and
-    ends with exactly the weights, of a run that never took a timed one."""
-    cfg = tiny(steps=30, keep_last=2, log_every=5, ckpt_minutes=1e-9)
+    every step is due one), not from the schedule's; the timed ones never take the ``keep_last`` places of
+    the scheduled ones; once finished the run keeps exactly the checkpoints (each whole or weights-only alike)
+    and ends with exactly the weights of a run that never took a timed one."""
+    cfg = tiny(steps=30, ckpt_every=every, keep_last=2, log_every=5, log_checkpoints=log_checkpoints, ckpt_minutes=1e-9)
     script = tmp_path / "kill.py"
     script.write_text(KILL_SCRIPT.replace("__CFG__", repr(cfg.to_dict())).replace("__THREADS__", str(torch.get_num_threads())))
     run = tmp_path / "run"
     proc = subprocess.run([sys.executable, str(script), str(run), "log"], capture_output=True)  # killed logging step 15
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-500:]
-    assert ckpt.step_of(ckpt.find_latest(run / "checkpoints")) == 14  # the schedule alone would have kept 10
-    off_schedule = {ckpt.step_of(p) for p in ckpt.list_checkpoints(run / "checkpoints")} - optim.log_spaced_steps(30) - {0, 10}
-    assert off_schedule == {14}  # each timed checkpoint went when a newer one was whole
+
+    def kept(r: Path) -> list[tuple[int, bool]]:
+        return [(ckpt.step_of(p), ckpt.has_optimizer(p)) for p in ckpt.list_checkpoints(r / "checkpoints")]
+
+    assert ckpt.step_of(ckpt.find_latest(run / "checkpoints")) == 14  # the schedule alone would resume from 10 or 12
+    scheduled = [(s, whole) for s, whole in kept(run) if s != 14]
+    on = [s for s in range(1, 15) if s % every == 0 or (log_checkpoints and s in optim.log_spaced_steps(30))]
+    assert 14 not in on and [s for s, _ in scheduled][-2:] == on[-2:]
+    assert all(whole for _, whole in scheduled[-2:])  # the keep_last newest scheduled ones still whole
     train(cfg, run, resume=True)
-    train(replace(cfg, ckpt_minutes=0.0), tmp_path / "straight")
-    a, b = weights(run), weights(tmp_path / "straight")
+    straight = tmp_path / "straight"
+    train(replace(cfg, ckpt_minutes=0.0), straight)
+    a, b = weights(run), weights(straight)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    steps = [[ckpt.step_of(p) for p in ckpt.list_checkpoints(r / "checkpoints")] for r in (run, tmp_path / "straight")]
-    assert steps[0] == steps[1]
+    assert kept(run) == kept(straight)
     assert RunDir(run).holds(replace(cfg, ckpt_minutes=5.0).to_dict())  # not part of what the run is
 
 
@@ -341,13 +350,15 @@ def test_train_command_records_its_training_time(tmp_path: Path) -> None:
 
 def test_dynamics_checkpoints_keep_weights_without_optimizer_state(tmp_path: Path) -> None:
     """The log-spaced checkpoints kept for the training-dynamics curves hold weights alone; the newest
-    ``keep_last`` (and step 0, whose optimizer state is empty) stay whole, so a resume is still exact."""
+    ``keep_last`` scheduled ones (and step 0, whose optimizer state is empty) stay whole, and so does the one
+    where ``until`` stopped (off the schedule, it takes none of their places), so a resume is still exact."""
     cfg = tiny(steps=40, ckpt_every=20, keep_last=1)
     train(cfg, tmp_path / "run", until=30)
     kept = ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")
     newest = kept[-1]
     assert ckpt.step_of(newest) == 30 and (newest / "optimizer.safetensors").is_file()
-    dynamics = [p for p in kept if ckpt.step_of(p) not in (0, 30)]
+    assert ckpt.has_optimizer(tmp_path / "run" / "checkpoints" / "step_00000020")  # the keep_last = 1 scheduled one
+    dynamics = [p for p in kept if ckpt.step_of(p) not in (0, 20, 30)]
     assert dynamics and all(not (p / "optimizer.safetensors").exists() and not ckpt.has_optimizer(p) for p in dynamics)
     assert all(ckpt.complete(p) for p in kept)  # every one still loads for the dynamics diagnostics
     train(cfg, tmp_path / "run", resume=True)

@@ -482,21 +482,24 @@ def cmd_routing_em(args: argparse.Namespace, extra: list[str]) -> int:
 def _adds_seeds(result: Path, setup: "Any") -> bool:
     """True when ``result`` (a finished ``em.json``) holds this very setup on a proper subset of the
     requested seeds: asking for more seeds extends the experiment (its finished runs are kept in
-    ``runs.jsonl`` and reused), so it needs no ``--force``.  Anything else is a replacement."""
+    ``runs.jsonl`` and reused), so it needs no ``--force``.  Anything else is a replacement.  A field the
+    record lacks was written before the field existed and ran at its default, as ``run_em`` reads it."""
     import json
     from dataclasses import asdict
 
+    from .routing.em import EMSetup
     from .stats import json_safe
 
+    def recorded(s: Any) -> dict[str, Any]:
+        return json.loads(json.dumps(json_safe({k: v for k, v in asdict(s).items() if k != "device"})))
+
     try:
-        old = json.loads(result.read_text())["setup"]
+        old = {**recorded(EMSetup()), **json.loads(result.read_text())["setup"]}
+        old_seeds, new = set(old.pop("seeds")), recorded(setup)
+        new_seeds = set(new.pop("seeds"))
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    new = json.loads(json.dumps(json_safe({k: v for k, v in asdict(setup).items() if k != "device"})))
-    if not isinstance(old, dict) or not isinstance(old.get("seeds"), list):
-        return False
-    same_rest = {k: v for k, v in old.items() if k != "seeds"} == {k: v for k, v in new.items() if k != "seeds"}
-    return same_rest and set(old["seeds"]) < set(new["seeds"])
+    return old == new and old_seeds < new_seeds
 
 
 def cmd_llm_signatures(args: argparse.Namespace, extra: list[str]) -> int:

@@ -303,11 +303,10 @@ class RunDir:
         """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar,
         the experiment trackers and the timed checkpoints aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
         test every resuming command applies before it continues or reuses a run."""
-        from .train_config import TrainConfig
+        from .train_config import NOT_THE_RECIPE, TrainConfig
 
         def norm(fields: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items()
-                    if k not in ("progress", "trackers", "ckpt_minutes")}
+            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items() if k not in NOT_THE_RECIPE}
 
         return self.is_run() and norm(self.read_config()["train"]) == norm(train)
 

@@ -281,9 +281,10 @@ def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
     """A cell folder trained under another recipe is never reused as this table's cell, nor trained
     on: ``InvalidValue`` naming the first such folder and what changed, before any work starts."""
     from .runs import RunDir
+    from .train_config import NOT_THE_RECIPE
     from .training import TrainConfig
 
-    ignore = {"progress", "device", "trackers"}
+    ignore = {"device", *NOT_THE_RECIPE}
     for job in jobs:
         run = RunDir(job["run_dir"])
         if not run.is_run():

@@ -49,8 +49,8 @@ class TrainConfig:
     ckpt_every: int = 250
     #: also checkpoint once this many minutes of training have passed since the last checkpoint (0: off),
     #: so that a killed run loses at most that much however far apart ``ckpt_every`` steps are; such a
-    #: checkpoint is removed once a newer one is whole, so a finished run keeps the same checkpoints
-    #: whatever its speed
+    #: checkpoint is removed once a newer one is whole and never counts among the ``keep_last``, so a
+    #: finished run keeps the same checkpoints whatever its speed
     ckpt_minutes: float = 10.0
     keep_last: int = 2
     log_checkpoints: bool = True  # keep checkpoints at ~log-spaced steps (training dynamics)
@@ -150,6 +150,11 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes")
+"""``TrainConfig`` fields that say how a run is watched and kept, not what it trains: a run resumed or reused
+with other values of these is the same run."""
 
 
 _KINDS = {"str": "str", "int": "int", "float": "float", "bool": "bool", "int | None": "int?",

@@ -15,7 +15,8 @@
 6. evaluates on a fixed held-out batch every ``eval_every`` steps;
 7. checkpoints atomically (``checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
    (kept for the training-dynamics analyses), and after ``ckpt_minutes`` of training without one (a killed
-   run loses at most that much; removed once a newer one is whole); a NaN/Inf loss stops the run with a clear message
+   run loses at most that much); a checkpoint off that schedule (timed, or where ``until`` stopped) is removed
+   once a newer one is whole and never counts among the ``keep_last``; a NaN/Inf loss stops the run with a clear message
    and leaves the last good checkpoint in place.
 
 What a run is lives in ``train_config.py``; the data and its shards in ``streams.py``; the schedule,
@@ -162,25 +163,29 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     eval_batch = task.sample(cfg.eval_n, eval_seed(cfg.seed)).to(device)
     keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
 
-    def save(step: int) -> None:
+    def on_schedule(step: int) -> bool:
+        return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
+
+    def save(step: int, timed: bool = False) -> None:
         bad = next((n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
         if bad is not None:  # never let `latest` point at weights that diverged
+            if timed:
+                return  # rank 0 alone takes a timed checkpoint: skip it; the loss check stops every process
             raise TrainingDiverged(
                 f"weights became non-finite ({bad}) by step {step}; stopped, last good checkpoint kept in {ckpt_root}"
             )
         if main_proc:
             ckpt.save(ckpt_root, step, model, optimizer,
                       {"elapsed": elapsed, "config": cfg.to_dict(), "data_shards": shards})
-            ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
-            # a timed checkpoint (off the step schedule) is insurance against a kill and nothing more: once a
-            # newer one is whole it goes, so the checkpoints a run keeps (which the training-dynamics
-            # diagnostics read) do not depend on how fast it trained
+            # a checkpoint off the step schedule (a timed one, or where `until` stopped) is only a place to
+            # resume from: once a newer one is whole it goes, and it never takes one of the `keep_last`
+            # places of the scheduled ones, so the checkpoints a finished run keeps (which the
+            # training-dynamics diagnostics read) do not depend on how fast it trained or where it stopped
             for p in ckpt.list_checkpoints(ckpt_root):
                 if ckpt.step_of(p) < step and not on_schedule(ckpt.step_of(p)):
                     shutil.rmtree(p, ignore_errors=True)
-
-    def on_schedule(step: int) -> bool:
-        return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
+            if on_schedule(step):
+                ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
 
     if start == 0 and main_proc and cfg.log_checkpoints and run.latest_checkpoint() is None:
         save(0)  # the untrained model: the origin of every training-dynamics curve
@@ -248,11 +253,12 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                 print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {last_loss.get('loss', float('nan')):.4f} bits, "
                       f"held-out KL {held_out.get('kl', float('nan')):.3g} bits, "
                       f"{elapsed + time.perf_counter() - t0:.0f} s", flush=True)
+        scheduled = on_schedule(done) or done == stop  # every process saves here together
         timed = main_proc and cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
-        if on_schedule(done) or done == stop or timed:
+        if scheduled or timed:
             elapsed_now = elapsed + time.perf_counter() - t0
             elapsed, t0 = elapsed_now, time.perf_counter()
-            save(done)
+            save(done, timed=not scheduled)
             last_save = time.perf_counter()
         if bar is not None:
             bar.update(1)

@@ -93,7 +93,7 @@ def _a2(ev: Evidence) -> Verdict:
                        why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 with 200k parameters, not their 2.67M")
     beside = f"; 200k parameters on the same recipe: {small.text()}" if small is not None else ""
     hours = ev.cell_stat("main_paper_size", "transformer", SEEDS, "timings.json", lambda t: t["train_s"] / 3600)
-    beside += f"; training took {hours.text()} hours a seed on one CPU core (timings.json)" if hours is not None else ""
+    beside += f"; training took {hours.text()} hours a seed (timings.json)" if hours is not None else ""
     return Verdict(AGREE if ok else DISAGREE, _with_files(m, *(x for x in (small,) if x is not None)),
                    why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 and size (2.67M parameters, 6 layers "
                    f"of 6 heads) on the V=20 recipe{beside}")
