@@ -333,6 +333,29 @@ def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: 
     assert reproduce.missing(reproduce.plan("paper1")[0], results) == ["geometry.json"]
 
 
+def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    """``--dry-run`` reads each missing cell's run folder: not started, killed part-way (the step it resumes
+    from), or trained with artifacts still to make."""
+    from windtunnel.training import TrainConfig, train
+
+    _tiny_plan(monkeypatch)
+    results = tmp_path / "results"
+    s0, s1 = reproduce.plan("paper1")
+    train(TrainConfig.from_dict({**s0.cell.config(), "progress": False}), reproduce.run_dir(results, s0.cell), until=3)
+    plan = reproduce.reproduce("paper1", results=results, dry_run=True)
+    assert plan["progress"] == {"main-transformer-s0": "trained to step 3 of 6", "main-transformer-s1": "not started"}
+    reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24)
+    (reproduce.cell_dir(results, s1.cell) / "eval.json").unlink()
+    assert reproduce.reproduce("paper1", results=results, dry_run=True)["progress"] == {
+        "main-transformer-s1": "trained; eval.json missing"}
+    from windtunnel.cli import main
+
+    capsys.readouterr()
+    assert main(["reproduce", "paper1", "--dry-run", "--results", str(results)]) == 0
+    assert "  main-transformer-s1  (trained; eval.json missing)" in capsys.readouterr().out.splitlines()
+
+
 def test_reproduce_only_works_the_cells_its_patterns_match(tmp_path: Path) -> None:
     """``--only``: one seed of a sweep's row, in the plan's order; a second pattern adds its cells."""
     row = reproduce.reproduce("beyond", results=tmp_path, dry_run=True, only=["hmm_pool_*-mamba-s0"])

@@ -658,7 +658,7 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"{results / rel} is missing: it is made by `{cmd}`", file=sys.stderr)
     if args.dry_run:
         print(f"{args.target} ({args.preset}): {summary['cells']} cells, {summary['missing']} missing"
-              + ("".join(f"\n  {f}" for f in summary["todo"])))
+              + ("".join(f"\n  {f}  ({summary['progress'][f]})" for f in summary["todo"])))
         return 0
     print(f"{args.target} ({args.preset}): {summary['cells']} cells, {len(summary['done'])} worked "
           f"in {summary['wall_s'] / 60:.1f} min; the rest were committed already")
@@ -888,7 +888,7 @@ def make_parser() -> argparse.ArgumentParser:
                      help="torch threads per worker on CPU (default: the cores shared out among the workers; "
                           "1 where other jobs share the machine, since a thread that waits for a busy core "
                           "stalls every step)")
-    rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells; work nothing")
+    rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells and where each stands (not started, trained to step S of N, trained with artifacts missing); work nothing")
     rep.add_argument("--only", nargs="+", metavar="PATTERN",
                      help="work only the cells whose folder matches one of these shell patterns "
                           "(e.g. 'hmm_pool_*-mamba-s0': one seed of a sweep's row)")

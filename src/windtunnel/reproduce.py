@@ -233,6 +233,18 @@ def missing(job: Job, results: Path) -> list[str]:
     return out
 
 
+def progress(job: Job, results: Path) -> str:
+    """Where a cell whose artifacts are missing stands, from its run folder: ``"not started"``, ``"trained to
+    step S of N"`` (a killed or paused run, resumed from there), or ``"trained; eval.json missing"``."""
+    from .runs import RunDir
+
+    steps = job.cell.config()["steps"]
+    done = RunDir(run_dir(results, job.cell)).latest_step() if run_dir(results, job.cell).is_dir() else 0
+    if done >= steps:
+        return "trained; " + ", ".join(missing(job, results)) + " missing"
+    return f"trained to step {done} of {steps}" if done else "not started"
+
+
 def _stale_references(job: Job, path: Path) -> bool:
     """Whether a committed ``references.json`` lacks a row the code now writes (``table.reference_rows``)."""
     from . import table
@@ -320,6 +332,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
                                "done": [], "wall_s": 0.0, "external": external(target, preset, results)}
     if dry_run or not todo:
         summary["todo"] = [j.cell.folder for j in todo]
+        summary["progress"] = {j.cell.folder: progress(j, results) for j in todo}
         return summary
     cores = os.cpu_count() or 1
     n_gpu = torch.cuda.device_count()
