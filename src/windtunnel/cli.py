@@ -888,7 +888,9 @@ def make_parser() -> argparse.ArgumentParser:
                      help="torch threads per worker on CPU (default: the cores shared out among the workers; "
                           "1 where other jobs share the machine, since a thread that waits for a busy core "
                           "stalls every step)")
-    rep.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the missing cells and where each stands (not started, trained to step S of N, trained with artifacts missing); work nothing")
+    rep.add_argument("--dry-run", dest="dry_run", action="store_true",
+                     help="list the missing cells and where each stands (not started, trained to step S of N, "
+                          "trained with artifacts missing); work nothing")
     rep.add_argument("--only", nargs="+", metavar="PATTERN",
                      help="work only the cells whose folder matches one of these shell patterns "
                           "(e.g. 'hmm_pool_*-mamba-s0': one seed of a sweep's row)")
