@@ -72,3 +72,31 @@ def test_pairing_attention_under_uniform_attention_is_the_hand_computed_share(mo
             return None, {names[0]: pattern}
 
     assert regression_diagnosis.pairing_attention(Fixed(), task, n=4)[0] == pytest.approx([0.7])
+
+
+def test_ridge_r2_and_the_pair_probe_on_cases_known_by_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``regression_diagnosis.ridge_r2``: 1 for a target that is a linear map of the features, about 0 for one
+    independent of them, and the hand-computed 1 − σ²/(1 + σ²) for a linear target plus noise; ``pair_probe`` on an
+    untrained model: the embedding of a y-position holds its own ``x`` linearly in the paired layout (R² 1) and not
+    in the interleaved one (R² 0), and never the product ``y·x`` (a nonlinear function of what it holds)."""
+    from windtunnel import models, tasks
+    from windtunnel.tasks import base
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    import regression_diagnosis
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(20_000, 3, generator=g, dtype=torch.float64)
+    W = torch.tensor([[1.0, -2.0], [0.5, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    assert regression_diagnosis.ridge_r2(X, X @ W, ridge=1e-9) == pytest.approx(1.0, abs=1e-9)
+    assert abs(regression_diagnosis.ridge_r2(X, torch.randn(20_000, 2, generator=g, dtype=torch.float64))) < 0.01
+    w = torch.tensor([[1.0], [0.0], [0.0]], dtype=torch.float64)  # signal variance 1, noise variance 0.25
+    noisy = X @ w + 0.5 * torch.randn(20_000, 1, generator=g, dtype=torch.float64)
+    assert regression_diagnosis.ridge_r2(X, noisy, ridge=1e-9) == pytest.approx(1 - 0.25 / 1.25, abs=0.01)
+    for paired, want_x in ((True, 1.0), (False, 0.0)):
+        task = tasks.make("regression", d=2, points=6, C=8, paired=paired)
+        model = models.make("transformer", task, d_model=16, n_layers=2, n_heads=2)
+        probe = regression_diagnosis.pair_probe(model, task, n=2048)
+        assert len(probe["x"]) == len(probe["yx"]) == 3  # the embedding, then each block's output
+        assert probe["x"][0] == pytest.approx(want_x, abs=0.01)
+        assert abs(probe["yx"][0]) < 0.02
