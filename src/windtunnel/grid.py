@@ -245,9 +245,13 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
          {**_REGRESSION.task_params["paper"], "paired": True}, replace(_QUICK, steps=4 * _QUICK.steps),
          replace(_PAPER, steps=4 * _PAPER.steps), metric="kl"),
     # and with PyTorch's default initialisation (``init="torch"``, as a model of ``torch.nn`` modules starts and
-    # the authors' own trainers leave it) instead of GPT-2's N(0, 0.02): interleaved and paired, at the cell's budget
+    # the authors' own trainers leave it) instead of GPT-2's N(0, 0.02): interleaved at the cell's budget and four
+    # times it, and paired at the cell's budget
     _exp("regression_torch_init", "regression", _REGRESSION.task_params["quick"], _REGRESSION.task_params["paper"],
          _QUICK, _PAPER, metric="kl", model={"transformer": {"init": "torch"}}),
+    _exp("regression_torch_init_long", "regression", _REGRESSION.task_params["quick"], _REGRESSION.task_params["paper"],
+         replace(_QUICK, steps=4 * _QUICK.steps), replace(_PAPER, steps=4 * _PAPER.steps), metric="kl",
+         model={"transformer": {"init": "torch"}}),
     _exp("regression_paired_torch_init", "regression", {**_REGRESSION.task_params["quick"], "paired": True},
          {**_REGRESSION.task_params["paper"], "paired": True}, _QUICK, _PAPER, metric="kl",
          model={"transformer": {"init": "torch"}}),

@@ -99,14 +99,15 @@ the regression wind tunnel, and recall for the transformer and Mamba (whose trai
 
 REGRESSION_CELLS = (("regression_long", "transformer"), ("regression_curriculum", "transformer"),
                     ("regression_paired", "transformer"), ("regression_paired_long", "transformer"),
-                    ("regression_torch_init", "transformer"), ("regression_paired_torch_init", "transformer"),
+                    ("regression_torch_init", "transformer"), ("regression_torch_init_long", "transformer"),
+                    ("regression_paired_torch_init", "transformer"),
                     ("regression", "lstm"), ("regression", "mamba"), ("regression", "mlp_pointwise"))
 """The regression wind tunnel's controls, trained and evaluated: its transformer four times as long, and behind a
 dimension curriculum (the inputs grown from 1 to d dimensions over the first third of training, as Garg et al.
 train in-context regression) — whether its error is the budget's or the optimisation's; with each response on one
 token with its own input (``paired``), at the cell's budget and four times it — whether what fails is bringing a
 point's input and response together; both layouts from PyTorch's default initialisation instead of GPT-2's
-N(0, 0.02) — whether the start decides it; and the LSTM, Mamba and
+N(0, 0.02), the interleaved one also four times as long — whether the start decides it; and the LSTM, Mamba and
 the pointwise MLP (which sees only the current input) on the same recipe and budget — whether the task is learnable
 at that budget at all, and what reading the current input alone reaches."""
 

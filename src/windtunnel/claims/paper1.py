@@ -652,6 +652,8 @@ REGRESSION_CONTROLS = (("regression_long", "trained four times as long", "the bu
                         "the layout (pairs the network must assemble itself), with the budget"),
                        ("regression_torch_init", "from PyTorch's default initialisation (not N(0, 0.02))",
                         "the initialisation"),
+                       ("regression_torch_init_long", "from PyTorch's default initialisation, four times as long",
+                        "the initialisation, with the budget"),
                        ("regression_paired_torch_init", "paired, from PyTorch's default initialisation",
                         "the layout with the initialisation"))
 
@@ -692,7 +694,8 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
        "posterior", "—", "secondary", "kl (bits) of the transformer on regression (d = 4, 16 points, 32 bins), 3 seeds, "
        "against the context-blind floor on the same episodes; controls: the same cell trained four times as long, "
        "behind a dimension curriculum, with each response on one token with its own input (paired) at the "
-       "cell's budget and four times it, and both layouts from PyTorch's default initialisation; the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
+       "cell's budget and four times it, and both layouts from PyTorch's default initialisation (the interleaved one "
+       "also four times as long); the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; explained if a control's is, on "
        "every seed", REPRO)
 def _a26(ev: Evidence) -> Verdict:
