@@ -155,9 +155,10 @@ def _c7(ev: Evidence) -> Verdict:
     a = authors["summary"]["arms"]["sgd"]
     held, best = a["final_held_out_gap"], a["best_held_out_gap"]["mean"]
     ci = held["ci95"] or (held["mean"], held["mean"])  # one seed: no interval, its value
-    spread = f" [{ci[0]:.3f}, {ci[1]:.3f}], {held['n']} seeds," if held["ci95"] else f" ({held['n']} seed)"
+    spread = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if held["ci95"] else ""
+    seeds = f"{held['n']} seed{'s' if held['n'] != 1 else ''}"
     said = (f"the authors' model ends {held['mean']:.3f}{spread} bits from the posterior on the held-out sequence "
-            f"(best {best:.3f}, step {a['best_held_out_step']['mean']:.0f})")
+            f"({seeds}; best {best:.3f}, step {a['best_held_out_step']['mean']:.0f})")
     m = Measure(m.value, m.ci, m.seeds, (), (DEEP, DEEP_AUTHORS))
     if ci[1] < 0.1:
         return Verdict(DISAGREE_EXPLAINED, m, f"ours memorises its one sequence; {said}: LayerNorm, dropout and clipping "
