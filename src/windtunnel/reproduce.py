@@ -239,8 +239,8 @@ def progress(job: Job, results: Path) -> str:
     step S of N"`` (a killed or paused run, resumed from there), or ``"trained; eval.json missing"``."""
     from .runs import RunDir
 
-    steps = job.cell.config()["steps"]
-    done = RunDir(run_dir(results, job.cell)).latest_step() if run_dir(results, job.cell).is_dir() else 0
+    steps, folder = job.cell.config()["steps"], run_dir(results, job.cell)
+    done = RunDir(folder).latest_step() if folder.is_dir() else 0
     if done >= steps:
         return "trained; " + ", ".join(missing(job, results)) + " missing"
     return f"trained to step {done} of {steps}" if done else "not started"
