@@ -83,6 +83,15 @@ def test_a_drifted_fact_is_caught_and_refreshed(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="reads nothing"):
         docs.fact("cells:main:lstm:eval.json:metrics.kl.value", ev, {})
+    # another preset's cells, named after the experiment (the paper preset's HMM cells beside the quick ones)
+    for s in range(3):
+        shutil.copytree(RESULTS / "paper" / "cells" / f"hmm_fixed-transformer-s{s}",
+                        results / "paper" / "cells" / f"hmm_fixed-transformer-s{s}")
+    paper = pooled([json.loads((results / f"paper/cells/hmm_fixed-transformer-s{s}/eval.json").read_text())
+                    ["lengths"]["20"]["metrics"]["kl"]["value"] for s in range(3)]).text()
+    assert docs.fact("cells:hmm_fixed@paper:transformer:eval.json:lengths.20.metrics.kl.value", ev, {}) == paper
+    with pytest.raises(UserError, match="reads nothing"):
+        docs.fact("cells:hmm_fixed:transformer:eval.json:lengths.20.metrics.kl.value", ev, {})
     # a benchmark's committed output, beside results/
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "speed.json").write_text(json.dumps({"ours": {"all_in_s": 512.25}}))
@@ -354,6 +363,34 @@ def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, m
     capsys.readouterr()
     assert main(["reproduce", "paper1", "--dry-run", "--results", str(results)]) == 0
     assert "  main-transformer-s1  (trained; eval.json missing)" in capsys.readouterr().out.splitlines()
+    import shutil
+
+    shutil.rmtree(reproduce.run_dir(results, s1.cell))  # trained on another machine: its run folder is not here
+    assert reproduce.reproduce("paper1", results=results, dry_run=True)["progress"] == {
+        "main-transformer-s1": "committed without eval.json; no run folder here, so trained again"}
+
+
+def test_a_cell_trained_on_a_gpu_is_the_grids_cell_here() -> None:
+    """The device is not part of the recipe: the committed paper-size cells, trained on a GPU (their config.json
+    names cuda:0), are read on a machine without one, and the claim that reports their hours says where."""
+    ev = Evidence(RESULTS, "quick")
+    cells = ev.cells("main_paper_size", "transformer", reproduce.SEEDS)
+    assert cells is not None
+    assert all(json.loads((path / "config.json").read_text())["train"]["device"].startswith("cuda") for _, path in cells)
+    assert "hours a seed on a GPU" in claims.assess_all(RESULTS, "quick")["A2"].why
+
+
+def test_claims_under_another_preset_leave_claims_md_and_the_documents_alone(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CLAIMS.md`` and the documents' numbers are the quick preset's: the paper preset's verdicts go beside."""
+    from windtunnel.claims import docs
+
+    monkeypatch.setattr(docs, "write_all", lambda *a, **k: pytest.fail("documents rewritten from the paper preset"))
+    results = tmp_path / "results"
+    results.mkdir()
+    path, counts = claims.write(results, preset="paper")
+    assert path == results / "CLAIMS-paper.md" and path.is_file() and not (results / "CLAIMS.md").exists()
+    assert sum(counts.values()) == len(claims.assess_all(results, "paper"))
 
 
 def test_reproduce_only_works_the_cells_its_patterns_match(tmp_path: Path) -> None:
@@ -413,9 +450,12 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
     assert "on HMM at the papers' size" in d10.why
     assert any(f.startswith("paper/cells/hmm_fixed_gqa-transformer-s") for f in d10.files)
     # without the paper cells, none of it
-    plain = claims.CLAIMS["A6"].assess(Evidence(RESULTS))
-    assert "at the papers' size (0.02M" not in plain.why and "on HMM at the papers' size" not in \
-        claims.CLAIMS["D10"].assess(Evidence(RESULTS)).why
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "quick").symlink_to(RESULTS / "quick")
+    plain = claims.CLAIMS["A6"].assess(Evidence(bare))
+    assert "at the papers' size" not in plain.why and "on HMM at the papers' size" not in \
+        claims.CLAIMS["D10"].assess(Evidence(bare)).why
 
 
 def test_the_committed_table_and_its_committed_cells_are_one_set_of_runs() -> None:

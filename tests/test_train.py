@@ -207,6 +207,8 @@ def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(every: int
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert kept(run) == kept(straight)
     assert RunDir(run).holds(replace(cfg, ckpt_minutes=5.0).to_dict())  # not part of what the run is
+    assert RunDir(run).holds(replace(cfg, device="cpu").to_dict())  # nor is where it computed
+    assert not RunDir(run).holds(replace(cfg, lr=cfg.lr * 2).to_dict())
 
 
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

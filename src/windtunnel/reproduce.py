@@ -236,11 +236,15 @@ def missing(job: Job, results: Path) -> list[str]:
 
 def progress(job: Job, results: Path) -> str:
     """Where a cell whose artifacts are missing stands, from its run folder: ``"not started"``, ``"trained to
-    step S of N"`` (a killed or paused run, resumed from there), or ``"trained; eval.json missing"``."""
+    step S of N"`` (a killed or paused run, resumed from there), ``"trained; eval.json missing"``, or — a cell
+    committed with an artifact missing whose run folder is elsewhere (trained on another machine) — that it is
+    trained again."""
     from .runs import RunDir
 
     steps, folder = job.cell.config()["steps"], run_dir(results, job.cell)
     done = RunDir(folder).latest_step() if folder.is_dir() else 0
+    if not done and (cell_dir(results, job.cell) / "cell.json").is_file():  # trained elsewhere, its checkpoints not here
+        return "committed without " + ", ".join(missing(job, results)) + "; no run folder here, so trained again"
     if done >= steps:
         return "trained; " + ", ".join(missing(job, results)) + " missing"
     return f"trained to step {done} of {steps}" if done else "not started"

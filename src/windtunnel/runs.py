@@ -301,12 +301,13 @@ class RunDir:
 
     def holds(self, train: dict[str, Any]) -> bool:
         """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar,
-        the experiment trackers and the timed checkpoints aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
+        the experiment trackers, the timed checkpoints and the device aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
         test every resuming command applies before it continues or reuses a run."""
         from .train_config import NOT_THE_RECIPE, TrainConfig
 
         def norm(fields: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in TrainConfig.from_dict(fields).to_dict().items() if k not in NOT_THE_RECIPE}
+            recipe = {k: v for k, v in fields.items() if k not in NOT_THE_RECIPE}  # a device not here is no error
+            return {k: v for k, v in TrainConfig.from_dict(recipe).to_dict().items() if k not in NOT_THE_RECIPE}
 
         return self.is_run() and norm(self.read_config()["train"]) == norm(train)
 

@@ -284,13 +284,13 @@ def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
     from .train_config import NOT_THE_RECIPE
     from .training import TrainConfig
 
-    ignore = {"device", *NOT_THE_RECIPE}
+    ignore = set(NOT_THE_RECIPE)
     for job in jobs:
         run = RunDir(job["run_dir"])
         if not run.is_run():
             continue
-        stored = TrainConfig.from_dict(run.read_config()["train"]).to_dict()
-        wanted = TrainConfig.from_dict(job["config"]).to_dict()
+        stored, wanted = (TrainConfig.from_dict({k: v for k, v in fields.items() if k not in ignore}).to_dict()
+                          for fields in (run.read_config()["train"], job["config"]))  # a device not here is no error
         changed = sorted(k for k in wanted if k not in ignore and stored.get(k) != wanted[k])
         if changed:
             raise InvalidValue(f"{run.path} was trained with another recipe ({', '.join(changed)} differ); "

@@ -152,9 +152,10 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes")
-"""``TrainConfig`` fields that say how a run is watched and kept, not what it trains: a run resumed or reused
-with other values of these is the same run."""
+NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes", "device")
+"""``TrainConfig`` fields that say how a run is watched, kept and where it computes, not what it trains: a run
+resumed or reused with other values of these is the same run (a cell trained on a GPU is the grid's cell, and
+resumes on a CPU)."""
 
 
 _KINDS = {"str": "str", "int": "int", "float": "float", "bool": "bool", "int | None": "int?",

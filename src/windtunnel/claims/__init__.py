@@ -112,17 +112,25 @@ def render(verdicts: dict[str, Verdict], results: str | Path = "results") -> str
     return "\n".join(lines) + "\n"
 
 
-def write(results: str | Path = "results", out: str | Path | None = None, preset: str = "quick") -> tuple[Path, dict[str, Any]]:
+DOCS_PRESET = "quick"
+"""The preset whose verdicts ``results/CLAIMS.md`` holds and whose numbers README.md and the results READMEs quote
+(the paper preset's cells enter them as controls)."""
+
+
+def write(results: str | Path = "results", out: str | Path | None = None, preset: str = DOCS_PRESET) -> tuple[Path, dict[str, Any]]:
     """Assess every claim and write ``CLAIMS.md`` (default ``results/CLAIMS.md``, and then the fact spans of
-    README.md and the results READMEs beside it: :mod:`windtunnel.claims.docs`); returns the path and the counts."""
+    README.md and the results READMEs beside it: :mod:`windtunnel.claims.docs`); returns the path and the counts.
+    Under another preset the default is ``results/CLAIMS-{preset}.md`` and the documents are left alone: they
+    quote :data:`DOCS_PRESET`'s numbers."""
     from ..checkpoint import write_text_atomic
 
     from . import docs
 
     results = Path(results)
     verdicts = assess_all(results, preset)
-    path = Path(out) if out is not None else results / "CLAIMS.md"
+    default = results / ("CLAIMS.md" if preset == DOCS_PRESET else f"CLAIMS-{preset}.md")
+    path = Path(out) if out is not None else default
     write_text_atomic(path, render(verdicts, results))
-    if out is None:  # the numbers quoted in README.md and the results READMEs, from the same files
+    if out is None and preset == DOCS_PRESET:  # the numbers quoted in README.md and the results READMEs, from the same files
         docs.write_all(results.resolve().parent, Evidence(results, preset), verdicts)
     return path, dict(Counter(v.kind for v in verdicts.values()))

@@ -10,7 +10,8 @@ span, invisible when the Markdown is rendered::
 text differs from what its artifact gives today.  Fact keys:
 
 * ``cells:EXPERIMENT:ARCH:FILE:dotted.path`` — a value of every seed's committed cell file,
-  pooled over the seeds (mean and Student-t 95% interval);
+  pooled over the seeds (mean and Student-t 95% interval); ``EXPERIMENT@PRESET`` reads another preset's cells
+  (``cells:hmm_fixed@paper:transformer:…``);
 * ``table:PRESET:TASK:ARCH:dotted.path`` — one value of a cell of ``results/PRESET/table.json``, found by its
   column and architecture (``table:quick:hmm:transformer:metrics.kl.mean``), not by its place in the list;
 * ``json:RELATIVE/PATH.json:dotted.path`` — one value of a committed JSON file under ``results/``;
@@ -51,7 +52,8 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     try:
         if kind == "cells":
             column, arch, file, path = rest.split(":", 3)
-            m = ev.cell_stat(column, arch, SEEDS, file, lambda d: float(_dig(d, path)))
+            column, _, preset = column.partition("@")
+            m = (ev.at(preset) if preset else ev).cell_stat(column, arch, SEEDS, file, lambda d: float(_dig(d, path)))
             if m is None:
                 raise KeyError(key)
             return m.text()
