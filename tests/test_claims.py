@@ -393,6 +393,25 @@ def test_claims_under_another_preset_leave_claims_md_and_the_documents_alone(tmp
     assert sum(counts.values()) == len(claims.assess_all(results, "paper"))
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_cell_that_fails_costs_the_others_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    workers: int) -> None:
+    """One broken cell (its run folder's place taken by a file) is reported and re-raised only after every
+    other cell is worked and exported, one worker or several."""
+    from windtunnel.runs import RunError
+
+    _tiny_plan(monkeypatch)
+    results = tmp_path / "results"
+    s0, s1 = reproduce.plan("paper1")
+    broken = reproduce.run_dir(results, s0.cell)
+    broken.parent.mkdir(parents=True)
+    broken.write_text("not a run folder")
+    with pytest.raises((RunError, OSError)):
+        reproduce.reproduce("paper1", results=results, workers=workers, analyze_n=24)
+    assert reproduce.missing(s1, results) == [] and reproduce.missing(s0, results)
+    assert broken.read_text() == "not a run folder"
+
+
 def test_reproduce_only_works_the_cells_its_patterns_match(tmp_path: Path) -> None:
     """``--only``: one seed of a sweep's row, in the plan's order; a second pattern adds its cells."""
     row = reproduce.reproduce("beyond", results=tmp_path, dry_run=True, only=["hmm_pool_*-mamba-s0"])

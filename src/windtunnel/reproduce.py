@@ -356,22 +356,44 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         })
     t0 = time.perf_counter()
     by_dir = {p["run_dir"]: j for p, j in zip(payload, todo)}
+    failed: list[tuple[str, Exception]] = []
+
+    def finish(job: Job, error: Exception | None, wall_s: float | None = None) -> None:
+        """Export a worked cell at once; a failed one is reported and the others go on (a long unattended
+        reproduction never loses its finished cells to one that broke)."""
+        if error is not None:
+            failed.append((job.cell.folder, error))
+            print(f"  failed {job.cell.folder}: {error}", flush=True)
+            return
+        export(job, results)
+        summary["done"].append(job.cell.folder)
+        took = f", {wall_s:.0f} s" if wall_s is not None else ""
+        print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}{took})", flush=True)
+
     if workers == 1:
         for p in payload:
-            _work(p)
-            export(by_dir[p["run_dir"]], results)
-            summary["done"].append(by_dir[p["run_dir"]].cell.folder)
-            print(f"  done {by_dir[p['run_dir']].cell.folder}", flush=True)
+            try:
+                out = _work(p)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
+                finish(by_dir[p["run_dir"]], exc)
+            else:
+                finish(by_dir[p["run_dir"]], None, out["wall_s"])
     else:
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
             futures = {pool.submit(_work, p): p for p in payload}
             for fut in as_completed(futures):
-                out = fut.result()
-                job = by_dir[out["run_dir"]]
-                export(job, results)
-                summary["done"].append(job.cell.folder)
-                print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {out['wall_s']:.0f} s)", flush=True)
+                job = by_dir[futures[fut]["run_dir"]]
+                try:
+                    out = fut.result()
+                except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
+                    finish(job, exc)
+                else:
+                    finish(job, None, out["wall_s"])
     summary["wall_s"] = time.perf_counter() - t0
+    if failed:  # the first failure as itself: a user's mistake stays one line, a bug keeps its traceback
+        if len(failed) > 1:
+            print(f"{len(failed)} cells failed: {', '.join(f for f, _ in failed)}; the others are exported", flush=True)
+        raise failed[0][1]
     return summary
 
 
