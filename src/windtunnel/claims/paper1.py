@@ -522,7 +522,9 @@ def _a19(ev: Evidence) -> Verdict:
     if ma is None or tr is None:
         return missing("table cells")
     per_seed = ", ".join(f"{v:.0%}" for v in ma.values)
-    return Verdict(_lower(ma, tr), _with_files(ma, tr), f"per seed {per_seed}; transformer {tr.text()}")
+    ladder = _binding_ladder(ev)  # the same comparison as the store grows (A23's control), beside the column's
+    return Verdict(_lower(ma, tr), _with_files(ma, tr), f"per seed {per_seed}; transformer {tr.text()}"
+                   + (f"; as the store grows (recall accuracy by stored pairs, 3 seeds): {ladder}" if ladder else ""))
 
 
 BOUND_GAP = 0.05
