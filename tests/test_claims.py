@@ -380,6 +380,21 @@ def test_a_cell_trained_on_a_gpu_is_the_grids_cell_here() -> None:
     assert "hours a seed on a GPU" in claims.assess_all(RESULTS, "quick")["A2"].why
 
 
+def test_reproduce_scale_rewrites_the_quick_claims(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scale cells are the quick claims' controls: ``reproduce scale --preset paper`` rewrites the quick
+    preset's CLAIMS.md (and its documents); another target under the paper preset writes that preset's."""
+    from windtunnel.cli import main
+
+    seen = []
+    monkeypatch.setattr(reproduce, "reproduce", lambda target, preset, results, **kw: {
+        "cells": 1, "done": [], "wall_s": 0.0, "external": []})
+    monkeypatch.setattr(claims, "write", lambda results, out=None, preset="quick": (
+        seen.append(preset), (Path(results) / "CLAIMS.md", {}))[1])
+    for target in ("scale", "paper1"):
+        assert main(["reproduce", target, "--preset", "paper", "--results", str(tmp_path)]) == 0
+    assert seen == ["quick", "paper"]
+
+
 def test_claims_under_another_preset_leave_claims_md_and_the_documents_alone(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """``CLAIMS.md`` and the documents' numbers are the quick preset's: the paper preset's verdicts go beside."""
