@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import grid
 from .checkpoint import copy_atomic
@@ -356,39 +356,36 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         })
     t0 = time.perf_counter()
     by_dir = {p["run_dir"]: j for p, j in zip(payload, todo)}
-    failed: list[tuple[str, Exception]] = []
 
-    def finish(job: Job, error: Exception | None, wall_s: float | None = None) -> None:
-        """Export a worked cell at once; a failed one is reported and the others go on (a long unattended
-        reproduction never loses its finished cells to one that broke)."""
-        if error is not None:
-            failed.append((job.cell.folder, error))
-            print(f"  failed {job.cell.folder}: {error}", flush=True)
+    def outcomes() -> Iterator[tuple[dict[str, Any], dict[str, Any] | None, Exception | None]]:
+        """(payload, what ``_work`` returned, what it raised) for each cell as it finishes."""
+        if workers == 1:
+            for p in payload:
+                try:
+                    yield p, _work(p), None
+                except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
+                    yield p, None, exc
             return
-        export(job, results)
-        summary["done"].append(job.cell.folder)
-        took = f", {wall_s:.0f} s" if wall_s is not None else ""
-        print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}{took})", flush=True)
-
-    if workers == 1:
-        for p in payload:
-            try:
-                out = _work(p)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
-                finish(by_dir[p["run_dir"]], exc)
-            else:
-                finish(by_dir[p["run_dir"]], None, out["wall_s"])
-    else:
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
             futures = {pool.submit(_work, p): p for p in payload}
             for fut in as_completed(futures):
-                job = by_dir[futures[fut]["run_dir"]]
                 try:
-                    out = fut.result()
+                    yield futures[fut], fut.result(), None
                 except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
-                    finish(job, exc)
-                else:
-                    finish(job, None, out["wall_s"])
+                    yield futures[fut], None, exc
+
+    # each cell is exported as it finishes; a failed one is reported and the others go on, so a long unattended
+    # reproduction never loses its finished cells to one that broke
+    failed: list[tuple[str, Exception]] = []
+    for p, out, error in outcomes():
+        job = by_dir[p["run_dir"]]
+        if error is not None:
+            failed.append((job.cell.folder, error))
+            print(f"  failed {job.cell.folder}: {error}", flush=True)
+            continue
+        export(job, results)
+        summary["done"].append(job.cell.folder)
+        print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {out['wall_s']:.0f} s)", flush=True)
     summary["wall_s"] = time.perf_counter() - t0
     if failed:  # the first failure as itself: a user's mistake stays one line, a bug keeps its traceback
         if len(failed) > 1:

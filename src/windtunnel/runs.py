@@ -303,13 +303,9 @@ class RunDir:
         """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar,
         the experiment trackers, the timed checkpoints and the device aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
         test every resuming command applies before it continues or reuses a run."""
-        from .train_config import NOT_THE_RECIPE, TrainConfig
+        from .train_config import recipe
 
-        def norm(fields: dict[str, Any]) -> dict[str, Any]:
-            recipe = {k: v for k, v in fields.items() if k not in NOT_THE_RECIPE}  # a device not here is no error
-            return {k: v for k, v in TrainConfig.from_dict(recipe).to_dict().items() if k not in NOT_THE_RECIPE}
-
-        return self.is_run() and norm(self.read_config()["train"]) == norm(train)
+        return self.is_run() and recipe(self.read_config()["train"]) == recipe(train)
 
     def write_config(self, record: dict[str, Any]) -> Path:
         return self._write(self.CONFIG, record, indent=2)

@@ -281,17 +281,14 @@ def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
     """A cell folder trained under another recipe is never reused as this table's cell, nor trained
     on: ``InvalidValue`` naming the first such folder and what changed, before any work starts."""
     from .runs import RunDir
-    from .train_config import NOT_THE_RECIPE
-    from .training import TrainConfig
+    from .train_config import recipe
 
-    ignore = set(NOT_THE_RECIPE)
     for job in jobs:
         run = RunDir(job["run_dir"])
         if not run.is_run():
             continue
-        stored, wanted = (TrainConfig.from_dict({k: v for k, v in fields.items() if k not in ignore}).to_dict()
-                          for fields in (run.read_config()["train"], job["config"]))  # a device not here is no error
-        changed = sorted(k for k in wanted if k not in ignore and stored.get(k) != wanted[k])
+        stored, wanted = recipe(run.read_config()["train"]), recipe(job["config"])
+        changed = sorted(k for k in wanted if stored.get(k) != wanted[k])
         if changed:
             raise InvalidValue(f"{run.path} was trained with another recipe ({', '.join(changed)} differ); "
                                "move it away to retrain that cell, or choose another --out")

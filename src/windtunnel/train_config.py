@@ -158,6 +158,14 @@ resumed or reused with other values of these is the same run (a cell trained on 
 resumes on a CPU)."""
 
 
+def recipe(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a run trains, from ``TrainConfig`` fields: every field at its value (fields added since the run was
+    made at their defaults), those of :data:`NOT_THE_RECIPE` left out — before validation, so a device this
+    machine lacks is no error."""
+    kept = TrainConfig.from_dict({k: v for k, v in fields.items() if k not in NOT_THE_RECIPE}).to_dict()
+    return {k: v for k, v in kept.items() if k not in NOT_THE_RECIPE}
+
+
 _KINDS = {"str": "str", "int": "int", "float": "float", "bool": "bool", "int | None": "int?",
           "dict[str, Any]": "table", "list[dict[str, Any]]": "list", "list[str]": "list"}
 """Each ``TrainConfig`` annotation and the kind of value it admits (a new field of another type fails the

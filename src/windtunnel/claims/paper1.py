@@ -94,10 +94,10 @@ def _a2(ev: Evidence) -> Verdict:
     beside = f"; 200k parameters on the same recipe: {small.text()}" if small is not None else ""
     hours = ev.cell_stat("main_paper_size", "transformer", SEEDS, "timings.json", lambda t: t["train_s"] / 3600)
     if hours is not None:  # where it computed (config.json's device), since hours on a GPU and on a CPU core differ
-        where = {str(((ev.json(f"{rel}/config.json") or {}).get("train") or {}).get("device", "auto"))
-                 for rel, _ in ev.cells("main_paper_size", "transformer", SEEDS) or ()}
-        on = " on a GPU" if where and all(d.startswith("cuda") for d in where) else (
-            " on CPU" if where <= {"cpu", "auto"} else "")
+        where = {str(ev.json(f"{rel}/config.json")["train"].get("device", "auto"))
+                 for rel, _ in ev.cells("main_paper_size", "transformer", SEEDS)}
+        on = (" on a GPU" if all(d.startswith("cuda") for d in where) else
+              " on CPU" if where <= {"cpu", "auto"} else "")
         beside += f"; training took {hours.text()} hours a seed{on} (timings.json)"
     return Verdict(AGREE if ok else DISAGREE, _with_files(m, *(x for x in (small,) if x is not None)),
                    why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 and size (2.67M parameters, 6 layers "
