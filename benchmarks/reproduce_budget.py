@@ -4,7 +4,7 @@
 
 For every cell the target plans (``windtunnel.reproduce.plan``) it reads the cell's committed
 ``timings.json`` (training, evaluation and analysis seconds, each as that cell's run recorded them) and
-sums them into the cell's work; a cell not yet committed is estimated from the cells that are: its
+sums them into the cell's work; a cell not yet committed (or committed from a GPU) is estimated from the cells that are: its
 remaining work in the reproduction's own cost units (``reproduce._cost``: tokens weighted by the
 architecture's step cost) times the measured seconds per unit of committed cells of the same
 architecture.  It then prints the target's total core-time and its wall time on ``--workers`` workers
@@ -28,10 +28,18 @@ TARGET_MINUTES = 120.0
 """The wall time the quick reproduction of Paper I should fit in on 2 cores."""
 
 
+def trained_on_gpu(results: Path, job: reproduce.Job) -> bool:
+    """Whether the committed cell was trained on a GPU (its ``config.json`` names a CUDA device): its seconds
+    say nothing of what the cell costs a CPU core."""
+    path = reproduce.cell_dir(results, job.cell) / "config.json"
+    return path.is_file() and str(json.loads(path.read_text())["train"].get("device", "")).startswith("cuda")
+
+
 def cell_seconds(results: Path, job: reproduce.Job) -> float | None:
-    """The committed cell's recorded work: training + evaluation + analysis seconds (``None`` if not committed)."""
+    """The committed cell's recorded work: training + evaluation + analysis seconds (``None`` if not committed,
+    or trained on a GPU — such a cell is estimated like an uncommitted one)."""
     path = reproduce.cell_dir(results, job.cell) / "timings.json"
-    if not path.is_file():
+    if not path.is_file() or trained_on_gpu(results, job):
         return None
     t = json.loads(path.read_text())
     analysis = max(t.get("analyze_s", 0.0), t.get("reanalyze_s", 0.0)) if job.analyze else 0.0
@@ -52,12 +60,15 @@ def main() -> None:
     ap.add_argument("--preset", default="quick")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--results", default="results")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the figures as JSON (benchmarks/results/reproduce_budget.json is the committed one)")
     args = ap.parse_args()
     results = Path(args.results)
     jobs = reproduce.plan(args.target, args.preset)
     empty = results / ".reproduce_budget_nothing"  # no run folders: every cell's cost from nothing
     cost = {j.cell.folder: reproduce._cost(j, empty) for j in jobs}
     measured = {j.cell.folder: cell_seconds(results, j) for j in jobs}
+    on_gpu = {j.cell.folder for j in jobs if trained_on_gpu(results, j)}
     rate: dict[str, list[float]] = defaultdict(list)
     for j in jobs:
         if measured[j.cell.folder] and cost[j.cell.folder]:
@@ -95,7 +106,21 @@ def main() -> None:
           f"{wall_cheap / 60:.0f} min cheapest first; the ideal split {total / args.workers / 60:.0f} min")
     print(f"against the {TARGET_MINUTES:.0f}-minute goal: {wall / 60 / TARGET_MINUTES:.1f}× over")
     if estimated:
-        print("estimated: " + ", ".join(estimated))
+        print("estimated: " + ", ".join(f"{f} (trained on a GPU)" if f in on_gpu else f for f in estimated))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "command": f"python benchmarks/reproduce_budget.py --target {args.target} --preset {args.preset} "
+                       f"--workers {args.workers} --json {args.json}",
+            "target": args.target, "preset": args.preset, "workers": args.workers,
+            "cells": len(jobs), "committed": len(jobs) - len(estimated), "estimated": estimated,
+            "trained_on_gpu": sorted(on_gpu),
+            "core_min": {"total": total / 60, **{arch: s / 60 for arch, s in by_arch.items()}},
+            "experiment_core_min": {k: v / 60 for k, v in sorted(by_column.items(), key=lambda kv: -kv[1])},
+            "wall_min": {"longest_first": wall / 60, "cheapest_first": wall_cheap / 60,
+                         "ideal": total / args.workers / 60},
+            "wall_hours": wall / 3600,
+            "cell_core_min": {folder: s / 60 for folder, s in seconds.items()},
+        }, indent=1) + "\n")
 
 
 if __name__ == "__main__":

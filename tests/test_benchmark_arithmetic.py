@@ -100,3 +100,19 @@ def test_ridge_r2_and_the_pair_probe_on_cases_known_by_construction(monkeypatch:
         assert len(probe["x"]) == len(probe["yx"]) == 3  # the embedding, then each block's output
         assert probe["x"][0] == pytest.approx(want_x, abs=0.01)
         assert abs(probe["yx"][0]) < 0.02
+
+
+def test_a_cell_trained_on_a_gpu_is_estimated_not_read() -> None:
+    """A committed cell's seconds count as CPU work only where it was trained on the CPU: the GPU-trained
+    paper-size main job is estimated like a missing cell, the CPU-trained main job read from its timings."""
+    from windtunnel import reproduce
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    jobs = {j.cell.folder: j for j in reproduce.plan("paper1", "quick")}
+    gpu, cpu = jobs["main_paper_size-transformer-s0"], jobs["main-transformer-s0"]
+    if not (reproduce.cell_dir(results, gpu.cell) / "config.json").is_file():
+        pytest.skip("main_paper_size not committed")
+    assert reproduce_budget.trained_on_gpu(results, gpu) and reproduce_budget.cell_seconds(results, gpu) is None
+    assert not reproduce_budget.trained_on_gpu(results, cpu)
+    seconds = reproduce_budget.cell_seconds(results, cpu)
+    assert seconds is not None and seconds > 0

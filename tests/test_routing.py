@@ -269,6 +269,19 @@ def test_loss_criterion_sets_the_threshold_from_the_loss_curve() -> None:
     assert s["arms"]["em_like"]["speedup_vs_sgd"]["geometric_mean"] == pytest.approx(2.0)
 
 
+def test_em_markdown_gives_each_seeds_best_held_out_step() -> None:
+    """A mean of the seeds' best steps (50 and 0 → 25) is a step never evaluated: the table lists each."""
+    setup = em.EMSetup(seeds=(1, 2), arms=("sgd",), criterion="loss")
+
+    def run(seed, best_step):
+        return {"arm": "sgd", "seed": seed, "gap": [0.5, 0.2], "loss": [3.0, 1.0], "final_gap": 0.2, "final_loss": 1.0,
+                "final_held_out_gap": 0.3, "final_entropy_bits": 1.0, "exact_entropy_bits": 0.9,
+                "update_norm_mean": 0.5, "best_held_out_gap": 0.1, "best_held_out_step": best_step}
+
+    md = em.markdown(em.summarise([run(1, 50), run(2, 0)], setup), setup, 1.0)
+    assert "(steps 50/0)" in md and "step 25" not in md
+
+
 def test_em_summary_by_hand() -> None:
     setup = em.EMSetup(seeds=(1, 2), arms=("sgd", "em_like"))
 

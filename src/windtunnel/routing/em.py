@@ -420,6 +420,11 @@ def _fmt_ci(m: dict[str, Any], f: str = ".4f") -> str:
     return f"{m['mean']:{f}}"
 
 
+def seed_steps(m: dict[str, Any]) -> str:
+    """The per-seed steps of a :func:`mean_std` record, ``50/0/0``."""
+    return "/".join("–" if v is None or v != v else f"{v:.0f}" for v in m["values"])
+
+
 def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
     """The table: one row per arm."""
     if setup.model == "deep":
@@ -433,7 +438,7 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
         model = f"Single attention layer (W_Q, W_K 20×10, W_V 20×15, W_O 15×8, init N(0, {setup.init_std}²))"
     by_loss = summary.get("criterion", "bayes_gap") == "loss"
     what = "cross-entropy (the paper's criterion)" if by_loss else "Bayes gap"
-    loss_cols = " final loss, train (bits) | best held-out gap (mean step) |" if by_loss else ""
+    loss_cols = " final loss, train (bits) | best held-out gap (each seed's step) |" if by_loss else ""
     lines = [
         "# EM-like vs SGD on the sticky chain (Paper II §5.2), with the step-size control",
         "",
@@ -451,8 +456,9 @@ def markdown(summary: dict[str, Any], setup: EMSetup, wall_s: float) -> str:
         sp_s = "–" if sp["geometric_mean"] is None else (
             f"{sp['geometric_mean']:.2f}×" + (f" [{sp['ci95'][0]:.2f}, {sp['ci95'][1]:.2f}]" if sp["ci95"] else "")
             + (f" (n={sp['n']})" if sp["n"] < len(summary["seeds"]) else ""))
+        # each seed's step, not their mean: a mean of evaluated steps need not be one
         extra = (f" {_fmt_ci(a['final_criterion'])} | {a['best_held_out_gap']['mean']:.4f} "
-                 f"(step {a['best_held_out_step']['mean']:.0f}) |") if by_loss else ""
+                 f"(steps {seed_steps(a['best_held_out_step'])}) |") if by_loss else ""
         lines.append(
             f"| {arm} | {a['reached']}/{len(summary['seeds'])} | {sp_s} |{extra} {_fmt_ci(a['final_gap'])} | "
             f"{_fmt_ci(a['final_held_out_gap'])} | {_fmt_ci(a['held_out_gap_minus_sgd'], '+.4f')} | "
