@@ -222,7 +222,10 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     def verdict(paper: float, closes: bool) -> str:
         return claims.AGREE if ours <= paper else claims.DISAGREE_EXPLAINED if closes else claims.DISAGREE
 
-    assert claims.CLAIMS["A6"].assess(ev).kind == verdict(1.5 * 7.5e-5, longer <= 1.5 * 7.5e-5)
+    # A6 also reads the column's error as the entropy error (the papers' "MAE" may name it), a closing reading
+    entropy = _hand_pooled_mean("hmm", lambda e: e["metrics"]["entropy_mae_curve"]["value"])
+    closes_a6 = longer <= 1.5 * 7.5e-5 or (entropy is not None and entropy <= 1.5 * 7.5e-5)
+    assert claims.CLAIMS["A6"].assess(ev).kind == verdict(1.5 * 7.5e-5, closes_a6)
     assert claims.CLAIMS["A6b"].assess(ev).kind == (claims.AGREE if ours < 0.05 else
                                                     claims.DISAGREE_EXPLAINED if longer < 0.05 else claims.DISAGREE)
     assert claims.CLAIMS["A7"].assess(ev).kind == verdict(1.5 * 0.049, longer <= 1.5 * 0.049)
@@ -479,6 +482,19 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
     assert f"the 6-step control at the papers' size (0.02M parameters, 2 layers) on a fixed set" in a6.why
     assert f"{sum(kl20) / 3:.3g}" in a6.why and "neither budget, data regime nor size closes it" in a6.why
     assert "benchmarks/results/paper_gpu.json" not in a6.why  # the cells replace the benchmark's partial seed
+    # the papers' "MAE" read as the entropy error too: the paper cells' mean, which closes nothing here ...
+    entropy = [json.loads((root / f"paper/cells/hmm_fixed-transformer-s{s}/eval.json").read_text())
+               ["metrics"]["entropy_mae_curve"]["value"] for s in reproduce.SEEDS]
+    assert f"the papers' size {sum(entropy) / 3:.3g}" in a6.why and "the metric does not close it either" in a6.why
+    # ... and, where the entropy error meets the figure, explains the gap by the metric
+    for s in reproduce.SEEDS:
+        path = root / f"paper/cells/hmm_fixed-transformer-s{s}/eval.json"
+        doc = json.loads(path.read_text())
+        doc["metrics"]["entropy_mae_curve"]["value"] = 5e-5
+        path.write_text(json.dumps(doc))
+    closed = claims.CLAIMS["A6"].assess(Evidence(root))
+    assert closed.kind == claims.DISAGREE_EXPLAINED and "the metric closes it" in closed.why
+    assert closed.control == "the entropy error of the papers' size (paper/cells/hmm_fixed-transformer-s*/eval.json)"
     assert "learned, the papers' size on a fixed set: KL" in claims.CLAIMS["A11"].assess(ev).why
     d10 = claims.CLAIMS["D10"].assess(ev)
     assert "on HMM at the papers' size" in d10.why
