@@ -583,3 +583,41 @@ def test_a_references_file_missing_a_row_is_made_again_without_training(tmp_path
     assert again["missing"] == 0 and again["done"] == []
     assert json.loads((cell / "references.json").read_text()) == refs
     assert {k: v for k, v in _snapshot(cell).items() if k != "references.json"} == trained
+
+
+def test_a19_and_a23_judge_binding_at_the_largest_store_both_are_measured_at(tmp_path: Path) -> None:
+    """A19/A23 compare Mamba with the transformer at the largest store of the binding ladder where both have
+    all three seeds committed (the nearest to the papers' 64 pairs over 256), the column's 8 pairs beside;
+    with a seed of that store missing, the next store down (here the column) decides."""
+    from windtunnel import stats
+
+    quick = tmp_path / "quick"
+    (quick / "cells").mkdir(parents=True)
+    shutil.copy(RESULTS / "quick" / "table.json", quick / "table.json")
+    for column in ("recall", "recall_p16"):
+        for arch in ("mamba", "transformer"):
+            for s in reproduce.SEEDS:
+                src = RESULTS / "quick" / "cells" / f"{column}-{arch}-s{s}"
+                if not src.is_dir():
+                    pytest.skip(f"{src.name} not committed")
+                shutil.copytree(src, quick / "cells" / src.name)
+
+    def accuracy(column: str, arch: str) -> dict:
+        return stats.mean_std([json.loads((quick / "cells" / f"{column}-{arch}-s{s}" / "eval.json").read_text())
+                               ["metrics"]["accuracy"]["value"] for s in reproduce.SEEDS])
+
+    def lower(a: dict, b: dict) -> str:  # A19's rule by hand
+        if a["mean"] >= b["mean"]:
+            return claims.DISAGREE
+        return claims.AGREE if a["ci95"][1] < b["ci95"][0] else claims.INCONCLUSIVE
+
+    a19 = claims.CLAIMS["A19"].assess(Evidence(tmp_path))
+    assert a19.kind == lower(accuracy("recall_p16", "mamba"), accuracy("recall_p16", "transformer"))
+    assert a19.why.startswith("at 16 pairs, the largest store both are measured at")
+    assert "quick/cells/recall_p16-mamba-s0/eval.json" in a19.ours.files
+    assert claims.CLAIMS["A23"].assess(Evidence(tmp_path)).ours.startswith("recall at 16 pairs")
+    shutil.rmtree(quick / "cells" / "recall_p16-mamba-s2")
+    a19 = claims.CLAIMS["A19"].assess(Evidence(tmp_path))
+    assert a19.kind == lower(accuracy("recall", "mamba"), accuracy("recall", "transformer"))
+    assert a19.why.startswith("at the column's 8 pairs")
+    assert claims.CLAIMS["A23"].assess(Evidence(tmp_path)).ours.startswith("recall at 8 pairs")
