@@ -621,3 +621,38 @@ def test_a19_and_a23_judge_binding_at_the_largest_store_both_are_measured_at(tmp
     assert a19.kind == lower(accuracy("recall", "mamba"), accuracy("recall", "transformer"))
     assert a19.why.startswith("at the column's 8 pairs")
     assert claims.CLAIMS["A23"].assess(Evidence(tmp_path)).ours.startswith("recall at 8 pairs")
+
+
+def test_a19_reads_the_state_control_beside_the_ladder(tmp_path: Path, monkeypatch) -> None:
+    """The state control (Mamba's 16-pair cell with d_state 64), trained by ``reproduce`` with a tiny recipe
+    beside the ladder's own 16-pair Mamba cell, joins A19's note with the reading its intervals give."""
+    from dataclasses import replace
+
+    from windtunnel import stats
+
+    for column in ("recall_p16", "recall_p16_state64"):
+        e = grid.EXPERIMENTS[column]
+        tiny = replace(e.recipes["quick"], params=12_000, steps=8, batch_size=8, warmup=1, eval_every=8,
+                       ckpt_every=8, curriculum=())
+        monkeypatch.setitem(grid.EXPERIMENTS, column, replace(e, recipes={**e.recipes, "quick": tiny}))
+    monkeypatch.setitem(grid.EVAL_N, "quick", 64)
+    root = tmp_path / "results"
+    reproduce.reproduce("paper1", results=root, workers=1, threads=1,
+                        only=["recall_p16-mamba-s*", "recall_p16_state64-mamba-s*"])
+    assert json.loads((root / "quick/cells/recall_p16_state64-mamba-s0/config.json").read_text())["model"]["d_state"] == 64
+    quick = root / "quick"
+    shutil.copy(RESULTS / "quick" / "table.json", quick / "table.json")
+
+    def accuracy(column: str) -> dict:
+        return stats.mean_std([json.loads((quick / "cells" / f"{column}-mamba-s{s}" / "eval.json").read_text())
+                               ["metrics"]["accuracy"]["value"] for s in reproduce.SEEDS])
+
+    big, base = accuracy("recall_p16_state64"), accuracy("recall_p16")
+    why = claims.CLAIMS["A19"].assess(Evidence(root)).why
+    assert f"Mamba reaches {big['mean']:.0%} [{big['ci95'][0]:.0%}, {big['ci95'][1]:.0%}] at 16 pairs against {base['mean']:.0%}" in why
+    reading = ("binds more" if big["ci95"][0] > base["ci95"][1] else "by the mean only" if big["mean"] > base["mean"]
+               else "does not help")
+    assert reading in why
+    # without the control's seeds, no note
+    shutil.rmtree(quick / "cells" / "recall_p16_state64-mamba-s1")
+    assert "d_state 64" not in claims.CLAIMS["A19"].assess(Evidence(root)).why

@@ -219,6 +219,14 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                    curriculum=tuple(store_curriculum(pairs, _QUICK_RECALL.steps * pairs // 8))),
            replace(_PAPER, curriculum=tuple(store_curriculum(pairs, _PAPER.steps))),
            primitive="binding", metric="accuracy", unit="%") for pairs in RECALL_PAIRS),
+    # where Mamba's binding breaks (8 → 16 pairs), is it the state that runs out?  The ladder's 16-pair cell
+    # with Mamba's SSM state four times as large per channel (d_state 64 instead of 16), at the same
+    # parameter count (the width shrinks to pay for it) and the same recipe
+    _exp("recall_p16_state64", "recall", {"pairs": 16, "n_keys": 64, "n_values": 64},
+         {**_RECALL.task_params["paper"], "pairs": 16},
+         replace(_QUICK_RECALL, steps=_QUICK_RECALL.steps * 2, curriculum=tuple(store_curriculum(16, _QUICK_RECALL.steps * 2))),
+         replace(_PAPER, curriculum=tuple(store_curriculum(16, _PAPER.steps))),
+         primitive="binding", metric="accuracy", unit="%", model={"mamba": {"d_state": 4 * 16}}),
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
     *(_exp(f"hmm_{pos}", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),

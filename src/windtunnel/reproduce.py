@@ -75,7 +75,7 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
     controls = (V20_CELLS + CONTROL_CELLS + REGRESSION_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS
-                + HEAD_WIDTH_CELLS + BINDING_CELLS)
+                + HEAD_WIDTH_CELLS + BINDING_CELLS + STATE_CELLS)
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
@@ -140,6 +140,10 @@ BINDING_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm"
 over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), the steps grown with the store
 (2000 × pairs / 8) behind a store curriculum (``grid.store_curriculum``), one recipe and budget for every
 architecture at each size; trained and evaluated — whether and where Mamba's binding breaks."""
+
+STATE_CELLS = (("recall_p16_state64", "mamba"),)
+"""Mamba's 16-pair binding cell with a state four times as large (d_state 64, capacity-matched): whether the
+state's size is where its binding breaks."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)

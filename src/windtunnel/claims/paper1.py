@@ -553,6 +553,7 @@ def _a19(ev: Evidence) -> Verdict:
     column = f"Mamba per seed {', '.join(f'{v:.0%}' for v in ma.values)}, transformer {tr.text()}"
     ladder = _binding_ladder(ev)  # the same comparison as the store grows (A23's control), beside the column's
     grown = f"; as the store grows (recall accuracy by stored pairs, 3 seeds): {ladder}" if ladder else ""
+    grown += _state_note(ev)
     rung = _largest_shared_rung(ev, "mamba", "transformer")
     if rung is None:
         return Verdict(_lower(ma, tr), _with_files(ma, tr), f"at the column's {BINDING_LADDER[0][1]} pairs: {column}{grown}")
@@ -560,6 +561,27 @@ def _a19(ev: Evidence) -> Verdict:
     return Verdict(_lower(mm, tm), _with_files(mm, tm),
                    f"at {pairs} pairs, the largest store both are measured at: mamba {mm.text()}, transformer "
                    f"{tm.text()}; at the column's {BINDING_LADDER[0][1]} pairs: {column}{grown}")
+
+
+STATE_CONTROL = "recall_p16_state64"
+"""Mamba's 16-pair binding cell with a state four times as large per channel (d_state 64, capacity-matched)."""
+
+
+def _state_note(ev: Evidence) -> str:
+    """Whether the size of Mamba's state is where its binding breaks: its 16-pair accuracy with the state four
+    times as large beside the ladder's own 16-pair cell (``""`` until all three seeds are committed)."""
+    big = ev.eval_metric(STATE_CONTROL, "mamba", SEEDS, "accuracy")
+    base = ev.eval_metric("recall_p16", "mamba", SEEDS, "accuracy")
+    if big is None or base is None:
+        return ""
+    if big.ci and base.ci and big.ci[0] > base.ci[1]:
+        reading = "more state binds more, so the state's size is part of where it breaks"
+    elif big.value > base.value:
+        reading = "more state helps by the mean only (the intervals overlap)"
+    else:
+        reading = "more state does not help, so the state's size is not where it breaks"
+    return (f"; with a state four times as large (d_state 64 instead of 16, same parameters and recipe) Mamba "
+            f"reaches {big.value:.0%} [{big.ci[0]:.0%}, {big.ci[1]:.0%}] at 16 pairs against {base.value:.0%}: {reading}")
 
 
 def _largest_shared_rung(ev: Evidence, arch: str, other: str) -> tuple[int, Measure, Measure] | None:
