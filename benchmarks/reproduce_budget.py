@@ -110,7 +110,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "command": f"python benchmarks/reproduce_budget.py --target {args.target} --preset {args.preset} "
-                       f"--workers {args.workers} --json {args.json}",
+                       f"--workers {args.workers} --results {args.results} --json {args.json}",
             "target": args.target, "preset": args.preset, "workers": args.workers,
             "cells": len(jobs), "committed": len(jobs) - len(estimated), "estimated": estimated,
             "trained_on_gpu": sorted(on_gpu),

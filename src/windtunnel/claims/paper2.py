@@ -159,7 +159,7 @@ def _c7(ev: Evidence) -> Verdict:
     spread = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if held["ci95"] else ""
     seeds = f"{held['n']} seed{'s' if held['n'] != 1 else ''}"
     said = (f"the authors' model ends {held['mean']:.3f}{spread} bits from the posterior on the held-out sequence "
-            f"({seeds}; best {best:.3f}, at step {seed_steps(a['best_held_out_step'])})")
+            f"({seeds}; best {best:.3f}, at steps {seed_steps(a['best_held_out_step'])})")
     m = Measure(m.value, m.ci, m.seeds, (), (DEEP, DEEP_AUTHORS))
     if ci[1] < 0.1:
         return Verdict(DISAGREE_EXPLAINED, m, f"ours memorises its one sequence; {said}: LayerNorm, dropout and clipping "
