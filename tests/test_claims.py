@@ -12,7 +12,7 @@ import pytest
 
 from windtunnel import claims, grid, reproduce
 from windtunnel.claims import docs
-from windtunnel.claims.evidence import Evidence, Measure, pooled
+from windtunnel.claims.evidence import Evidence, Measure, _g, pooled
 
 REPO = Path(__file__).parents[1]
 RESULTS = REPO / "results"
@@ -659,3 +659,23 @@ def test_a19_reads_the_state_control_beside_the_ladder(tmp_path: Path, monkeypat
     # without the control's seeds, no note
     shutil.rmtree(quick / "cells" / "recall_p16_state64-mamba-s1")
     assert "d_state 64" not in claims.CLAIMS["A19"].assess(Evidence(root)).why
+
+
+def test_a_rows_fact_reads_the_one_line_its_selector_picks() -> None:
+    """``benchrows:`` facts read a committed benchmark's JSON lines: the one line every ``key=value`` of the
+    selector matches (nested keys dotted, values as text); a selector matching none or several reads nothing."""
+    from windtunnel.errors import UserError
+
+    file = REPO / "benchmarks" / "results" / "recipe_sweep_block.jsonl"
+    rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    swiglu = [r for r in rows if (r.get("model") or {}).get("mlp") == "swiglu"]
+    if len(swiglu) < 2:
+        pytest.skip("the block sweep's swiglu rows are not committed")
+    ev = Evidence(RESULTS)
+    for r in swiglu:
+        key = f"benchrows:recipe_sweep_block.jsonl:seed={r['seed']},model.mlp=swiglu:entropy_mae_curve"
+        assert docs.fact(key, ev, {}) == _g(r["entropy_mae_curve"])
+    with pytest.raises(UserError, match="picks"):
+        docs.fact("benchrows:recipe_sweep_block.jsonl:model.mlp=swiglu:entropy_mae_curve", ev, {})
+    with pytest.raises(UserError, match="picks 0 lines"):
+        docs.fact("benchrows:recipe_sweep_block.jsonl:seed=99,model.mlp=swiglu:entropy_mae_curve", ev, {})

@@ -16,6 +16,11 @@ text differs from what its artifact gives today.  Fact keys:
   column and architecture (``table:quick:hmm:transformer:metrics.kl.mean``), not by its place in the list;
 * ``json:RELATIVE/PATH.json:dotted.path`` — one value of a committed JSON file under ``results/``;
 * ``bench:FILE.json:dotted.path`` — one value of a benchmark's committed output (``benchmarks/results/``);
+* ``rows:RELATIVE/PATH.jsonl:SELECTOR:dotted.path`` and ``benchrows:FILE.jsonl:SELECTOR:dotted.path`` — one value
+  of the one line of a committed JSON-lines file (under ``results/``, or a benchmark's under
+  ``benchmarks/results/``) that ``SELECTOR`` picks: ``key=value`` pairs joined by commas, each key a dotted path
+  into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``); a selector that
+  picks no line or several reads nothing;
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
 * ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``explained``,
   ``unexplained``, ``not-measured``, ``not-measurable``, ``total``).
@@ -25,6 +30,7 @@ A dotted path indexes lists with integers (``layers.0.kl``).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,28 @@ def _dig(doc: Any, path: str) -> Any:
     for part in path.split("."):
         doc = doc[int(part)] if isinstance(doc, list) else doc[part]
     return doc
+
+
+def _one_row(file: Path, select: str) -> dict[str, Any]:
+    """The one line of the JSON-lines ``file`` whose every ``key=value`` pair of ``select`` holds (the line's
+    value as text: a string as it is, anything else as JSON); :class:`KeyError` unless exactly one does."""
+    from ..runs import read_jsonl
+
+    if not file.is_file():
+        raise KeyError(str(file))
+    wanted = [pair.partition("=")[::2] for pair in select.split(",")]
+
+    def text(row: dict[str, Any], key: str) -> str | None:
+        try:
+            v = _dig(row, key)
+        except (KeyError, IndexError, ValueError, TypeError):
+            return None
+        return v if isinstance(v, str) else json.dumps(v)
+
+    rows = [r for r in read_jsonl(file) if all(text(r, k) == v for k, v in wanted)]
+    if len(rows) != 1:
+        raise KeyError(f"{select!r} picks {len(rows)} lines of {file.name}, not one")
+    return rows[0]
 
 
 def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
@@ -74,6 +102,12 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
                 raise KeyError(rel)
             v = _dig(doc, path)
             return _g(float(v)) if is_real(v) else str(v)
+        if kind in ("rows", "benchrows"):
+            rel, select, path = rest.rsplit(":", 2)
+            file = ev.root / rel if kind == "rows" else ev.root.parent / "benchmarks" / "results" / rel
+            row = _one_row(file, select)
+            v = _dig(row, path)
+            return _g(float(v)) if is_real(v) else str(v)
         if kind in ("ours", "verdict"):
             v = verdicts[rest]
             if kind == "verdict":
@@ -85,7 +119,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             return str(sum(v.kind == COUNT_NAMES[rest] for v in verdicts.values()))
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
-    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, ours, verdict or count")
+    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict or count")
 
 
 def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
