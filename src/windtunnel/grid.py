@@ -150,6 +150,17 @@ _HMM = _exp("hmm", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, primit
 _RECALL = _exp("recall", "recall", {}, {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32},
                _QUICK_RECALL, primitive="binding", metric="accuracy", unit="%")
 
+def _recall_rung(pairs: int, name: str | None = None, **kw: Any) -> Experiment:
+    """The binding ladder's cell at ``pairs`` stored pairs (``recall_p{pairs}``, or ``name`` for a control on
+    it): keys and values 4× the pairs, steps 2000 × pairs / 8, the store grown over the first third."""
+    steps = _QUICK_RECALL.steps * pairs // 8
+    return _exp(name or f"recall_p{pairs}", "recall", {"pairs": pairs, "n_keys": 4 * pairs, "n_values": 4 * pairs},
+                {**_RECALL.task_params["paper"], "pairs": pairs},
+                replace(_QUICK_RECALL, steps=steps, curriculum=tuple(store_curriculum(pairs, steps))),
+                replace(_PAPER, curriculum=tuple(store_curriculum(pairs, _PAPER.steps))),
+                primitive="binding", metric="accuracy", unit="%", **kw)
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     _exp("bijection", "bijection", {"V": 10, "L": 9}, {"V": 20, "L": 19}, _QUICK_SHORT,
          primitive="accumulation", metric="entropy_mae_curve"),
@@ -213,20 +224,11 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # benchmarks/results/recipe_sweep_recall.jsonl): without the curriculum the transformer stays at chance at
     # 16 pairs over 64 keys even at twice the steps (6%), and at 8 pairs over 64 keys (14%); behind it, it
     # binds both (100%) at these budgets
-    *(_exp(f"recall_p{pairs}", "recall", {"pairs": pairs, "n_keys": 4 * pairs, "n_values": 4 * pairs},
-           {**_RECALL.task_params["paper"], "pairs": pairs},
-           replace(_QUICK_RECALL, steps=_QUICK_RECALL.steps * pairs // 8,
-                   curriculum=tuple(store_curriculum(pairs, _QUICK_RECALL.steps * pairs // 8))),
-           replace(_PAPER, curriculum=tuple(store_curriculum(pairs, _PAPER.steps))),
-           primitive="binding", metric="accuracy", unit="%") for pairs in RECALL_PAIRS),
+    *(_recall_rung(pairs) for pairs in RECALL_PAIRS),
     # where Mamba's binding breaks (8 → 16 pairs), is it the state that runs out?  The ladder's 16-pair cell
     # with Mamba's SSM state four times as large per channel (d_state 64 instead of 16), at the same
     # parameter count (the width shrinks to pay for it) and the same recipe
-    _exp("recall_p16_state64", "recall", {"pairs": 16, "n_keys": 64, "n_values": 64},
-         {**_RECALL.task_params["paper"], "pairs": 16},
-         replace(_QUICK_RECALL, steps=_QUICK_RECALL.steps * 2, curriculum=tuple(store_curriculum(16, _QUICK_RECALL.steps * 2))),
-         replace(_PAPER, curriculum=tuple(store_curriculum(16, _PAPER.steps))),
-         primitive="binding", metric="accuracy", unit="%", model={"mamba": {"d_state": 4 * 16}}),
+    _recall_rung(16, "recall_p16_state64", model={"mamba": {"d_state": 4 * 16}}),
     # length generalisation under control: the HMM cell with each other position encoding of the
     # transformer (the HMM column's is learned), trained at K=20 and evaluated at K=20/30/50
     *(_exp(f"hmm_{pos}", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),

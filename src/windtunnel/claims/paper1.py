@@ -699,7 +699,7 @@ def _binding_ladder(ev: Evidence) -> str:
         got = [(p, ev.eval_metric(col, arch, SEEDS, "accuracy")) for col, p in BINDING_LADDER]
         got = [(p, m) for p, m in got if m is not None]
         if any(p > BINDING_LADDER[0][1] for p, _ in got):
-            rows.append(f"{arch} " + ", ".join(f"{p}: {m.value:.0%} [{m.ci[0]:.0%}, {m.ci[1]:.0%}]" for p, m in got))
+            rows.append(f"{arch} " + ", ".join(f"{p}: {_pct(m)}" for p, m in got))
     return "; ".join(rows)
 
 
