@@ -679,3 +679,35 @@ def test_a_rows_fact_reads_the_one_line_its_selector_picks() -> None:
         docs.fact("benchrows:recipe_sweep_block.jsonl:model.mlp=swiglu:entropy_mae_curve", ev, {})
     with pytest.raises(UserError, match="picks 0 lines"):
         docs.fact("benchrows:recipe_sweep_block.jsonl:seed=99,model.mlp=swiglu:entropy_mae_curve", ev, {})
+
+
+def test_a_range_fact_spans_the_lines_or_seeds_it_picks(tmp_path: Path) -> None:
+    """``range:`` writes ``low–high`` over every line a ``key~pattern`` selector picks (or over a column's seeds),
+    ``max``/``min`` reduce a list; it reads nothing where the selector picks no line or before another kind."""
+    from windtunnel.errors import UserError
+
+    root = tmp_path / "results"
+    root.mkdir()
+    lines = [{"probe": name, "r2": r2} for name, r2 in
+             [("runs/a-s0", [0.0, 0.5, 0.2]), ("runs/a-s1", [0.0, 0.25, 0.75]), ("runs/b-s0", [0.0, 0.9, 0.1])]]
+    (root / "probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ev = Evidence(root)
+    assert docs.fact("range:rows:probe.jsonl:probe~runs/a-*:r2.max", ev, {}) == "0.5–0.75"
+    assert docs.fact("range:rows:probe.jsonl:probe~runs/a-*:r2.1", ev, {}) == "0.25–0.5"
+    assert docs.fact("range:rows:probe.jsonl:probe~runs/b-*:r2.1", ev, {}) == "0.9"  # one line: one number
+    assert docs.fact("rows:probe.jsonl:probe~runs/b-*:r2.min", ev, {}) == "0"
+    with pytest.raises(UserError, match="picks 2 lines"):  # without range:, a pattern must still pick one line
+        docs.fact("rows:probe.jsonl:probe~runs/a-*:r2.1", ev, {})
+    with pytest.raises(UserError, match="picks 0 lines"):
+        docs.fact("range:rows:probe.jsonl:probe~runs/c-*:r2.1", ev, {})
+    with pytest.raises(UserError, match="neither key=value"):
+        docs.fact("range:rows:probe.jsonl:probe:r2.1", ev, {})
+    with pytest.raises(UserError, match="range: goes before"):
+        docs.fact("range:json:probe.json:r2", ev, {})
+    # over a committed column's seeds: the lowest and highest seed's value
+    committed = Evidence(RESULTS)
+    m = committed.cell_stat("main", "transformer", (0, 1, 2), "eval.json", lambda d: d["metrics"]["kl"]["value"])
+    if m is None:
+        pytest.skip("the main column's cells are not committed")
+    assert docs.fact("range:cells:main:transformer:eval.json:metrics.kl.value", committed, {}) == \
+        f"{_g(min(m.values))}–{_g(max(m.values))}"

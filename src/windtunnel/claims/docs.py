@@ -19,13 +19,17 @@ text differs from what its artifact gives today.  Fact keys:
 * ``rows:RELATIVE/PATH.jsonl:SELECTOR:dotted.path`` and ``benchrows:FILE.jsonl:SELECTOR:dotted.path`` — one value
   of the one line of a committed JSON-lines file (under ``results/``, or a benchmark's under
   ``benchmarks/results/``) that ``SELECTOR`` picks: ``key=value`` pairs joined by commas, each key a dotted path
-  into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``); a selector that
-  picks no line or several reads nothing;
+  into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``), or ``key~PATTERN``
+  for a shell-style pattern (``probe~*regression_paired-*``); a selector that picks no line or several reads nothing;
+* ``range:`` before a ``cells``, ``rows`` or ``benchrows`` key — the span of its values instead, written
+  ``low–high``: over the seeds for ``cells`` (``range:cells:regression_paired:transformer:eval.json:metrics.kl.value``
+  gives the seeds' lowest and highest KL), over every line the selector picks (at least one) for the others;
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
 * ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``explained``,
   ``unexplained``, ``not-measured``, ``not-measurable``, ``total``).
 
-A dotted path indexes lists with integers (``layers.0.kl``).
+A dotted path indexes lists with integers (``layers.0.kl``); ``max`` or ``min`` as its last part reduces a
+list of numbers (``pair_probe.yx.max``: the best layer's value).
 """
 
 from __future__ import annotations
@@ -46,30 +50,53 @@ COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "explained": DISAGR
 
 def _dig(doc: Any, path: str) -> Any:
     for part in path.split("."):
-        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+        if isinstance(doc, list) and part in ("max", "min"):
+            doc = (max if part == "max" else min)(float(x) for x in doc)
+        else:
+            doc = doc[int(part)] if isinstance(doc, list) else doc[part]
     return doc
 
 
-def _one_row(file: Path, select: str) -> dict[str, Any]:
-    """The one line of the JSON-lines ``file`` whose every ``key=value`` pair of ``select`` holds (the line's
-    value as text: a string as it is, anything else as JSON); :class:`KeyError` unless exactly one does."""
+def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
+    """The lines of the JSON-lines ``file`` on which every pair of ``select`` holds: ``key=value`` compares the
+    line's value as text (a string as it is, anything else as JSON), ``key~PATTERN`` matches that text against a
+    shell-style pattern.  :class:`KeyError` unless exactly one line (``one``) or at least one line is picked."""
+    from fnmatch import fnmatchcase
+
     from ..runs import read_jsonl
 
     if not file.is_file():
         raise KeyError(str(file))
-    wanted = [pair.partition("=")[::2] for pair in select.split(",")]
+    wanted = []
+    for pair in select.split(","):
+        cut = min((i for i in (pair.find("="), pair.find("~")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise KeyError(f"selector part {pair!r} is neither key=value nor key~pattern")
+        wanted.append((pair[:cut], pair[cut], pair[cut + 1:]))
 
-    def text(row: dict[str, Any], key: str) -> str | None:
+    def holds(row: dict[str, Any], key: str, op: str, want: str) -> bool:
         try:
             v = _dig(row, key)
         except (KeyError, IndexError, ValueError, TypeError):
-            return None
-        return v if isinstance(v, str) else json.dumps(v)
+            return False
+        v = v if isinstance(v, str) else json.dumps(v)
+        return v == want if op == "=" else fnmatchcase(v, want)
 
-    rows = [r for r in read_jsonl(file) if all(text(r, k) == v for k, v in wanted)]
-    if len(rows) != 1:
-        raise KeyError(f"{select!r} picks {len(rows)} lines of {file.name}, not one")
-    return rows[0]
+    rows = [r for r in read_jsonl(file) if all(holds(r, *w) for w in wanted)]
+    if (len(rows) != 1) if one else not rows:
+        raise KeyError(f"{select!r} picks {len(rows)} lines of {file.name}, not {'one' if one else 'any'}")
+    return rows
+
+
+def _span(values: list[float]) -> str:
+    """``low–high`` of ``values`` at the facts' precision (one number where both ends print alike)."""
+    lo, hi = _g(min(values)), _g(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _one_row(file: Path, select: str) -> dict[str, Any]:
+    """The one line of the JSON-lines ``file`` that ``select`` picks (see :func:`_rows`)."""
+    return _rows(file, select, one=True)[0]
 
 
 def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
@@ -77,6 +104,11 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     from ..reproduce import SEEDS
 
     kind, _, rest = key.partition(":")
+    spread = kind == "range"
+    if spread:
+        kind, _, rest = rest.partition(":")
+        if kind not in ("cells", "rows", "benchrows"):
+            raise UserError(f"fact {key!r}: range: goes before a cells, rows or benchrows key")
     try:
         if kind == "cells":
             column, arch, file, path = rest.split(":", 3)
@@ -84,7 +116,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             m = (ev.at(preset) if preset else ev).cell_stat(column, arch, SEEDS, file, lambda d: float(_dig(d, path)))
             if m is None:
                 raise KeyError(key)
-            return m.text()
+            return _span(list(m.values)) if spread else m.text()
         if kind == "table":
             preset, task, *arch_parts, path = rest.split(":")  # an external arch is package.module:factory
             arch = ":".join(arch_parts)
@@ -105,8 +137,9 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
         if kind in ("rows", "benchrows"):
             rel, select, path = rest.rsplit(":", 2)
             file = ev.root / rel if kind == "rows" else ev.root.parent / "benchmarks" / "results" / rel
-            row = _one_row(file, select)
-            v = _dig(row, path)
+            if spread:
+                return _span([float(_dig(r, path)) for r in _rows(file, select, one=False)])
+            v = _dig(_one_row(file, select), path)
             return _g(float(v)) if is_real(v) else str(v)
         if kind in ("ours", "verdict"):
             v = verdicts[rest]
