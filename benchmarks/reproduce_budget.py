@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import NoReturn
 
 from windtunnel import reproduce
 
@@ -54,6 +56,12 @@ def makespan(seconds: list[float], workers: int) -> float:
     return max(free)
 
 
+def refuse(message: str) -> NoReturn:
+    """One line on stderr and exit status 2: the script's answer to bad input."""
+    print(f"reproduce_budget: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="paper1", choices=list(reproduce.TARGETS))
@@ -64,6 +72,15 @@ def main() -> None:
                     help="also write the figures as JSON (benchmarks/results/reproduce_budget.json is the committed one)")
     args = ap.parse_args()
     results = Path(args.results)
+    # bad input is refused in one line before any work, so a typo never costs the printed figures
+    if args.workers < 1:
+        refuse(f"--workers must be at least 1, not {args.workers}")
+    if not results.is_dir():
+        refuse(f"--results {args.results} is not a folder")
+    if args.json and Path(args.json).is_dir():
+        refuse(f"--json {args.json} is a folder, not a file")
+    if args.json and not Path(args.json).parent.is_dir():
+        refuse(f"--json {args.json}: its folder does not exist")
     jobs = reproduce.plan(args.target, args.preset)
     empty = results / ".reproduce_budget_nothing"  # no run folders: every cell's cost from nothing
     cost = {j.cell.folder: reproduce._cost(j, empty) for j in jobs}
@@ -108,7 +125,7 @@ def main() -> None:
     if estimated:
         print("estimated: " + ", ".join(f"{f} (trained on a GPU)" if f in on_gpu else f for f in estimated))
     if args.json:
-        Path(args.json).write_text(json.dumps({
+        write_json(args.json, {
             "command": f"python benchmarks/reproduce_budget.py --target {args.target} --preset {args.preset} "
                        f"--workers {args.workers} --results {args.results} --json {args.json}",
             "target": args.target, "preset": args.preset, "workers": args.workers,
@@ -120,7 +137,16 @@ def main() -> None:
                          "ideal": total / args.workers / 60},
             "wall_hours": wall / 3600,
             "cell_core_min": {folder: s / 60 for folder, s in seconds.items()},
-        }, indent=1) + "\n")
+        })
+
+
+def write_json(path: str, doc: dict) -> None:
+    """``doc`` to ``path``; a path the file cannot be written to is refused in one line (the figures are
+    already printed)."""
+    try:
+        Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    except OSError as exc:
+        refuse(f"--json {path}: {exc.strerror or exc}")
 
 
 if __name__ == "__main__":

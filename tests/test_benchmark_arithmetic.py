@@ -116,3 +116,19 @@ def test_a_cell_trained_on_a_gpu_is_estimated_not_read() -> None:
     assert not reproduce_budget.trained_on_gpu(results, cpu)
     seconds = reproduce_budget.cell_seconds(results, cpu)
     assert seconds is not None and seconds > 0
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--results", "no/such/folder"], "is not a folder"),
+    (["--json", "no/such/folder/budget.json"], "its folder does not exist"),
+    (["--json", "."], "is a folder, not a file"),
+])
+def test_reproduce_budget_refuses_bad_input_in_one_line(argv: list, says: str, monkeypatch, capsys) -> None:
+    """Bad arguments are refused before any work: one line on stderr, exit status 2, no traceback."""
+    monkeypatch.setattr(sys, "argv", ["reproduce_budget.py", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        reproduce_budget.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
