@@ -214,7 +214,7 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
         table = json.loads((RESULTS / "quick" / "table.json").read_text())
         ours = next(c for c in table["cells"] if c["task"] == "hmm" and c["arch"] == "transformer")["metrics"]["kl"]["mean"]
     measured = [m for m in (_hand_pooled_mean(c, lambda e: e["lengths"]["20"]["metrics"]["kl"]["value"])
-                            for c in ("hmm_long", "hmm_fixed")) if m is not None]
+                            for c in ("hmm_long", "hmm_fixed", "hmm_torch_init")) if m is not None]
     if not measured:
         pytest.skip("the budget controls (hmm_long, hmm_fixed cells) are not committed")
     longer = min(measured)  # a claim is explained when any control closes its gap
@@ -234,7 +234,8 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
         c = [x for x in e["lengths"]["50"]["curves"]["kl"] if x is not None]  # header positions have none
         return (sum(c[20:25]) / 5) / (sum(c[15:20]) / 5)
 
-    controls = [c for c in ("hmm_rotary", "hmm_alibi", "hmm_none", "hmm_long", "hmm_fixed", "hmm_fixed_rotary")
+    controls = [c for c in ("hmm_rotary", "hmm_alibi", "hmm_none", "hmm_long", "hmm_fixed", "hmm_fixed_rotary",
+                            "hmm_torch_init")
                 if _hand_pooled_mean(c, kl(20)) is not None]
     if not controls:
         pytest.skip("length-generalisation controls not committed")
@@ -719,3 +720,39 @@ def test_a_range_fact_spans_the_lines_or_seeds_it_picks(tmp_path: Path) -> None:
         pytest.skip("the main column's cells are not committed")
     assert docs.fact("range:cells:main:transformer:eval.json:metrics.kl.value", committed, {}) == \
         f"{_g(min(m.values))}–{_g(max(m.values))}"
+
+
+def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeypatch) -> None:
+    """``hmm_torch_init`` (here with a tiny recipe so it trains in seconds, beside the committed quick cells) is one
+    more HMM control: A6 names it and counts initialisation among the variables that do not close the gap, and
+    A11/A12 list it among the length controls with its own KL."""
+    from dataclasses import replace
+
+    if Evidence(RESULTS).cells("hmm_long", "transformer", reproduce.SEEDS) is None:
+        pytest.skip("quick HMM controls not committed")
+    e = grid.EXPERIMENTS["hmm_torch_init"]
+    tiny = replace(e.recipes["quick"], params=20_000, layers=2, heads=2, steps=6, batch_size=8, warmup=1,
+                   eval_every=6, ckpt_every=6)
+    monkeypatch.setitem(grid.EXPERIMENTS, "hmm_torch_init", replace(e, recipes={**e.recipes, "quick": tiny}))
+    monkeypatch.setitem(grid.EVAL_N, "quick", 64)
+    root = tmp_path / "results"
+    (root / "quick" / "cells").mkdir(parents=True)
+    for item in (RESULTS / "quick").iterdir():  # the committed quick results, read only, one link each
+        if item.name not in ("cells", "runs"):
+            (root / "quick" / item.name).symlink_to(item)
+    for cell in (RESULTS / "quick" / "cells").iterdir():
+        if not cell.name.startswith("hmm_torch_init-"):
+            (root / "quick" / "cells" / cell.name).symlink_to(cell)
+    if (RESULTS / "paper").is_dir():
+        (root / "paper").symlink_to(RESULTS / "paper")
+    reproduce.reproduce("paper1", results=root, workers=1, threads=1, analyze_n=32, only=["hmm_torch_init-*"])
+    assert json.loads((root / "quick/cells/hmm_torch_init-transformer-s0/config.json").read_text())["model"]["init"] == "torch"
+    kl = [json.loads((root / f"quick/cells/hmm_torch_init-transformer-s{s}/eval.json").read_text())
+          ["lengths"]["20"]["metrics"]["kl"]["value"] for s in reproduce.SEEDS]
+    ev = Evidence(root)
+    a6 = claims.CLAIMS["A6"].assess(ev)
+    assert a6.kind == claims.DISAGREE  # a 6-step model closes nothing
+    assert f"the 6-step control from PyTorch's default initialisation (3 seeds) is at {sum(kl) / 3:.3g}" in a6.why
+    assert re.search(r"neither budget, data regime(, size)? nor initialisation closes it", a6.why)
+    assert "learned, PyTorch's default initialisation: KL" in claims.CLAIMS["A11"].assess(ev).why
+    assert "learned, PyTorch's default initialisation: KL" in claims.CLAIMS["A12"].assess(ev).why

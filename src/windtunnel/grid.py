@@ -216,6 +216,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     # untrained positions
     _exp("hmm_k50", "hmm", {"K": 50}, {"K": 50}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
          model={"transformer": _HMM_TRANSFORMER}),
+    # does the start decide the HMM cell, as it decided the regression cell (A26)?  The HMM column from PyTorch's
+    # default initialisation (``init="torch"``) instead of GPT-2's N(0, 0.02), same recipe and budget
+    _exp("hmm_torch_init", "hmm", {"K": 20}, {"K": 20}, _QUICK_SHORT, _PAPER_HMM, metric="kl", lengths=(20, 30, 50),
+         model={"transformer": {**_HMM_TRANSFORMER, "init": "torch"}}),
     _RECALL,
     # binding vs size: the recall column's recipe with the store grown towards the papers' 64 pairs over 256
     # keys (pairs doubling, key and value vocabularies 4× the pairs), queries and filler as the column's, the

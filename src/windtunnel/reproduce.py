@@ -75,12 +75,12 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
     controls = (V20_CELLS + CONTROL_CELLS + REGRESSION_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS
-                + HEAD_WIDTH_CELLS + BINDING_CELLS + STATE_CELLS)
+                + INIT_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS + STATE_CELLS)
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
              "scale": SCALE_CELLS, "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
-    analysed = GEOMETRY_CELLS + V20_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS + SCALE_CELLS
+    analysed = GEOMETRY_CELLS + V20_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS + INIT_CELLS + SCALE_CELLS
     return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
             for column, arch in dict.fromkeys(cells[target]) for seed in SEEDS]  # a cell two groups share, once
 
@@ -129,6 +129,11 @@ column's budget, a longer memory at four times it)."""
 LENGTH_CELLS = (("hmm_k50", "transformer"),)
 """The HMM transformer trained at K = 50 instead of 20 (same steps), evaluated at K = 20, 30, 50: the boundary
 jump and the long-length error with every evaluated position a trained one (the mechanism behind A11/A12)."""
+
+INIT_CELLS = (("hmm_torch_init", "transformer"),)
+"""The HMM transformer started from PyTorch's default initialisation instead of GPT-2's N(0, 0.02), the column's
+recipe and budget otherwise: whether the start decides the HMM cell's error and its seeds' plateau, as it decided
+the regression cell's.  Analysed, so its reference predictors show which filter each seed has become."""
 
 HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
 """The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key
