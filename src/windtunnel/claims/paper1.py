@@ -203,7 +203,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
             return Verdict(DISAGREE_EXPLAINED, m, f"{why}; {name} reaches {longer.text()}", control=control)
     where = "; ".join(f"{name} is at {longer.text()}" + (f", {longer.value / paper:.2g}× the papers' figure" if paper else "")
                       for longer, name, _, _ in ctls)
-    filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", "hmm_long", "hmm_fixed")) if f)
+    filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", BUDGET_COLUMN, DATA_COLUMN, INIT_COLUMN)) if f)
     mechanism = (f" (which strategy each seed ends nearest, the reference predictors, with in brackets the share of the "
                  f"posterior's move the model makes when the previous observation is edited: {filters})" if filters else "")
     # the benchmark's one unfinished seed of the paper preset's own 50,000-step recipe: the longest budget measured
