@@ -756,3 +756,49 @@ def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeyp
     assert re.search(r"neither budget, data regime(, size)? nor initialisation closes it", a6.why)
     assert "learned, PyTorch's default initialisation: KL" in claims.CLAIMS["A11"].assess(ev).why
     assert "learned, PyTorch's default initialisation: KL" in claims.CLAIMS["A12"].assess(ev).why
+
+
+_INTERRUPTED = """
+import sys
+from windtunnel import grid, reproduce
+# three cells long enough to be interrupted, on two workers: one queued behind the running two
+reproduce.plan = lambda target, preset="quick": [
+    reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=20_000), analyze=False)
+    for s in (0, 1, 2)]
+reproduce._eval_n = lambda preset: 32
+reproduce.reproduce("paper1", results=sys.argv[1], workers=2, threads=1)
+"""
+
+
+def test_ctrl_c_stops_every_worker_of_a_parallel_reproduce(tmp_path: Path) -> None:
+    """Ctrl-C on ``reproduce --workers 2`` stops it at once: the command exits, no worker trains on (each run's
+    training log stops growing and its lock is free), and the queued cell is never started."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from windtunnel.runs import RunDir
+
+    root = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED, str(root)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    runs = [root / "quick" / "runs" / f"main-transformer-s{s}" / "metrics.jsonl" for s in (0, 1)]
+    deadline = time.monotonic() + 120
+    while not all(r.is_file() for r in runs):  # both workers are training
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode() if proc.stdout else ""
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # to the command only, as a supervisor would: the workers hear nothing
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("reproduce did not stop within 60 s of Ctrl-C")
+    sizes = [r.stat().st_size for r in runs]
+    time.sleep(3)
+    assert [r.stat().st_size for r in runs] == sizes  # nothing trains on
+    for s in (0, 1):
+        with RunDir(root / "quick" / "runs" / f"main-transformer-s{s}").lock():  # no live process holds a run
+            pass
+    assert not (root / "quick" / "runs" / "main-transformer-s2").exists()  # the queued cell never started

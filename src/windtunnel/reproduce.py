@@ -57,6 +57,18 @@ class Job:
         return ARTIFACTS + ((GEOMETRY,) if self.analyze else ())
 
 
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel ``pool``'s queued cells and end its running workers at once (they hold no state a checkpoint
+    does not: each cell resumes from its last one)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor keeps no public handle
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in workers:
+        proc.join(timeout=10)
+
+
 def plan(target: str, preset: str = "quick") -> list[Job]:
     """The cells ``target`` needs under ``preset``, in the order they are worked (cheapest claims first).
 
@@ -375,13 +387,21 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
                 except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
                     yield p, None, exc
             return
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+        try:
             futures = {pool.submit(_work, p): p for p in payload}
             for fut in as_completed(futures):
                 try:
                     yield futures[fut], fut.result(), None
                 except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
                     yield futures[fut], None, exc
+        except BaseException:
+            # Ctrl-C (or any exit of this loop) stops every worker now: a pool left to shut down by itself would
+            # wait for each running cell and then start the queued ones.  A stopped cell resumes from its last
+            # checkpoint; the finished ones are exported already.
+            _stop(pool)
+            raise
+        pool.shutdown()
 
     # each cell is exported as it finishes; a failed one is reported and the others go on, so a long unattended
     # reproduction never loses its finished cells to one that broke
