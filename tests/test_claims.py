@@ -478,14 +478,15 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
     a6 = claims.CLAIMS["A6"].assess(ev)
     assert a6.kind == claims.DISAGREE  # a 6-step model closes nothing
     assert f"the 6-step control at the papers' size (0.02M parameters, 2 layers) on a fixed set" in a6.why
-    assert f"{sum(kl20) / 3:.3g}" in a6.why and "neither budget, data regime nor size closes it" in a6.why
+    assert f"{sum(kl20) / 3:.3g}" in a6.why
+    assert re.search(r"neither budget, data regime(, size nor initialisation| nor size) closes it", a6.why)  # the start where committed
     assert "benchmarks/results/paper_gpu.json" not in a6.why  # no benchmark beside this results folder
     # the paper preset's own 50,000-step recipe (one unfinished GPU seed) is quoted beside the cells, never as a control
     bench = json.loads((REPO / "benchmarks/results/paper_gpu.json").read_text())["trained"]["hmm"]
     (tmp_path / "benchmarks/results").mkdir(parents=True)
     shutil.copy(REPO / "benchmarks/results/paper_gpu.json", tmp_path / "benchmarks/results/paper_gpu.json")
     noted = claims.CLAIMS["A6"].assess(Evidence(root))
-    assert noted.kind == claims.DISAGREE and "neither budget, data regime nor size closes it" in noted.why
+    assert noted.kind == claims.DISAGREE and re.search(r"data regime(, size nor initialisation| nor size) closes it", noted.why)
     assert (f"the held-out KL was {bench['last_eval']['kl']:.2g}" in noted.why
             and f"at step {bench['last_eval_step']:,}" in noted.why and "not a control" in noted.why)
     # the papers' "MAE" read as the entropy error too: the paper cells' mean, which closes nothing here ...
