@@ -94,11 +94,6 @@ def _span(values: list[float]) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def _one_row(file: Path, select: str) -> dict[str, Any]:
-    """The one line of the JSON-lines ``file`` that ``select`` picks (see :func:`_rows`)."""
-    return _rows(file, select, one=True)[0]
-
-
 def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     """The text of fact ``key`` (see the module docstring); :class:`UserError` for a key that reads nothing."""
     from ..reproduce import SEEDS
@@ -139,7 +134,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             file = ev.root / rel if kind == "rows" else ev.root.parent / "benchmarks" / "results" / rel
             if spread:
                 return _span([float(_dig(r, path)) for r in _rows(file, select, one=False)])
-            v = _dig(_one_row(file, select), path)
+            v = _dig(_rows(file, select, one=True)[0], path)
             return _g(float(v)) if is_real(v) else str(v)
         if kind in ("ours", "verdict"):
             v = verdicts[rest]
@@ -152,7 +147,8 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             return str(sum(v.kind == COUNT_NAMES[rest] for v in verdicts.values()))
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
-    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict or count")
+    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict or count "
+                    "(range: before cells, rows or benchrows)")
 
 
 def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:

@@ -187,10 +187,10 @@ def _hmm_controls(ev: Evidence, arch: str = "transformer") -> list[tuple[Measure
 
 
 def _neither(variables: list[str]) -> str:
-    """``"neither budget, data regime nor size"``: the variables no control closed the gap with."""
+    """``"neither budget, data regime nor size closes it"``: the variables no control closed the gap with."""
     if len(variables) == 1:
-        return variables[0]
-    return "neither " + ", ".join(variables[:-1]) + " nor " + variables[-1]
+        return f"{variables[0]} does not close it"
+    return "neither " + ", ".join(variables[:-1]) + " nor " + variables[-1] + " closes it"
 
 
 def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why: str, paper: float | None,
@@ -210,7 +210,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
     # at the papers' size, beside the fixed-set control's 7,813 steps
     scale = _paper_scale_note(ev, paper) if arch == "transformer" and ev.preset != "paper" else ""
     closed_by = _neither([variable for *_, variable in ctls])
-    return Verdict(DISAGREE, m, (f"{why}; {where}: {closed_by} closes it{mechanism}" if ctls else why)
+    return Verdict(DISAGREE, m, (f"{why}; {where}: {closed_by}{mechanism}" if ctls else why)
                    + scale)
 
 
