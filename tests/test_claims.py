@@ -242,8 +242,12 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     closes = any(_hand_pooled_mean(c, kl(30)) <= 1.5 * 0.012 and _hand_pooled_mean(c, kl(50)) <= 1.5 * 0.029
                  for c in controls)
     assert claims.CLAIMS["A11"].assess(ev).kind == (claims.DISAGREE_EXPLAINED if closes else claims.DISAGREE)
-    # a control learns the task only if every seed does (one seed at the floor has no jump to show)
-    smooth = any(max(_hand_values(c, kl(20))) < 0.21 and _hand_pooled_mean(c, jump) <= 1.5 for c in controls)
+    # a control learns the task only if every seed beats the one-step filter (which has no use for position)
+    geometry = [json.loads((RESULTS / "quick" / "cells" / f"hmm-transformer-s{s}" / "geometry.json").read_text())
+                for s in reproduce.SEEDS]
+    one_step = sum(g["reference_predictors"]["reference_kl_to_posterior"]["window_1"] for g in geometry) / len(geometry)
+    assert 0 < one_step < 0.42  # between the oracle and the context-blind floor
+    smooth = any(max(_hand_values(c, kl(20))) < one_step and _hand_pooled_mean(c, jump) <= 1.5 for c in controls)
     if _hand_pooled_mean("hmm", jump) > 1.5:
         assert claims.CLAIMS["A12"].assess(ev).kind == (claims.DISAGREE_EXPLAINED if smooth else claims.DISAGREE)
 
@@ -504,8 +508,18 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
     assert met.kind == claims.DISAGREE and "that reading meets the figure" in met.why
     assert "learned, the papers' size on a fixed set: KL" in claims.CLAIMS["A11"].assess(ev).why
     d10 = claims.CLAIMS["D10"].assess(ev)
-    assert "on HMM at the papers' size" in d10.why
+    assert "on HMM at the papers' size (2.68M parameters" in d10.why
     assert any(f.startswith("paper/cells/hmm_fixed_gqa-transformer-s") for f in d10.files)
+    # GQA cells trained and evaluated but not analysed (a lease that ran out mid-analysis): their error, and
+    # that their focusing is unmeasured
+    for s in reproduce.SEEDS:
+        (root / f"paper/cells/hmm_fixed_gqa-transformer-s{s}/geometry.json").unlink()
+    gqa_kl = [json.loads((root / f"paper/cells/hmm_fixed_gqa-transformer-s{s}/eval.json").read_text())
+              ["lengths"]["20"]["metrics"]["kl"]["value"] for s in reproduce.SEEDS]
+    partial = claims.CLAIMS["D10"].assess(Evidence(root))
+    assert "(2.68M parameters" not in partial.why and f"the GQA model filters to KL {sum(gqa_kl) / 3:.3g}" in partial.why
+    assert "focusing is not yet measured" in partial.why
+    assert "paper/cells/hmm_fixed_gqa-transformer-s0/eval.json" in partial.files
     # without the paper cells, none of it
     bare = tmp_path / "bare"
     bare.mkdir()

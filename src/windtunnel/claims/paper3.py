@@ -188,7 +188,15 @@ def _d10(ev: Evidence) -> Verdict:
                   f"--preset paper): MHA ↓{p_mha.value:.0%} [{p_mha.ci[0]:.0%}, {p_mha.ci[1]:.0%}], GQA "
                   f"↓{p_gqa.value:.0%} [{p_gqa.ci[0]:.0%}, {p_gqa.ci[1]:.0%}]"
                   if p_mha is not None and p_gqa is not None else "")
-    files = mha.files + gqa.files + ((p_mha.files + p_gqa.files) if scale_note else ())
+    p_err = {c: paper.eval_metric(c, "transformer", SEEDS, "kl", 20) for c in ("hmm_fixed", "hmm_fixed_gqa")}
+    if not scale_note and all(p_err.values()):  # trained and evaluated, its geometry not yet measured
+        scale_note = (f"; on HMM at the papers' size (windtunnel reproduce scale --preset paper) the GQA model "
+                      f"filters to KL {p_err['hmm_fixed_gqa'].text()} bits at K=20, the MHA model to "
+                      f"{p_err['hmm_fixed'].text()}; the GQA cells' focusing is not yet measured")
+        files_p = p_err["hmm_fixed"].files + p_err["hmm_fixed_gqa"].files
+    else:
+        files_p = (p_mha.files + p_gqa.files) if scale_note else ()
+    files = mha.files + gqa.files + files_p
     return Verdict(kind, f"MHA ↓{mha.value:.0%} [{mha.ci[0]:.0%}, {mha.ci[1]:.0%}], GQA ↓{gqa.value:.0%} "
                    f"[{gqa.ci[0]:.0%}, {gqa.ci[1]:.0%}]",
                    f"a wind-tunnel analogue of the papers' cross-model contrast (one task, one budget, only the key/value "
