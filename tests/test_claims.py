@@ -724,7 +724,7 @@ def test_a_range_fact_spans_the_lines_or_seeds_it_picks(tmp_path: Path) -> None:
         docs.fact("rows:probe.jsonl:probe~runs/a-*:r2.1", ev, {})
     with pytest.raises(UserError, match="picks 0 lines"):
         docs.fact("range:rows:probe.jsonl:probe~runs/c-*:r2.1", ev, {})
-    with pytest.raises(UserError, match="neither key=value"):
+    with pytest.raises(UserError, match="none of key=value"):
         docs.fact("range:rows:probe.jsonl:probe:r2.1", ev, {})
     with pytest.raises(UserError, match="range: goes before"):
         docs.fact("range:json:probe.json:r2", ev, {})
@@ -735,6 +735,39 @@ def test_a_range_fact_spans_the_lines_or_seeds_it_picks(tmp_path: Path) -> None:
         pytest.skip("the main column's cells are not committed")
     assert docs.fact("range:cells:main:transformer:eval.json:metrics.kl.value", committed, {}) == \
         f"{_g(min(m.values))}–{_g(max(m.values))}"
+
+
+def test_a_first_fact_reads_the_first_line_a_numeric_selector_picks(tmp_path: Path) -> None:
+    """``first:`` is the value on the first line, in file order, that the selector picks; ``key<N`` / ``key>N``
+    compare as numbers and skip lines where the key is absent or not a number (a training line among evaluations);
+    checked by hand on a committed training log."""
+    from windtunnel.errors import UserError
+
+    root = tmp_path / "results"
+    root.mkdir()
+    lines = [{"step": 100, "loss": 2.0}, {"step": 100, "eval": {"acc": 0.1}}, {"step": 200, "eval": {"acc": 0.6}},
+             {"step": 300, "eval": {"acc": 0.4}}, {"step": 400, "eval": {"acc": 0.9}}, {"step": 400, "eval": {"acc": "x"}}]
+    (root / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ev = Evidence(root)
+    assert docs.fact("first:rows:m.jsonl:eval.acc>0.5:step", ev, {}) == "200"
+    assert docs.fact("first:rows:m.jsonl:eval.acc<0.5:step", ev, {}) == "100"
+    assert docs.fact("range:rows:m.jsonl:eval.acc>0.5:step", ev, {}) == "200–400"
+    assert docs.fact("first:rows:m.jsonl:eval.acc>0.5,step>200:eval.acc", ev, {}) == "0.9"
+    with pytest.raises(UserError, match="picks 0 lines"):
+        docs.fact("first:rows:m.jsonl:eval.acc>0.95:step", ev, {})
+    with pytest.raises(UserError, match="picks 2 lines"):  # without first:, a selector still picks one line
+        docs.fact("rows:m.jsonl:eval.acc>0.5:step", ev, {})
+    with pytest.raises(UserError, match="reads nothing"):
+        docs.fact("first:rows:m.jsonl:eval.acc>half:step", ev, {})
+    with pytest.raises(UserError, match="first: before rows"):
+        docs.fact("first:cells:main:transformer:eval.json:metrics.kl.value", ev, {})
+    committed = RESULTS / "quick" / "cells" / "recall_p64-mamba-s1" / "metrics.jsonl"
+    if not committed.is_file():
+        pytest.skip("the 64-pair Mamba cell is not committed")
+    rows = [json.loads(line) for line in committed.read_text().splitlines() if line.strip()]
+    want = next(r["step"] for r in rows if isinstance(r.get("eval"), dict) and r["eval"]["accuracy"] > 0.5)
+    assert docs.fact("first:rows:quick/cells/recall_p64-mamba-s1/metrics.jsonl:eval.accuracy>0.5:step",
+                     Evidence(RESULTS), {}) == _g(want)
 
 
 def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeypatch) -> None:

@@ -19,11 +19,15 @@ text differs from what its artifact gives today.  Fact keys:
 * ``rows:RELATIVE/PATH.jsonl:SELECTOR:dotted.path`` and ``benchrows:FILE.jsonl:SELECTOR:dotted.path`` — one value
   of the one line of a committed JSON-lines file (under ``results/``, or a benchmark's under
   ``benchmarks/results/``) that ``SELECTOR`` picks: ``key=value`` pairs joined by commas, each key a dotted path
-  into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``), or ``key~PATTERN``
-  for a shell-style pattern (``probe~*regression_paired-*``); a selector that picks no line or several reads nothing;
+  into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``), ``key~PATTERN``
+  for a shell-style pattern (``probe~*regression_paired-*``), or ``key<NUMBER`` / ``key>NUMBER`` compared as
+  numbers (``eval.accuracy>0.5``); a selector that picks no line or several reads nothing;
 * ``range:`` before a ``cells``, ``rows`` or ``benchrows`` key — the span of its values instead, written
   ``low–high``: over the seeds for ``cells`` (``range:cells:regression_paired:transformer:eval.json:metrics.kl.value``
   gives the seeds' lowest and highest KL), over every line the selector picks (at least one) for the others;
+* ``first:`` before a ``rows`` or ``benchrows`` key — the value on the first line, in file order, that the selector
+  picks (at least one): ``first:rows:quick/cells/recall_p64-mamba-s1/metrics.jsonl:eval.accuracy>0.5:step`` is the
+  first evaluated step whose held-out accuracy is above one half;
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
 * ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``explained``,
   ``unexplained``, ``not-measured``, ``not-measurable``, ``total``).
@@ -60,7 +64,8 @@ def _dig(doc: Any, path: str) -> Any:
 def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
     """The lines of the JSON-lines ``file`` on which every pair of ``select`` holds: ``key=value`` compares the
     line's value as text (a string as it is, anything else as JSON), ``key~PATTERN`` matches that text against a
-    shell-style pattern.  :class:`KeyError` unless exactly one line (``one``) or at least one line is picked."""
+    shell-style pattern, ``key<NUMBER`` and ``key>NUMBER`` compare it as a number.  :class:`KeyError` unless
+    exactly one line (``one``) or at least one line is picked."""
     from fnmatch import fnmatchcase
 
     from ..runs import read_jsonl
@@ -69,9 +74,11 @@ def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
         raise KeyError(str(file))
     wanted = []
     for pair in select.split(","):
-        cut = min((i for i in (pair.find("="), pair.find("~")) if i >= 0), default=-1)
+        cut = min((i for i in (pair.find(op) for op in "=~<>") if i >= 0), default=-1)
         if cut <= 0:
-            raise KeyError(f"selector part {pair!r} is neither key=value nor key~pattern")
+            raise KeyError(f"selector part {pair!r} is none of key=value, key~pattern, key<number, key>number")
+        if pair[cut] in "<>":
+            float(pair[cut + 1:])  # a ValueError: the fact reads nothing
         wanted.append((pair[:cut], pair[cut], pair[cut + 1:]))
 
     def holds(row: dict[str, Any], key: str, op: str, want: str) -> bool:
@@ -79,6 +86,8 @@ def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
             v = _dig(row, key)
         except (KeyError, IndexError, ValueError, TypeError):
             return False
+        if op in "<>":
+            return is_real(v) and (float(v) < float(want) if op == "<" else float(v) > float(want))
         v = v if isinstance(v, str) else json.dumps(v)
         return v == want if op == "=" else fnmatchcase(v, want)
 
@@ -99,11 +108,12 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     from ..reproduce import SEEDS
 
     kind, _, rest = key.partition(":")
-    spread = kind == "range"
-    if spread:
+    spread, first = kind == "range", kind == "first"
+    if spread or first:
         kind, _, rest = rest.partition(":")
-        if kind not in ("cells", "rows", "benchrows"):
-            raise UserError(f"fact {key!r}: range: goes before a cells, rows or benchrows key")
+        if kind not in (("cells", "rows", "benchrows") if spread else ("rows", "benchrows")):
+            raise UserError(f"fact {key!r}: range: goes before a cells, rows or benchrows key, first: before rows "
+                            "or benchrows")
     try:
         if kind == "cells":
             column, arch, file, path = rest.split(":", 3)
@@ -134,7 +144,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             file = ev.root / rel if kind == "rows" else ev.root.parent / "benchmarks" / "results" / rel
             if spread:
                 return _span([float(_dig(r, path)) for r in _rows(file, select, one=False)])
-            v = _dig(_rows(file, select, one=True)[0], path)
+            v = _dig(_rows(file, select, one=not first)[0], path)
             return _g(float(v)) if is_real(v) else str(v)
         if kind in ("ours", "verdict"):
             v = verdicts[rest]
@@ -148,7 +158,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
     raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict or count "
-                    "(range: before cells, rows or benchrows)")
+                    "(range: before cells, rows or benchrows; first: before rows or benchrows)")
 
 
 def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
