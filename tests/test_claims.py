@@ -375,6 +375,35 @@ def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, m
         "main-transformer-s1": "committed without eval.json; no run folder here, so trained again"}
 
 
+def test_a_cell_stopped_while_analysed_keeps_its_trained_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reproduction stopped during a cell's analysis (a GPU lease that runs out) has already exported the
+    trained cell's files: its error is kept, its geometry is what is missing, and the rerun analyses it from its
+    run folder without training again, leaving the evaluation as it was."""
+    from windtunnel import stages
+
+    _tiny_plan(monkeypatch)
+    results = tmp_path / "results"
+    s0, _ = reproduce.plan("paper1")
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stages, "analyze_run", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24, only=["main-transformer-s0"])
+    folder = reproduce.cell_dir(results, s0.cell)
+    assert reproduce.missing(s0, results) == ["geometry.json"]
+    trained = {name: (folder / name).read_bytes() for name in reproduce.ARTIFACTS}
+    assert json.loads(trained["eval.json"])["metrics"]["kl"]["value"] >= 0
+    monkeypatch.undo()
+    _tiny_plan(monkeypatch)
+    assert reproduce.reproduce("paper1", results=results, dry_run=True, only=["main-transformer-s0"])["progress"] == {
+        "main-transformer-s0": "trained; geometry.json missing"}
+    again = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24, only=["main-transformer-s0"])
+    assert again["done"] == ["main-transformer-s0"] and reproduce.missing(s0, results) == []
+    assert {name: (folder / name).read_bytes() for name in reproduce.ARTIFACTS} == trained
+
+
 def test_a_cell_trained_on_a_gpu_is_the_grids_cell_here() -> None:
     """The device is not part of the recipe: the committed paper-size cells, trained on a GPU (their config.json
     names cuda:0), are read on a machine without one, and the claim that reports their hours says where."""

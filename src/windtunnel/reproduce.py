@@ -310,6 +310,10 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     rd = RunDir(job["run_dir"])
     if not rd.references_path.is_file():  # the Bayes oracle and the context-blind floor on the cell's own evaluation episodes
         rd.write_references(table.references(job.get("preset", "quick"), job["column"], job["eval_n"], job.get("lengths")))
+    if job["analyze"] and job.get("cell_dir"):
+        # the trained cell's files now, before its analysis: a run stopped while analysing (a GPU lease that ends)
+        # keeps its error, and the cell, its geometry missing, is trained and analysed again where it is resumed
+        _copy_artifacts(rd.path, Path(job["cell_dir"]), ARTIFACTS)
     if job["analyze"]:
         from .geometry import stale_diagnostics
 
@@ -322,16 +326,20 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     return {"run_dir": job["run_dir"], "wall_s": time.perf_counter() - t0}
 
 
-def export(job: Job, results: Path) -> Path:
-    """Copy the cell's small artifacts from its run folder into ``results/{preset}/cells/{folder}/``."""
-    src = run_dir(results, job.cell)
-    dst = cell_dir(results, job.cell)
+def _copy_artifacts(src: Path, dst: Path, names: Sequence[str]) -> None:
+    """Copy ``names`` and the run's ``timings.json`` (where written) from run folder ``src`` to cell folder ``dst``."""
     dst.mkdir(parents=True, exist_ok=True)
-    for name in job.artifacts():
+    for name in names:
         copy_atomic(src / name, dst / name)
     timings = RunDir(src).timings_path
     if timings.is_file():
         copy_atomic(timings, dst / timings.name)
+
+
+def export(job: Job, results: Path) -> Path:
+    """Copy the cell's small artifacts from its run folder into ``results/{preset}/cells/{folder}/``."""
+    dst = cell_dir(results, job.cell)
+    _copy_artifacts(run_dir(results, job.cell), dst, job.artifacts())
     return dst
 
 
@@ -370,7 +378,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     for i, j in enumerate(todo):
         payload.append({
             "column": j.cell.column, "arch": j.cell.arch, "seed": j.cell.seed, "preset": preset,
-            "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)),
+            "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
             "analyze_n": analyze_n,
