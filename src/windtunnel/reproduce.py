@@ -158,9 +158,10 @@ over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), the
 (2000 × pairs / 8) behind a store curriculum (``grid.store_curriculum``), one recipe and budget for every
 architecture at each size; trained and evaluated — whether and where Mamba's binding breaks."""
 
-STATE_CELLS = (("recall_p16_state64", "mamba"),)
-"""Mamba's 16-pair binding cell with a state four times as large (d_state 64, capacity-matched): whether the
-state's size is where its binding breaks."""
+STATE_CELLS = (("recall_p16_state64", "mamba"), ("recall_p16_sched64", "mamba"), ("recall_p16_sched64", "lstm"))
+"""Where binding breaks on the ladder's 16-pair rung: Mamba's cell with a state four times as large (d_state 64,
+capacity-matched) — whether the state's size is where it breaks; and the cell on the 64-pair rung's schedule
+(16,000 steps, its 4- and 8-pair stages) for the two architectures at chance there — whether the budget is."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)

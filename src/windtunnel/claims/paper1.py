@@ -603,27 +603,36 @@ def _pct(m: Measure) -> str:
     return f"{m.value:.0%}" + (f" [{m.ci[0]:.0%}, {m.ci[1]:.0%}]" if m.ci else "")
 
 
-STATE_CONTROL = "recall_p16_state64"
-"""Mamba's 16-pair binding cell with a state four times as large per channel (d_state 64, capacity-matched)."""
+RUNG16_CONTROLS = (("recall_p16_state64", "mamba", "with a state four times as large per channel (d_state 64 instead "
+                    "of 16; same parameters, so a narrower model, and the same recipe)", "the state's size"),
+                   ("recall_p16_sched64", "mamba", "on the 64-pair rung's schedule (four times the steps, its 4- and "
+                    "8-pair stages; the same store and keys)", "the schedule"),
+                   ("recall_p16_sched64", "lstm", "on the 64-pair rung's schedule", "the schedule"))
+"""The controls of the ladder's 16-pair rung, where Mamba's binding breaks and the LSTM's never forms: (column,
+architecture, what it changes, the variable it tests)."""
 
 
 def _state_note(ev: Evidence) -> tuple[str, tuple[Measure, ...]]:
-    """Whether the size of Mamba's state is where its binding breaks: its 16-pair accuracy with the state four
-    times as large per channel beside the ladder's own 16-pair cell, and the two measures read (``""`` and none
-    until all three seeds of both are committed).  A reading is drawn only from disjoint intervals."""
-    big = ev.eval_metric(STATE_CONTROL, "mamba", SEEDS, "accuracy")
-    base = ev.eval_metric("recall_p16", "mamba", SEEDS, "accuracy")
-    if big is None or base is None or not (big.ci and base.ci):
-        return "", ()
-    if big.ci[0] > base.ci[1]:
-        reading = "more state binds more, so the state's size is part of where it breaks"
-    elif big.ci[1] < base.ci[0]:
-        reading = "more state binds less"
-    else:
-        reading = "the intervals overlap, so these seeds show no effect of the state's size"
-    return (f"; with a state four times as large per channel (d_state 64 instead of 16; same parameters, so a "
-            f"narrower model, and the same recipe) Mamba reaches {_pct(big)} at 16 pairs against {_pct(base)}: "
-            f"{reading}"), (big, base)
+    """Whether the state's size or the schedule is where binding breaks at 16 pairs: each control's accuracy
+    (:data:`RUNG16_CONTROLS`) beside the ladder's own 16-pair cell of the same architecture, and the measures read
+    (a control is left out until all three seeds of it and of its base are committed).  A reading is drawn only
+    from disjoint intervals."""
+    text, read = [], []
+    for column, arch, what, variable in RUNG16_CONTROLS:
+        ctrl = ev.eval_metric(column, arch, SEEDS, "accuracy")
+        base = ev.eval_metric("recall_p16", arch, SEEDS, "accuracy")
+        if ctrl is None or base is None or not (ctrl.ci and base.ci):
+            continue
+        if ctrl.ci[0] > base.ci[1]:
+            reading = f"it binds more, so {variable} is part of where binding breaks"
+        elif ctrl.ci[1] < base.ci[0]:
+            reading = "it binds less"
+        else:
+            reading = f"the intervals overlap, so these seeds show no effect of {variable}"
+        name = "Mamba" if arch == "mamba" else "the LSTM" if arch == "lstm" else arch
+        text.append(f"{what} {name} reaches {_pct(ctrl)} at 16 pairs against {_pct(base)}: {reading}")
+        read += [ctrl, base]
+    return "".join(f"; {t}" for t in text), tuple(read)
 
 
 def _largest_shared_rung(ev: Evidence, arch: str, other: str) -> tuple[int, Measure, Measure] | None:
