@@ -249,7 +249,14 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     assert 0 < one_step < 0.42  # between the oracle and the context-blind floor
     smooth = any(max(_hand_values(c, kl(20))) < one_step and _hand_pooled_mean(c, jump) <= 1.5 for c in controls)
     if _hand_pooled_mean("hmm", jump) > 1.5:
-        assert claims.CLAIMS["A12"].assess(ev).kind == (claims.DISAGREE_EXPLAINED if smooth else claims.DISAGREE)
+        a12 = claims.CLAIMS["A12"].assess(ev)
+        assert a12.kind == (claims.DISAGREE_EXPLAINED if smooth else claims.DISAGREE)
+        named = a12.why.split("so learning the task: ")[1].split(";")[0]
+        from windtunnel.claims.paper1 import LENGTH_CONTROLS
+
+        for label, (column, preset) in LENGTH_CONTROLS.items():
+            if preset is None and column in controls:
+                assert (f'"{label}"' in named) == (max(_hand_values(column, kl(20))) < one_step), label
 
 
 def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:

@@ -485,9 +485,11 @@ def _a12(ev: Evidence) -> Verdict:
     one_step = _one_step_kl(ev)
     if one_step is None:
         return missing("the HMM transformer's reference predictors (geometry.json)")
-    smooth = [label for label, r in ctrl.items() if max(r["kl@20"].values) < one_step and r["jump"].value <= 1.5]
-    said = (f"KL just past the boundary / just before it (learned positions); a control learns the task where "
-            f"every seed's K=20 KL is below the one-step filter's {one_step:.3g}; {_control_text(ctrl)}")
+    learn = [label for label, r in ctrl.items() if max(r["kl@20"].values) < one_step]
+    smooth = [label for label in learn if ctrl[label]["jump"].value <= 1.5]
+    named = ", ".join(f'"{label}"' for label in learn) or "none"
+    said = (f"KL just past the boundary / just before it (learned positions); {_control_text(ctrl)}; every seed "
+            f"below the one-step filter's K=20 KL ({one_step:.3g}), so learning the task: {named}")
     trained = ev.cell_stat(MECHANISM_COLUMN, "transformer", SEEDS, "eval.json", _boundary_jump)
     if trained is not None:  # where the jump comes from; it does not say why the papers' model shows none
         kl50 = ev.eval_metric(MECHANISM_COLUMN, "transformer", SEEDS, "kl", 50)
