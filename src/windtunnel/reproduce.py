@@ -313,7 +313,11 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
         rd.write_references(table.references(job.get("preset", "quick"), job["column"], job["eval_n"], job.get("lengths")))
     if job["analyze"] and job.get("cell_dir"):
         # the trained cell's files now, before its analysis: a run stopped while analysing (a GPU lease that ends)
-        # keeps its error, and the cell, its geometry missing, is trained and analysed again where it is resumed
+        # keeps its error, and its geometry is what is missing where it is resumed (analysed from the run folder
+        # if that is there, else trained again).  A committed geometry.json the run folder lacks is another run's:
+        # removed, so the cell's files never mix two runs
+        if not (rd.path / GEOMETRY).is_file():
+            (Path(job["cell_dir"]) / GEOMETRY).unlink(missing_ok=True)
         _copy_artifacts(rd.path, Path(job["cell_dir"]), ARTIFACTS)
     if job["analyze"]:
         from .geometry import stale_diagnostics

@@ -329,17 +329,17 @@ def reference_rows(preset: str, column: str) -> list[str]:
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
-    # the windowed references on tasks with real-valued inputs only: elsewhere they live in reference_predictors
-    windows = window_sizes(task) if task.n_features else ()
-    return ["oracle", "context_blind", *(f"window_{m}" for m in windows)]
+    return ["oracle", "context_blind", *(f"window_{m}" for m in window_sizes(task))]
 
 
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
     """The reference rows of one column, on the cells' own evaluation episodes: the Bayes oracle and the
-    context-blind optimum (``tasks.context_blind``); on a task with real-valued inputs also the windowed
-    references (``references.Windowed``): ``window_0``, the answer given the current input alone — the floor of a
-    network without cross-position mixing there — and ``window_m``, the posterior from the last ``m`` pieces of
-    evidence (:data:`references.WINDOWS`), the yardsticks of how much of its context a model reads."""
+    context-blind optimum (``tasks.context_blind``); on a task that defines a windowed posterior also the windowed
+    references (``references.Windowed``): ``window_m``, the posterior from the last ``m`` pieces of evidence
+    (:data:`references.WINDOWS`; on HMM filtering ``window_1`` is the filter of the current observation alone),
+    the yardsticks of how much of its context a model reads — and on a task with real-valued inputs
+    ``window_0``, the answer given the current input alone, the floor of a network without cross-position mixing
+    there."""
     from . import tasks
     from .evaluation import EVAL_SEED, evaluate
     from .references import Windowed

@@ -21,7 +21,8 @@ text differs from what its artifact gives today.  Fact keys:
   ``benchmarks/results/``) that ``SELECTOR`` picks: ``key=value`` pairs joined by commas, each key a dotted path
   into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``), ``key~PATTERN``
   for a shell-style pattern (``probe~*regression_paired-*``), or ``key<NUMBER`` / ``key>NUMBER`` compared as
-  numbers (``eval.accuracy>0.5``); a selector that picks no line or several reads nothing;
+  numbers (``eval.accuracy>0.5``; no ``<=`` or ``>=``); a key holds none of ``= ~ < > , :``; a selector that
+  picks no line or several reads nothing;
 * ``range:`` before a ``cells``, ``rows`` or ``benchrows`` key — the span of its values instead, written
   ``low–high``: over the seeds for ``cells`` (``range:cells:regression_paired:transformer:eval.json:metrics.kl.value``
   gives the seeds' lowest and highest KL), over every line the selector picks (at least one) for the others;
@@ -78,7 +79,11 @@ def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
         if cut <= 0:
             raise KeyError(f"selector part {pair!r} is none of key=value, key~pattern, key<number, key>number")
         if pair[cut] in "<>":
-            float(pair[cut + 1:])  # a ValueError: the fact reads nothing
+            try:
+                float(pair[cut + 1:])
+            except ValueError:
+                raise KeyError(f"selector part {pair!r} compares with {pair[cut + 1:]!r}, not a number "
+                               "(< and > only; no <= or >=)") from None
         wanted.append((pair[:cut], pair[cut], pair[cut + 1:]))
 
     def holds(row: dict[str, Any], key: str, op: str, want: str) -> bool:

@@ -398,14 +398,12 @@ def _boundary_jump(doc: dict[str, Any]) -> float | None:
     return (sum(kl[20:25]) / 5) / max(sum(kl[15:20]) / 5, 1e-12)
 
 
-def _one_step_kl(ev: Evidence) -> float | None:
-    """KL(posterior ‖ one-step filter) at K=20, the filter that answers from the current observation alone
-    (``window_1`` of the reference predictors in the HMM transformer cells' ``geometry.json``; a property of the
-    task and its analysis episodes, the same in every HMM cell): the error below which a model must read more than
-    its current token, so the bar a length control clears to count as having learned the task."""
-    m = ev.cell_stat("hmm", "transformer", SEEDS, "geometry.json",
-                     lambda g: ((g.get("reference_predictors") or {}).get("reference_kl_to_posterior") or {}).get("window_1"))
-    return m.value if m is not None else None
+def _one_step_kl(refs: dict[str, Any]) -> float | None:
+    """KL(posterior ‖ one-step filter) at the training length, from a cell's ``references.json``: the filter that
+    answers from the current observation alone (``window_1``), on the cell's own evaluation episodes — the error
+    below which a model must read more than its current token, so the bar a length control clears to count as
+    having learned the task (``None`` in a file written before the windowed rows were)."""
+    return ((refs.get("window_1") or {}).get("metrics") or {}).get("kl")
 
 
 def _length_controls(ev: Evidence) -> dict[str, dict[str, Measure]]:
@@ -418,8 +416,19 @@ def _length_controls(ev: Evidence) -> dict[str, dict[str, Measure]]:
         row = {f"kl@{k}": at.eval_metric(column, "transformer", SEEDS, "kl", k) for k in (20, 30, 50)}
         row["jump"] = at.cell_stat(column, "transformer", SEEDS, "eval.json", _boundary_jump)
         if all(v is not None for v in row.values()):
+            one_step = at.cell_stat(column, "transformer", SEEDS, "references.json", _one_step_kl)
+            if one_step is not None:  # read where written: A12's bar for learning the task
+                row["one_step"] = one_step
             out[label] = row  # type: ignore[assignment]
     return out
+
+
+def _control_learns(row: dict[str, Measure]) -> bool:
+    """Whether every seed of a length control beats the one-step filter on its own evaluation episodes: a filter of
+    the current observation alone has no use for position and so no jump to show, and a seed at it, pooled with
+    the others, would hide theirs.  A control without the filter's row learns nothing."""
+    bar = row.get("one_step")
+    return bar is not None and all(kl < b for kl, b in zip(row["kl@20"].values, bar.values))
 
 
 def _length_control(ev: Evidence, label: str) -> str:
@@ -477,19 +486,15 @@ def _a12(ev: Evidence) -> Verdict:
     ctrl = _length_controls(ev)
     if not ctrl:
         return Verdict(DISAGREE, m, "KL just past the boundary / just before it; no control committed yet")
-    files = m.files + tuple(f for r in ctrl.values() for f in r["jump"].files)
+    files = m.files + tuple(f for r in ctrl.values() for key in ("jump", "one_step") if key in r for f in r[key].files)
     m = Measure(m.value, m.ci, m.seeds, (), files)
-    # a control learns the task only if every seed beats the one-step filter: a filter of the current observation
-    # alone has no use for position and so no jump to show, and a seed at it, pooled with the others, would hide
-    # theirs
-    one_step = _one_step_kl(ev)
-    if one_step is None:
-        return missing("the HMM transformer's reference predictors (geometry.json)")
-    learn = [label for label, r in ctrl.items() if max(r["kl@20"].values) < one_step]
+    learn = [label for label, r in ctrl.items() if _control_learns(r)]
     smooth = [label for label in learn if ctrl[label]["jump"].value <= 1.5]
     named = ", ".join(f'"{label}"' for label in learn) or "none"
+    bars = sorted({f"{v:.3g}" for r in ctrl.values() if "one_step" in r for v in r["one_step"].values})
     said = (f"KL just past the boundary / just before it (learned positions); {_control_text(ctrl)}; every seed "
-            f"below the one-step filter's K=20 KL ({one_step:.3g}), so learning the task: {named}")
+            f"below the one-step filter's K=20 KL on its own evaluation episodes ({', '.join(bars) or 'not written'}), "
+            f"so learning the task: {named}")
     trained = ev.cell_stat(MECHANISM_COLUMN, "transformer", SEEDS, "eval.json", _boundary_jump)
     if trained is not None:  # where the jump comes from; it does not say why the papers' model shows none
         kl50 = ev.eval_metric(MECHANISM_COLUMN, "transformer", SEEDS, "kl", 50)
@@ -607,8 +612,8 @@ def _pct(m: Measure) -> str:
 
 RUNG16_CONTROLS = (("recall_p16_state64", "mamba", "with a state four times as large per channel (d_state 64 instead "
                     "of 16; same parameters, so a narrower model, and the same recipe)", "the state's size"),
-                   ("recall_p16_sched64", "mamba", "on the 64-pair rung's schedule (four times the steps, its 4- and "
-                    "8-pair stages; the same store and keys)", "the schedule"),
+                   ("recall_p16_sched64", "mamba", "on the 64-pair rung's schedule (its steps and its 4- and 8-pair "
+                    "stages; the same store and keys)", "the schedule"),
                    ("recall_p16_sched64", "lstm", "on the 64-pair rung's schedule", "the schedule"))
 """The controls of the ladder's 16-pair rung, where Mamba's binding breaks and the LSTM's never forms: (column,
 architecture, what it changes, the variable it tests)."""

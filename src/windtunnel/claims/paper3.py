@@ -189,10 +189,11 @@ def _d10(ev: Evidence) -> Verdict:
                   f"↓{p_gqa.value:.0%} [{p_gqa.ci[0]:.0%}, {p_gqa.ci[1]:.0%}]"
                   if p_mha is not None and p_gqa is not None else "")
     p_err = {c: paper.eval_metric(c, "transformer", SEEDS, "kl", 20) for c in ("hmm_fixed", "hmm_fixed_gqa")}
-    if not scale_note and all(p_err.values()):  # trained and evaluated, its geometry not yet measured
+    if not scale_note and all(v is not None for v in p_err.values()):  # trained and evaluated, not all analysed
+        unmeasured = " and ".join(name for name, g in (("MHA", p_mha), ("GQA", p_gqa)) if g is None)
         scale_note = (f"; on HMM at the papers' size (windtunnel reproduce scale --preset paper) the GQA model "
                       f"filters to KL {p_err['hmm_fixed_gqa'].text()} bits at K=20, the MHA model to "
-                      f"{p_err['hmm_fixed'].text()}; the GQA cells' focusing is not yet measured")
+                      f"{p_err['hmm_fixed'].text()}; the {unmeasured} cells' focusing is not yet measured")
         files_p = p_err["hmm_fixed"].files + p_err["hmm_fixed_gqa"].files
     else:
         files_p = (p_mha.files + p_gqa.files) if scale_note else ()
