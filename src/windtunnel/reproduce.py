@@ -87,7 +87,7 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
     controls = (V20_CELLS + CONTROL_CELLS + REGRESSION_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS
-                + INIT_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS + STATE_CELLS)
+                + INIT_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS + RUNG16_CELLS)
     paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
     beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
     cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
@@ -158,7 +158,7 @@ over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), the
 (2000 × pairs / 8) behind a store curriculum (``grid.store_curriculum``), one recipe and budget for every
 architecture at each size; trained and evaluated — whether and where Mamba's binding breaks."""
 
-STATE_CELLS = (("recall_p16_state64", "mamba"), ("recall_p16_sched64", "mamba"), ("recall_p16_sched64", "lstm"))
+RUNG16_CELLS = (("recall_p16_state64", "mamba"), ("recall_p16_sched64", "mamba"), ("recall_p16_sched64", "lstm"))
 """Where binding breaks on the ladder's 16-pair rung: Mamba's cell with a state four times as large (d_state 64,
 capacity-matched) — whether the state's size is where it breaks; and the cell on the 64-pair rung's schedule
 (16,000 steps, its 4- and 8-pair stages) for the two architectures at chance there — whether the budget is."""
@@ -311,7 +311,7 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     rd = RunDir(job["run_dir"])
     if not rd.references_path.is_file():  # the Bayes oracle and the context-blind floor on the cell's own evaluation episodes
         rd.write_references(table.references(job.get("preset", "quick"), job["column"], job["eval_n"], job.get("lengths")))
-    if job["analyze"] and job.get("cell_dir"):
+    if job["analyze"]:
         # the trained cell's files now, before its analysis: a run stopped while analysing (a GPU lease that ends)
         # keeps its error, and its geometry is what is missing where it is resumed (analysed from the run folder
         # if that is there, else trained again).  A committed geometry.json the run folder lacks is another run's:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import grid
-from ..reproduce import SCALE_CELLS, SEEDS
+from ..reproduce import RUNG16_CELLS, SCALE_CELLS, SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, fixed, missing)
 from .evidence import Evidence, Measure, geometry_stat, pooled
@@ -589,7 +589,7 @@ def _a19(ev: Evidence) -> Verdict:
     column = f"Mamba per seed {', '.join(f'{v:.0%}' for v in ma.values)}, transformer {_pct(tr)}"
     ladder = _binding_ladder(ev)  # the same comparison as the store grows (A23's control), beside the column's
     grown = f"; as the store grows (recall accuracy by stored pairs, 3 seeds): {ladder}" if ladder else ""
-    state, state_measures = _state_note(ev)
+    state, state_measures = _rung16_note(ev)
     grown += state
     rung = _largest_shared_rung(ev, "mamba", "transformer")
     if rung is None:
@@ -610,22 +610,23 @@ def _pct(m: Measure) -> str:
     return f"{m.value:.0%}" + (f" [{m.ci[0]:.0%}, {m.ci[1]:.0%}]" if m.ci else "")
 
 
-RUNG16_CONTROLS = (("recall_p16_state64", "mamba", "with a state four times as large per channel (d_state 64 instead "
-                    "of 16; same parameters, so a narrower model, and the same recipe)", "the state's size"),
-                   ("recall_p16_sched64", "mamba", "on the 64-pair rung's schedule (its steps and its 4- and 8-pair "
-                    "stages; the same store and keys)", "the schedule"),
-                   ("recall_p16_sched64", "lstm", "on the 64-pair rung's schedule", "the schedule"))
-"""The controls of the ladder's 16-pair rung, where Mamba's binding breaks and the LSTM's never forms: (column,
-architecture, what it changes, the variable it tests)."""
+RUNG16_CONTROLS = {
+    ("recall_p16_state64", "mamba"): ("with a state four times as large per channel (d_state 64 instead of 16; same "
+                                      "parameters, so a narrower model, and the same recipe) Mamba", "the state's size"),
+    ("recall_p16_sched64", "mamba"): ("on the 64-pair rung's schedule (its steps and its 4- and 8-pair stages; the "
+                                      "same store and keys) Mamba", "the schedule"),
+    ("recall_p16_sched64", "lstm"): ("on the 64-pair rung's schedule the LSTM", "the schedule")}
+"""What each control of the ladder's 16-pair rung (``reproduce.RUNG16_CELLS``) changes, naming its architecture,
+and the variable it tests."""
 
 
-def _state_note(ev: Evidence) -> tuple[str, tuple[Measure, ...]]:
+def _rung16_note(ev: Evidence) -> tuple[str, tuple[Measure, ...]]:
     """Whether the state's size or the schedule is where binding breaks at 16 pairs: each control's accuracy
-    (:data:`RUNG16_CONTROLS`) beside the ladder's own 16-pair cell of the same architecture, and the measures read
-    (a control is left out until all three seeds of it and of its base are committed).  A reading is drawn only
-    from disjoint intervals."""
+    beside the ladder's own 16-pair cell of the same architecture, and the measures read (a control is left out
+    until all three seeds of it and of its base are committed).  A reading is drawn only from disjoint intervals."""
     text, read = [], []
-    for column, arch, what, variable in RUNG16_CONTROLS:
+    for column, arch in RUNG16_CELLS:
+        what, variable = RUNG16_CONTROLS[column, arch]
         ctrl = ev.eval_metric(column, arch, SEEDS, "accuracy")
         base = ev.eval_metric("recall_p16", arch, SEEDS, "accuracy")
         if ctrl is None or base is None or not (ctrl.ci and base.ci):
@@ -636,10 +637,9 @@ def _state_note(ev: Evidence) -> tuple[str, tuple[Measure, ...]]:
             reading = "it binds less"
         else:
             reading = f"the intervals overlap, so these seeds show no effect of {variable}"
-        name = "Mamba" if arch == "mamba" else "the LSTM" if arch == "lstm" else arch
-        text.append(f"{what} {name} reaches {_pct(ctrl)} at 16 pairs against {_pct(base)}: {reading}")
+        text.append(f"; {what} reaches {_pct(ctrl)} at 16 pairs against {_pct(base)}: {reading}")
         read += [ctrl, base]
-    return "".join(f"; {t}" for t in text), tuple(read)
+    return "".join(text), tuple(read)
 
 
 def _largest_shared_rung(ev: Evidence, arch: str, other: str) -> tuple[int, Measure, Measure] | None:
