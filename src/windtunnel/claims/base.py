@@ -16,13 +16,37 @@ from .evidence import Evidence, Measure
 
 AGREE = "agree"
 INCONCLUSIVE = "inconclusive"
-DISAGREE_EXPLAINED = "disagree — explained by a control"
-DISAGREE = "disagree — unexplained"
+DISAGREE_CLOSES = "disagree — closes under a control"
+DISAGREE_PERSISTS = "disagree — persists under controls"
+DISAGREE_UNCONTROLLED = "disagree — uncontrolled"
+UNINFORMATIVE = "uninformative"
 NOT_MEASURED = "not measured"
 NOT_MEASURABLE = "not measurable here"
-VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_EXPLAINED, DISAGREE, NOT_MEASURED, NOT_MEASURABLE)
-"""Every verdict, in the order CLAIMS.md counts them.  *inconclusive*: our value points the papers'
-way but its interval does not exclude the other."""
+VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, UNINFORMATIVE,
+            NOT_MEASURED, NOT_MEASURABLE)
+"""Every final verdict, in the order CLAIMS.md counts them:
+
+* *agree* — our number meets the claim's rule, and no trivial predictor does;
+* *inconclusive* — our number points the papers' way but its interval does not exclude the other (also: two
+  quantities compared whose means are ordered one way and whose intervals overlap);
+* *disagree — closes under a control* — a committed control that changes one named factor (budget, data regime,
+  head width, task size, model size, initialisation …) meets the papers' rule where the claim's own cell does not;
+* *disagree — persists under controls* — every committed control that applies was consulted and none meets the rule
+  (each is named); a control that refutes the claim's reading of a mechanism belongs here too;
+* *disagree — uncontrolled* — no control was ever run for it: the weakest kind of disagreement;
+* *uninformative* — our number meets the rule, but so does a trivial predictor (the context-blind optimum, the
+  untrained model, an always-certain or always-uniform answer): the rule cannot tell them apart;
+* *not measured* — no committed artifact yet; *not measurable here* — impossible on these machines."""
+
+DISAGREE = "disagree"
+"""The raw verdict a claim's rule returns when our number does not meet it; :func:`windtunnel.claims.judge` turns it
+into *persists under controls* when the verdict names the controls it consulted, else *uncontrolled*."""
+RAW = VERDICTS + (DISAGREE,)
+
+CONTROL_VARIABLES = ("budget", "data regime", "size", "model size", "task size", "head width", "initialisation",
+                     "positions", "layout", "curriculum", "schedule", "state size", "architecture", "mechanism",
+                     "step size", "learning rate")
+"""The one factor a control changes, as verdicts name it."""
 
 PROVENANCE = {
     "paper": "the paper's own text",
@@ -36,24 +60,36 @@ PROVENANCE = {
 @dataclass(frozen=True)
 class Verdict:
     """The outcome of a claim's rule: the verdict, our number (a :class:`Measure` or prose), why the
-    rule gave it, and the committed control that explains a disagreement."""
+    rule gave it, the committed control that closes a disagreement (``control``, its files, and ``closed_by``, the
+    factor it changes), the factors of every control consulted (``controls``, from :data:`CONTROL_VARIABLES`), and
+    the scale it was judged at
+    (``scale``: ``""`` lets :func:`windtunnel.claims.judge` read it from the files)."""
 
     kind: str
     ours: Measure | str | None = None
     why: str = ""
     control: str | None = None
     files: tuple[str, ...] = ()
+    controls: tuple[str, ...] = ()
+    closed_by: str = ""
+    scale: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in VERDICTS:
+        if self.kind not in RAW:
             raise ValueError(f"unknown verdict {self.kind!r}")
-        if self.kind == DISAGREE_EXPLAINED and not self.control:
-            raise ValueError("a disagreement explained by a control must name the control")
+        if self.kind == DISAGREE_CLOSES and not (self.control and self.closed_by):
+            raise ValueError("a disagreement that closes under a control must name the control and its factor")
+        unknown = set(self.controls + ((self.closed_by,) if self.closed_by else ())) - set(CONTROL_VARIABLES)
+        if unknown:
+            raise ValueError(f"unknown control variable(s) {sorted(unknown)}: name one of {CONTROL_VARIABLES}")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim (see the module docstring).  ``number`` is the papers' figure as they state it."""
+    """One claim (see the module docstring).  ``number`` is the papers' figure as they state it; ``derived``
+    names the claim whose measurement this one re-reads (counted once, under that claim); ``asserts_failure``
+    marks a claim that a model *fails* (its rule is meant to be met by a trivial predictor, so the check that the
+    rule can fail applies it to the Bayes oracle instead)."""
 
     id: str
     paper: str
@@ -66,6 +102,8 @@ class Claim:
     rule: str
     command: str
     assess: Callable[[Evidence], Verdict] = field(compare=False)
+    derived: str | None = None
+    asserts_failure: bool = False
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -77,13 +115,15 @@ CLAIMS: dict[str, Claim] = {}
 
 
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
-          metric: str, rule: str, command: str) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+          metric: str, rule: str, command: str, *, derived: str | None = None,
+          asserts_failure: bool = False) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
     """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``."""
 
     def register(fn: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
         if id in CLAIMS:
             raise ValueError(f"claim {id} registered twice")
-        CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, rule, command, fn)
+        CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, rule, command, fn,
+                           derived, asserts_failure)
         return fn
 
     return register

@@ -30,8 +30,8 @@ text differs from what its artifact gives today.  Fact keys:
   picks (at least one): ``first:rows:quick/cells/recall_p64-mamba-s1/metrics.jsonl:eval.accuracy>0.5:step`` is the
   first evaluated step whose held-out accuracy is above one half;
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
-* ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``explained``,
-  ``unexplained``, ``not-measured``, ``not-measurable``, ``total``).
+* ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``closes``, ``persists``,
+  ``uncontrolled``, ``uninformative``, ``not-measured``, ``not-measurable``, ``total``), derived claims included.
 
 A dotted path indexes lists with integers (``layers.0.kl``); ``max`` or ``min`` as its last part reduces a
 list of numbers (``pair_probe.yx.max``: the best layer's value).
@@ -45,12 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError, is_real
-from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict)
+from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_MEASURABLE,
+                   NOT_MEASURED, UNINFORMATIVE, Verdict)
 from .evidence import Evidence, Measure, _g
 
 FACT = re.compile(r"<!-- fact (\S+) -->(.*?)<!-- /fact -->", re.S)
-COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "explained": DISAGREE_EXPLAINED,
-               "unexplained": DISAGREE, "not-measured": NOT_MEASURED, "not-measurable": NOT_MEASURABLE}
+COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "closes": DISAGREE_CLOSES, "persists": DISAGREE_PERSISTS,
+               "uncontrolled": DISAGREE_UNCONTROLLED, "uninformative": UNINFORMATIVE, "not-measured": NOT_MEASURED,
+               "not-measurable": NOT_MEASURABLE}
 
 
 def _dig(doc: Any, path: str) -> Any:

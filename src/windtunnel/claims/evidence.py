@@ -94,6 +94,11 @@ class Evidence:
                     raise UserError(f"{path} is damaged ({exc}); regenerate it with its command") from None
         return self._cache[rel]
 
+    def text(self, rel: str) -> str | None:
+        """A committed text file (``metrics.jsonl`` …), ``None`` if absent."""
+        path = self.root / rel
+        return path.read_text() if path.is_file() else None
+
     # --- the primitives table ---------------------------------------------------------------
     def table_cell(self, task: str, arch: str) -> dict[str, Any] | None:
         t = self.json(f"{self.preset}/table.json")
@@ -207,3 +212,127 @@ def geometry_stat(doc: dict[str, Any], key: str) -> Any:
     if not isinstance(block, dict):
         return None
     return (block.get("summary") or {}).get(stat)
+
+
+UNTRAINED_OF = {
+    "key_orthogonality.layer0_mean_abs_cos": "key_orthogonality.layer0_untrained",
+    "key_orthogonality.layer0_centred_mean_abs_cos": "key_orthogonality.layer0_centred_untrained",
+    "attention_focusing.entropy_by_layer": "attention_focusing.untrained_entropy_by_layer",
+    "qk_alignment.alignment_by_layer": "qk_alignment.untrained_alignment_by_layer",
+    "value_manifold.final_resid_spearman_pc1_entropy": "value_manifold.final_resid_untrained_spearman",
+    "value_manifold.final_resid_r2_entropy": "value_manifold.final_resid_untrained_r2",
+    "probes.final_posterior_kl_bits": "probes.final_untrained_posterior_kl_bits",
+    "probes.final_entropy_r2": "probes.final_untrained_entropy_r2",
+    "probes.cluster_ari": "probes.cluster_ari_untrained",
+    "probes.cluster_ari_token_removed": "probes.cluster_ari_token_removed_untrained",
+    "bayes_lens.kl_by_layer": "bayes_lens.kl_by_layer_untrained",
+}
+"""Each geometry statistic a diagnostic also records for the same model at initialisation: the untrained null's
+value of the statistic (the untrained model's reading is the trained one's, its own null reading itself)."""
+NULL_STATS = ("untrained", "gaussian", "uniform", "exact_posteriors", "position_only", "entropy_position_r2",
+              "confounded", "region")
+"""Words that mark a geometry statistic as a null or a property of the task, not of the trained model: an untrained
+null's ``geometry.json`` keeps these as they are."""
+
+CELL_NULLS = ("context_blind", "oracle", "untrained")
+"""The nulls read from a cell's own files: the context-blind optimum and the Bayes oracle (``references.json``, on
+the cell's evaluation episodes) in place of the model's ``eval.json``, and the untrained model in place of its
+``geometry.json`` (the statistics of :data:`UNTRAINED_OF`)."""
+LLM_NULLS = ("always_certain", "always_uniform")
+"""The trivial answers to a language model's in-context task: all mass on one label (entropy 0) and the same mass on
+every label (entropy log2 of their number), in place of the model's entropies in a SULA record."""
+NULLS = CELL_NULLS + LLM_NULLS
+
+
+@dataclass
+class NullEvidence(Evidence):
+    """The committed results as a trivial predictor would have produced them: every file that records a model's
+    behaviour is rewritten as the null ``null`` (one of :data:`NULLS`) would score it, and every file the null cannot
+    speak to reads as absent, so a claim judged on it either applies its rule to the null or is not measured.
+
+    * ``context_blind`` / ``oracle``: a cell's ``eval.json`` holds its ``references.json`` row of that predictor;
+    * ``untrained``: a cell's ``geometry.json`` holds, for each statistic of :data:`UNTRAINED_OF`, the value the
+      diagnostic measured on the same model at initialisation (nothing else);
+    * ``always_certain`` / ``always_uniform``: a SULA record (``llm/*-sula.json``) holds the entropy error of a model
+      whose predictive entropy is 0 / log2(L) bits on every prompt (L labels): ``|h − H(posterior)|`` averaged over
+      the prompts, from the per-``k`` mean posterior entropies (``0 ≤ H ≤ log2 L``, so the mean of the absolute
+      difference is the difference of the means).
+
+    Configs, cell records and references pass through (they define the task, not the model's answer)."""
+
+    null: str = "context_blind"
+
+    def __post_init__(self) -> None:
+        if self.null not in NULLS:
+            raise ValueError(f"unknown null {self.null!r}: one of {NULLS}")
+
+    def at(self, preset: str) -> "Evidence":
+        if preset == self.preset:
+            return self
+        if preset not in self._presets:
+            self._presets[preset] = NullEvidence(self.root, preset, null=self.null)
+        return self._presets[preset]
+
+    def text(self, rel: str) -> str | None:
+        return None  # training curves are the model's own: no null has one
+
+    def table(self, task: str, arch: str, metric: str) -> Measure | None:
+        """A table cell's metric as the null scores it: through the cell's files where they are committed, else the
+        null's row of the table's ``references.json`` (the whole-episode metrics; none at another length)."""
+        m = super().table(task, arch, metric)
+        if m is not None or self.null not in ("context_blind", "oracle") or "@K=" in metric:
+            return m
+        value = self.reference(task, self.null, metric)
+        return None if value is None else Measure(value, None, None, (), (f"{self.preset}/references.json",))
+
+    def json(self, rel: str) -> Any | None:
+        name = rel.rsplit("/", 1)[-1]
+        if name in ("config.json", "cell.json", "references.json"):
+            return super().json(rel)
+        key = f"null:{rel}"
+        if key not in self._cache:
+            self._cache[key] = self._null_json(rel, name)
+        return self._cache[key]
+
+    def _null_json(self, rel: str, name: str) -> Any | None:
+        if name == "eval.json" and self.null in ("context_blind", "oracle"):
+            refs = super().json(rel[: -len(name)] + "references.json")
+            row = (refs or {}).get(self.null)
+            if not row:
+                return None
+            return {"metrics": {k: {"value": v} for k, v in row["metrics"].items()},
+                    "lengths": {k: {"metrics": {m: {"value": v} for m, v in ms.items()}}
+                                for k, ms in (row.get("lengths") or {}).items()}}
+        if name == "geometry.json" and self.null == "untrained":
+            doc = super().json(rel)
+            if not doc:
+                return None
+            out: dict[str, Any] = {"summary": {"null": "untrained"}}
+            for diag, block in doc.items():  # the nulls and task properties stand as they are
+                summary = block.get("summary") if isinstance(block, dict) else None
+                if isinstance(summary, dict):
+                    kept = {k: v for k, v in summary.items() if any(w in k for w in NULL_STATS)}
+                    if kept:
+                        out[diag] = {"summary": kept}
+            for stat, untrained in UNTRAINED_OF.items():
+                value = geometry_stat(doc, untrained)
+                if value is None:
+                    continue
+                for key in (stat, untrained):
+                    diag, _, name_ = key.partition(".")
+                    out.setdefault(diag, {"summary": {}})["summary"][name_] = value
+            return out
+        if name.endswith("-sula.json") and self.null in LLM_NULLS:
+            doc = super().json(rel)
+            if not doc:
+                return None
+            labels = len(doc.get("labels") or ()) or 2
+            h = 0.0 if self.null == "always_certain" else math.log2(labels)
+            conditions = {}
+            for cname, c in doc["conditions"].items():
+                by_k = {k: {"model_entropy": h, "bayes_entropy": row["bayes_entropy"],
+                            "entropy_mae": abs(h - row["bayes_entropy"])} for k, row in c["by_k"].items()}
+                mae = sum(row["entropy_mae"] for row in by_k.values()) / len(by_k)
+                conditions[cname] = {"entropy_mae": mae, "entropy_mae_ci": [mae, mae], "by_k": by_k}
+            return {"labels": doc.get("labels"), "setup": doc.get("setup"), "conditions": conditions}
+        return None

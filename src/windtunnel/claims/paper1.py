@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .. import grid
 from ..reproduce import RUNG16_CELLS, SCALE_CELLS, SEEDS
-from .base import (AGREE, DISAGREE, DISAGREE_EXPLAINED, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
+from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, fixed, missing)
 from .evidence import Evidence, Measure, geometry_stat, pooled
 
@@ -102,7 +102,7 @@ def _a2(ev: Evidence) -> Verdict:
         beside += f"; training took {hours.text()} hours a seed{on} (timings.json)"
     return Verdict(AGREE if ok else DISAGREE, _with_files(m, *(x for x in (small,) if x is not None)),
                    why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 and size (2.67M parameters, 6 layers "
-                   f"of 6 heads) on the V=20 recipe{beside}")
+                   f"of 6 heads) on the V=20 recipe{beside}", scale=PAPER_SCALE)
 
 
 @claim("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "secondary",
@@ -119,8 +119,8 @@ def _a3(ev: Evidence) -> Verdict:
 
 @claim("A4", "I", "v1 / v3", "Table 1", "The MLP's bijection entropy error", "≈ 1.85 bits", "secondary",
        "entropy_mae_curve (bits), mlp_pointwise, 3 seeds",
-       "agree if within 25% of 1.85; otherwise explained when our MLP sits within 2% of the context-blind "
-       "optimum (the floor of a model without context, which depends on V)", TABLE)
+       "agree if within 25% of 1.85; where it is not, the context-blind optimum (the floor of a model without "
+       "context, which depends on V) is shown beside it", TABLE)
 def _a4(ev: Evidence) -> Verdict:
     m = ev.table("bijection", "mlp_pointwise", "entropy_mae_curve")
     floor = _floor(ev, "bijection", "entropy_mae_curve")
@@ -129,8 +129,8 @@ def _a4(ev: Evidence) -> Verdict:
     if abs(m.value - 1.85) <= 0.25 * 1.85:
         return Verdict(AGREE, m, "within 25%")
     if abs(m.value - floor) <= 0.02 * floor:
-        return Verdict(DISAGREE_EXPLAINED, m, f"the MLP sits on the context-blind floor {floor:.3f} bits at V=10; "
-                       "the papers' figure is above even the V=20 floor", control="quick/references.json (context_blind)")
+        return Verdict(DISAGREE, m, f"the MLP sits on the context-blind floor {floor:.3f} bits at V=10; the papers' "
+                       "figure is above even the V=20 floor, so no MLP that reads nothing of its context scores it")
     return Verdict(DISAGREE, m, f"neither 1.85 nor the floor {floor:.3f}")
 
 
@@ -195,12 +195,14 @@ def _neither(variables: list[str]) -> str:
 
 def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why: str, paper: float | None,
                  arch: str = "transformer") -> Verdict:
-    """A disagreeing HMM error judged against its controls: explained by the first control that ``closes``
+    """A disagreeing HMM error judged against its controls: closes under the first control that ``closes``
     the gap, else a disagreement that says where each control stands."""
     ctls = _hmm_controls(ev, arch)
-    for longer, name, control, _ in ctls:
+    tried = tuple(dict.fromkeys(variable for *_, variable in ctls))
+    for longer, name, control, variable in ctls:
         if closes(longer.value):
-            return Verdict(DISAGREE_EXPLAINED, m, f"{why}; {name} reaches {longer.text()}", control=control)
+            return Verdict(DISAGREE_CLOSES, m, f"{why}; {name} reaches {longer.text()}", control=control, controls=tried,
+                           closed_by=variable)
     where = "; ".join(f"{name} is at {longer.text()}" + (f", {longer.value / paper:.2g}× the papers' figure" if paper else "")
                       for longer, name, _, _ in ctls)
     filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in ("hmm", BUDGET_COLUMN, DATA_COLUMN, INIT_COLUMN)) if f)
@@ -211,7 +213,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why:
     scale = _paper_scale_note(ev, paper) if arch == "transformer" and ev.preset != "paper" else ""
     closed_by = _neither([variable for *_, variable in ctls])
     return Verdict(DISAGREE, m, (f"{why}; {where}: {closed_by}{mechanism}" if ctls else why)
-                   + scale)
+                   + scale, controls=tried)
 
 
 def _paper_scale_note(ev: Evidence, paper: float | None) -> str:
@@ -255,7 +257,7 @@ def _filter_note(ev: Evidence, column: str, arch: str) -> str:
        "kl (bits) at K=20, transformer, 3 seeds; controls: the same cell trained four times as long, on fresh "
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
        "(the paper preset's cells, once committed), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
-       f"agree if our mean is at most {ERROR_FACTOR}× 7.5e-5; a control explains the gap only if it reaches that level",
+       f"agree if our mean is at most {ERROR_FACTOR}× 7.5e-5; a control closes the gap only if it reaches that level",
        f"{TABLE}; {REPRO}")
 def _a6(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
@@ -293,7 +295,7 @@ def _entropy_error_reading(ev: Evidence) -> list[tuple[str, Measure]]:
 
 @claim("A6b", "III", "v1", "§2", "Paper III's restatement: HMM posteriors matched with KL below 0.05 bits",
        "KL < 0.05 bits", "paper-p3", "kl (bits) at K=20, transformer, 3 seeds",
-       "agree if our mean KL is below 0.05; explained by a longer-run control if its mean falls below 0.05",
+       "agree if our mean KL is below 0.05; closes under a longer-run control if its mean falls below 0.05",
        f"{TABLE}; {REPRO}")
 def _a6b(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
@@ -306,7 +308,7 @@ def _a6b(ev: Evidence) -> Verdict:
 
 @claim("A7", "I", "v3", "primitives table", "HMM transformer error in the primitives table", "0.049 bits",
        "secondary", "kl (bits) at K=20, transformer, 3 seeds",
-       f"agree if our mean is at most {ERROR_FACTOR}× 0.049; explained by a longer-run control if its mean reaches it",
+       f"agree if our mean is at most {ERROR_FACTOR}× 0.049; closes under a longer-run control if its mean reaches it",
        f"{TABLE}; {REPRO}")
 def _a7(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
@@ -340,14 +342,15 @@ def _learns(ev: Evidence, task: str, arch: str, metric: str, paper: float) -> Ve
 
 
 @claim("A8", "I", "v1 / v3", "Table 1", "The MLP fails HMM filtering", "≈ 0.409 / 0.40 bits", "secondary",
-       "kl (bits), mlp_pointwise, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE)
+       "kl (bits), mlp_pointwise, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE,
+       asserts_failure=True)
 def _a8(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "mlp_pointwise", "kl")
 
 
 @claim("A9", "I", "v1", "Table 1", "MLP / transformer separation on HMM", "≈ 5,467×", "secondary",
        "ratio of kl: mlp_pointwise / transformer (table)", "agree if our ratio is within one decade of 5,467 (≥ 547)",
-       TABLE)
+       TABLE, derived="A6")
 def _a9(ev: Evidence) -> Verdict:
     mlp, tr = ev.table("hmm", "mlp_pointwise", "kl"), ev.table("hmm", "transformer", "kl")
     if mlp is None or tr is None:
@@ -358,7 +361,8 @@ def _a9(ev: Evidence) -> Verdict:
 
 @claim("A10", "I", "v1", "§ results", "The MLP collapses to a position-averaged answer (its error is flat)",
        "qualitative", "secondary", "kl, mlp_pointwise vs the context-blind optimum, all four columns",
-       "agree if the MLP's KL is within 5% of the context-blind optimum on every column", TABLE)
+       "agree if the MLP's KL is within 5% of the context-blind optimum on every column", TABLE,
+       asserts_failure=True)
 def _a10(ev: Evidence) -> Verdict:
     rel = []
     for task in ("bijection", "bijection_replacement", "hmm", "recall"):
@@ -382,6 +386,11 @@ LENGTH_CONTROLS = {"rotary": ("hmm_rotary", None), "alibi": ("hmm_alibi", None),
 2000 steps on fresh episodes from GPT-2's initialisation): the position encoding, the budget, the data regime, the
 model's size (the paper preset's cells, ``windtunnel reproduce scale --preset paper``, controls of the quick claims
 only), or the start; each is (column, preset), ``None`` meaning the claim's own preset."""
+LENGTH_VARIABLES = {"rotary": "positions", "alibi": "positions", "none": "positions", "learned, 4× steps": "budget",
+                    "learned, 4× steps on a fixed set": "data regime", "rotary, 4× steps on a fixed set": "positions",
+                    "learned, the papers' size on a fixed set": "size", "rotary, the papers' size on a fixed set": "size",
+                    "learned, PyTorch's default initialisation": "initialisation"}
+"""The factor each length control changes (:data:`LENGTH_CONTROLS`)."""
 
 
 MECHANISM_COLUMN = "hmm_k50"
@@ -448,7 +457,7 @@ def _control_text(ctrl: dict[str, dict[str, Measure]]) -> str:
        "episodes, and a fixed set), and with rotary positions trained as long on the fixed set; learned and rotary "
        "positions at the papers' size (the paper preset's cells, once committed); learned positions from PyTorch's default "
        "initialisation",
-       f"agree if both are at most {ERROR_FACTOR}× the papers' figures; explained if a control meets them",
+       f"agree if both are at most {ERROR_FACTOR}× the papers' figures; closes under a control that meets them",
        f"{TABLE}; {REPRO}")
 def _a11(ev: Evidence) -> Verdict:
     m30, m50 = ev.table("hmm", "transformer", "kl@K=30"), ev.table("hmm", "transformer", "kl@K=50")
@@ -463,10 +472,11 @@ def _a11(ev: Evidence) -> Verdict:
     m = Measure(m50.value, m50.ci, m50.seeds, (), files)
     meets = [label for label, r in ctrl.items() if r["kl@30"].value <= ERROR_FACTOR * 0.012
              and r["kl@50"].value <= ERROR_FACTOR * 0.029]
+    tried = tuple(dict.fromkeys(LENGTH_VARIABLES[label] for label in ctrl))
     if meets:
-        return Verdict(DISAGREE_EXPLAINED, m, f"{said}; {_control_text(ctrl)}",
-                       control=_length_control(ev, meets[0]))
-    return Verdict(DISAGREE, m, f"{said}; no control closes it — {_control_text(ctrl)}")
+        return Verdict(DISAGREE_CLOSES, m, f"{said}; {_control_text(ctrl)}: the papers' figures are met under {meets[0]}",
+                       control=_length_control(ev, meets[0]), controls=tried, closed_by=LENGTH_VARIABLES[meets[0]])
+    return Verdict(DISAGREE, m, f"{said}; no control closes it — {_control_text(ctrl)}", controls=tried)
 
 
 @claim("A12", "I", "v1", "length generalisation", "No discontinuity at the training boundary (K=20)",
@@ -474,22 +484,25 @@ def _a11(ev: Evidence) -> Verdict:
        "(learned positions); controls: rotary, ALiBi, none, learned positions trained four times as long (fresh, fixed "
        "set), and rotary positions trained as long on the fixed set; learned and rotary positions at the papers' size "
        "(the paper preset's cells, once committed); learned positions from PyTorch's default initialisation",
-       "agree if the ratio is at most 1.5 on the mean over seeds; explained if a control that learns the task on "
-       "every seed (K=20 KL below the one-step filter's, the best answer from the current observation alone) shows "
-       "no jump", REPRO)
+       "agree if the ratio is at most 1.5 on every seed, disagree if it is above 1.5 on every seed, inconclusive if "
+       "the seeds straddle it; a control closes a disagreement if it learns the task on every seed (K=20 KL below the "
+       "one-step filter's, the best answer from the current observation alone) and shows no jump on any", REPRO)
 def _a12(ev: Evidence) -> Verdict:
     m = ev.cell_stat("hmm", "transformer", SEEDS, "eval.json", _boundary_jump)
     if m is None:
         return missing("HMM transformer cells")
-    if m.value <= 1.5:
-        return Verdict(AGREE, m, "KL just past the boundary / just before it")
+    seeds = ", ".join(f"{v:.3g}" for v in m.values)
+    if max(m.values) <= 1.5:
+        return Verdict(AGREE, m, f"KL just past the boundary / just before it; seeds {seeds}")
+    if min(m.values) <= 1.5:
+        return Verdict(INCONCLUSIVE, m, f"KL just past the boundary / just before it; seeds {seeds} straddle 1.5")
     ctrl = _length_controls(ev)
     if not ctrl:
-        return Verdict(DISAGREE, m, "KL just past the boundary / just before it; no control committed yet")
+        return Verdict(DISAGREE, m, f"KL just past the boundary / just before it; seeds {seeds}")
     files = m.files + tuple(f for r in ctrl.values() for key in ("jump", "one_step") if key in r for f in r[key].files)
     m = Measure(m.value, m.ci, m.seeds, (), files)
     learn = [label for label, r in ctrl.items() if _control_learns(r)]
-    smooth = [label for label in learn if ctrl[label]["jump"].value <= 1.5]
+    smooth = [label for label in learn if max(ctrl[label]["jump"].values) <= 1.5]
     named = ", ".join(f'"{label}"' for label in learn) or "none"
     bars = sorted({f"{v:.3g}" for r in ctrl.values() if "one_step" in r for v in r["one_step"].values})
     said = (f"KL just past the boundary / just before it (learned positions); {_control_text(ctrl)}; every seed "
@@ -500,10 +513,11 @@ def _a12(ev: Evidence) -> Verdict:
         kl50 = ev.eval_metric(MECHANISM_COLUMN, "transformer", SEEDS, "kl", 50)
         said += (f"; mechanism — trained at K=50 (every evaluated position trained): jump {trained.text()}, "
                  f"KL {kl50.text() if kl50 else '–'} at K=50")
+    tried = tuple(dict.fromkeys(LENGTH_VARIABLES[label] for label in ctrl))
     if smooth:
-        return Verdict(DISAGREE_EXPLAINED, m, f"{said}: no jump under {smooth[0]}",
-                       control=_length_control(ev, smooth[0]))
-    return Verdict(DISAGREE, m, said)
+        return Verdict(DISAGREE_CLOSES, m, f"{said}: no jump under {smooth[0]}",
+                       control=_length_control(ev, smooth[0]), controls=tried, closed_by=LENGTH_VARIABLES[smooth[0]])
+    return Verdict(DISAGREE, m, said, controls=tried)
 
 
 @claim("A13", "I", "v3", "primitives table", "Mamba learns bijection (accumulation)", "0.010 bits", "paper",
@@ -521,18 +535,22 @@ def _a14(ev: Evidence) -> Verdict:
 
 
 def _lower(a: Measure, b: Measure) -> str:
-    """AGREE when ``a`` is below ``b`` with disjoint intervals, INCONCLUSIVE when only the means are, else DISAGREE."""
-    if a.value >= b.value:
-        return DISAGREE
-    if a.ci and b.ci and a.ci[1] < b.ci[0]:
+    """Whether ``a`` lies below ``b``, judged symmetrically: AGREE when ``a``'s interval lies wholly below ``b``'s,
+    DISAGREE when it lies wholly above, INCONCLUSIVE when the intervals overlap, whichever way the means are
+    ordered.  Without intervals (one seed) the means decide."""
+    if a.ci is None or b.ci is None:
+        return AGREE if a.value < b.value else DISAGREE
+    if a.ci[1] < b.ci[0]:
         return AGREE
+    if a.ci[0] > b.ci[1]:
+        return DISAGREE
     return INCONCLUSIVE
 
 
 @claim("A15", "I", "v3", "primitives table", "Mamba beats the transformer on HMM filtering", "0.024 vs 0.049 bits",
        "secondary", "kl (bits) at K=20, mamba vs transformer, 3 seeds",
-       "agree if Mamba's interval lies below the transformer's; inconclusive if only its mean does; the same "
-       "comparison trained four times as long (hmm_long) reported beside it", TABLE)
+       "agree if Mamba's interval lies below the transformer's, disagree if above, inconclusive if they overlap; "
+       "the same comparison trained four times as long (hmm_long) reported beside it", TABLE)
 def _a15(ev: Evidence) -> Verdict:
     ma, tr = ev.table("hmm", "mamba", "kl"), ev.table("hmm", "transformer", "kl")
     if ma is None or tr is None:
@@ -549,7 +567,7 @@ def _a15(ev: Evidence) -> Verdict:
 
 @claim("A16", "I", "v3", "primitives table", "Mamba's HMM error", "0.024 bits", "secondary",
        "kl (bits), mamba, 3 seeds; control: the same cell trained four times as long",
-       f"agree if our mean is at most {ERROR_FACTOR}× 0.024; explained by the longer-run control if its mean reaches it",
+       f"agree if our mean is at most {ERROR_FACTOR}× 0.024; closes under the longer-run control if its mean reaches it",
        f"{TABLE}; {REPRO}")
 def _a16(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "mamba", "kl")
@@ -562,7 +580,8 @@ def _a16(ev: Evidence) -> Verdict:
 
 
 @claim("A17", "I", "v3", "primitives table", "The LSTM fails HMM filtering", "0.411 bits", "paper",
-       "kl (bits), lstm, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE)
+       "kl (bits), lstm, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE,
+       asserts_failure=True)
 def _a17(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "lstm", "kl")
 
@@ -579,7 +598,7 @@ def _a18(ev: Evidence) -> Verdict:
 @claim("A19", "I", "v3", "abstract / primitives table", "Mamba struggles with random-access binding (recall limited)",
        "97.8%", "paper", "accuracy, mamba vs transformer, 3 seeds, at the largest store both are measured at (the "
        "binding ladder, 8 pairs over 16 keys up to the papers' 64 over 256; the recall column's 8 pairs beside it)",
-       "agree if Mamba's interval lies below the transformer's; inconclusive if only its mean does — the direction "
+       "agree if Mamba's interval lies below the transformer's, disagree if above, inconclusive if they overlap — the direction "
        "is judged, at the largest store measured (the nearest to the papers' recall), not the 97.8% figure, which "
        "is compared beside it", f"{TABLE}; {REPRO}")
 def _a19(ev: Evidence) -> Verdict:
@@ -678,7 +697,10 @@ def _a20(ev: Evidence) -> Verdict:
         cells = ev.cells("recall", arch, SEEDS)
         if cells is None:
             return missing(f"recall {arch} cells")
-        out[arch] = sorted(_steps_to_bind((ev.root / rel / "metrics.jsonl").read_text()) for rel, _ in cells)
+        curves = [ev.text(f"{rel}/metrics.jsonl") for rel, _ in cells]
+        if any(c is None for c in curves):
+            return missing(f"recall {arch} training curves")
+        out[arch] = sorted(_steps_to_bind(c) for c in curves if c is not None)
     med = {a: v[len(v) // 2] for a, v in out.items()}
     ratio = med["mamba"] / med["transformer"] if med["transformer"] > 0 else math.inf
     files = tuple(f"{ev.preset}/cells/recall-{a}-s{s}/metrics.jsonl" for a in out for s in SEEDS)
@@ -688,7 +710,7 @@ def _a20(ev: Evidence) -> Verdict:
 
 @claim("A21", "I", "v3", "primitives table", "The LSTM's recall is at chance", "0.5%", "secondary",
        "accuracy, lstm, 3 seeds, against chance = 1 / pairs (8)",
-       "agree if |accuracy − chance| ≤ 0.05; the papers' 0.5% is chance at their size", TABLE)
+       "agree if |accuracy − chance| ≤ 0.05; the papers' 0.5% is chance at their size", TABLE, asserts_failure=True)
 def _a21(ev: Evidence) -> Verdict:
     m = ev.table("recall", "lstm", "accuracy")
     if m is None:
@@ -767,7 +789,8 @@ def _a24(ev: Evidence) -> Verdict:
 
 @claim("A25", "I", "v1, v3", "abstract", "MLPs realise none of the primitives (flat architectures fail)", "qualitative",
        "paper", "mlp_pointwise (the authors' MLP control) on all four columns",
-       f"agree if the pointwise MLP is at ≥ {FLOOR_FRACTION:.0%} of the context-blind floor on every column", TABLE)
+       f"agree if the pointwise MLP is at ≥ {FLOOR_FRACTION:.0%} of the context-blind floor on every column", TABLE,
+       asserts_failure=True)
 def _a25(ev: Evidence) -> Verdict:
     cols = {"bijection": "entropy_mae_curve", "bijection_replacement": "entropy_mae_curve", "hmm": "kl", "recall": "kl"}
     parts = [_fails(ev, c, "mlp_pointwise", m) for c, m in cols.items()]
@@ -794,6 +817,10 @@ REGRESSION_CONTROLS = (("regression_long", "trained four times as long", "the bu
                         "the initialisation, with the budget"),
                        ("regression_paired_torch_init", "paired, from PyTorch's default initialisation",
                         "the layout with the initialisation"))
+REGRESSION_VARIABLES = {"regression_long": "budget", "regression_curriculum": "curriculum", "regression_paired": "layout",
+                        "regression_paired_long": "layout", "regression_torch_init": "initialisation",
+                        "regression_torch_init_long": "initialisation", "regression_paired_torch_init": "layout"}
+"""The factor each regression control changes (:data:`REGRESSION_CONTROLS`; the combined ones, by the first named)."""
 
 
 def _regression_rule(ev: Evidence, column: str, windows: bool = True,
@@ -834,7 +861,7 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
        "behind a dimension curriculum, with each response on one token with its own input (paired) at the "
        "cell's budget and four times it, and both layouts from PyTorch's default initialisation (the interleaved one "
        "also four times as long); the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
-       "agree if the transformer's KL is below 10% of the context-blind floor; explained if a control's is, on "
+       "agree if the transformer's KL is below 10% of the context-blind floor; closes under a control whose KL is, on "
        "every seed", REPRO)
 def _a26(ev: Evidence) -> Verdict:
     main = _regression_rule(ev, "regression")
@@ -844,23 +871,29 @@ def _a26(ev: Evidence) -> Verdict:
     files = m.files
     if ok:
         return Verdict(AGREE, m, said + "; not a claim of the v3 abstract")
-    for column, where, cause in REGRESSION_CONTROLS:
+    closes, tried = None, []
+    for column, where, cause in REGRESSION_CONTROLS:  # every control consulted; the first that passes closes it
         control = _regression_rule(ev, column, windows=False, every=True)
         if control is None:
             continue
         okc, mc, saidc = control
         files += mc.files
+        tried.append(REGRESSION_VARIABLES[column])
         said += f"; {where}: {mc.text()}, {saidc} ({'agree' if okc else 'disagree'} by the same rule)"
-        if okc:
-            return Verdict(DISAGREE_EXPLAINED, Measure(m.value, m.ci, m.seeds, m.values, files),
-                           said + f": {cause} decides it", control=_cells_control(ev, column, "eval.json"))
+        if okc and closes is None:
+            closes = (column, cause)
+    if closes is not None:
+        return Verdict(DISAGREE_CLOSES, Measure(m.value, m.ci, m.seeds, m.values, files),
+                       said + f": {closes[1]} closes it", control=_cells_control(ev, closes[0], "eval.json"),
+                       controls=tuple(dict.fromkeys(tried)), closed_by=REGRESSION_VARIABLES[closes[0]])
     floor = ev.json(f"{ev.preset}/cells/regression-transformer-s{SEEDS[0]}/references.json")["context_blind"]["metrics"]["kl"]
     for arch in ("lstm", "mamba", "mlp_pointwise"):  # the same recipe and budget: is the task learnable in it at all?
         other = ev.eval_metric("regression", arch, SEEDS, "kl")
         if other is not None:
             files += other.files
             said += f"; the same recipe's {arch}: {other.text()} ({other.value / floor:.0%} of the floor)"
-    return Verdict(DISAGREE, Measure(m.value, m.ci, m.seeds, m.values, files), said + "; not a claim of the v3 abstract")
+    return Verdict(DISAGREE, Measure(m.value, m.ci, m.seeds, m.values, files), said + "; not a claim of the v3 abstract",
+                   controls=tuple(dict.fromkeys(tried)))
 
 
 @claim("A27", "I", "—", "Theorem 1", "The cross-entropy minimiser is the posterior predictive", "theorem", "secondary",
@@ -922,11 +955,16 @@ def _files(ev: Evidence, column: str, arch: str) -> tuple[str, ...]:
 #: The main job's three size controls, each a step towards the papers' model: two heads of 32 (the papers'
 #: head width; nothing else changed), the papers' task V=20, L=19 (trained 6000 steps against the main
 #: job's 3000, the budget its recipe needs), and that task's recipe at the papers' model size (2.67M
-#: parameters, 6 layers of 6 heads of 32).  (column, how a verdict names it, the cause)
-SIZE_CONTROLS = (("main_dh32", "at d_head 32", "the head width"),
-                 ("main_v20", "at V=20", "the task's size (V=20, L=19, with the 6000 steps its recipe trains)"),
+#: parameters, 6 layers of 6 heads of 32).  (column, how a verdict names it, the cause, the factor it changes)
+SIZE_CONTROLS = (("main_dh32", "at d_head 32", "the head width", "head width"),
+                 ("main_v20", "at V=20", "the task's size (V=20, L=19, with the 6000 steps its recipe trains)", "task size"),
                  ("main_paper_size", "at the papers' size", "the model's size (V=20 at 2.67M parameters, 6 layers of 6 "
-                  "heads of 32, on the V=20 recipe)"))
+                  "heads of 32, on the V=20 recipe)", "model size"))
+
+PAPER_CELL = "main_paper_size"
+"""The main job's column on the papers' own cell at the papers' size (bijection V=20, L=19, 2.67M parameters):
+where it is committed, a claim about the main job is judged there, with the reduced-scale cells beside it."""
+PAPER_SCALE = "the papers' size (2.67M parameters, V=20)"
 
 
 def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Measure, str] | None:
@@ -947,28 +985,18 @@ def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Mea
        "key_orthogonality.layer0_mean_abs_cos, main job (d_head 16), 3 seeds, against the untrained model and E|cos| "
        "of Gaussian vectors; controls: the main job with 2 heads of 32, the papers' head width, the main job on "
        "the papers' V=20, L=19 (main_v20), and on V=20 at the papers' size (main_paper_size: 2.67M parameters)",
-       "agree if every seed's trained value is below both nulls; disagree if every seed's is above both; explained "
-       "by the head width, the size of the task or the model's size if its control agrees", REPRO)
+       "agree if every seed's trained value is below both nulls; disagree if every seed's is above both; judged on "
+       "the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
 def _b1(ev: Evidence) -> Verdict:
-    main = _key_orthogonality(ev, "main")
-    if main is None:
-        return missing("main-job geometry")
-    m, un, ga, kind = main
-    said = f"untrained {un.text()}, Gaussian {ga.value:.3f} (d_head 16; the papers' d_head is 32)"
-    if kind == AGREE:
-        return Verdict(kind, m, said)
-    for column, what, cause in SIZE_CONTROLS:
-        control = _key_orthogonality(ev, column)
-        if control is None:
-            continue
-        mc, unc, gac, kindc = control
-        m = Measure(m.value, m.ci, m.seeds, m.values, m.files + mc.files)
-        said += (f"; {what}: trained {mc.text()}, untrained {unc.text()}, Gaussian {gac.value:.3f} "
-                 f"({kindc.split(' ')[0]} by the same rule)")
-        if kindc == AGREE:
-            return Verdict(DISAGREE_EXPLAINED if kind == DISAGREE else kind, m, said + f": {cause} decides it",
-                           control=_cells_control(ev, column, "geometry.json"))
-    return Verdict(kind, m, said)
+    def rule(ev: Evidence, column: str) -> tuple[str, Measure, str] | None:
+        r = _key_orthogonality(ev, column)
+        if r is None:
+            return None
+        m, un, ga, kind = r
+        width = " (d_head 16; the papers' d_head is 32)" if column == "main" else ""
+        return kind, m, f"untrained {un.text()}, Gaussian {ga.value:.3f}{width}"
+
+    return _with_size_controls(ev, rule, "main-job geometry")
 
 
 @claim("B2", "III", "v1", "§2, Table 2", "Paper III's restatement: wind-tunnel keys at 0.09–0.12 against 0.40–0.45 random",
@@ -985,13 +1013,14 @@ def _b2(ev: Evidence) -> Verdict:
 
 
 #: A rule on one column's cells: (whether it holds, our number, what it read), or None when not committed.
-ColumnRule = Callable[[Evidence, str], "tuple[bool, Measure | str, str] | None"]
+ColumnRule = Callable[[Evidence, str], "tuple[bool | str, Measure | str, str] | None"]
 
 
 #: The HMM column's budget controls: four times the steps on fresh episodes, and on the authors' fixed
 #: set of 10,000 (the transformer only).  (column, how a verdict names it, the cause)
-BUDGET_CONTROLS = (("hmm_long", "trained four times as long", "the budget"),
-                   ("hmm_fixed", "four times as long on a fixed set of 10,000", "the budget on the authors' data regime"))
+BUDGET_CONTROLS = (("hmm_long", "trained four times as long", "the budget", "budget"),
+                   ("hmm_fixed", "four times as long on a fixed set of 10,000", "the budget on the authors' data regime",
+                    "data regime"))
 
 
 def _with_size_controls(ev: Evidence, rule: ColumnRule, what: str) -> Verdict:
@@ -999,36 +1028,66 @@ def _with_size_controls(ev: Evidence, rule: ColumnRule, what: str) -> Verdict:
     return _with_controls(ev, rule, what, "main", SIZE_CONTROLS)
 
 
+def _rule_kind(ok: bool | str) -> str:
+    """A column rule's outcome as a verdict: ``True``/``False`` or a verdict of its own (B1's three-way rule)."""
+    return ok if isinstance(ok, str) else AGREE if ok else DISAGREE
+
+
 def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
-                   controls: tuple[tuple[str, str, str], ...], arch: str = "transformer") -> Verdict:
-    """``rule`` on ``column``; where it fails there, the same rule on each control column (one change from
-    it: the papers' head width or task, a larger budget).  A control that passes explains the
-    disagreement by that change; controls that fail too show the disagreement survives the change, and
-    are reported beside it.  Controls not committed are skipped."""
+                   controls: tuple[tuple[str, str, str, str], ...], arch: str = "transformer") -> Verdict:
+    """``rule`` judged where the papers made the claim, with every control consulted.
+
+    Where the papers' own cell (:data:`PAPER_CELL`) is among ``controls``, has learned its task and the rule
+    reads it, the verdict is judged there and every other column (``column`` itself first) is reported beside it
+    by the same rule.  Otherwise ``rule`` is judged on ``column``; where it fails, every control (one change from
+    it: head width, task size, model size, budget, data regime) is read by the same rule: the first that learned its
+    task and passes *closes* the disagreement, and a disagreement no control closes *persists* under every
+    control read (``Verdict.controls``).  Controls not committed are skipped."""
     main = rule(ev, column)
     if main is None:
         return missing(what)
-    ok, ours, said = main
-    files = _files(ev, column, arch)
-    if ok:
-        return Verdict(AGREE, ours, said, files=files)
-    for control_column, where, cause in controls:
+    readings = []  # (control column, where, cause, variable, outcome, ours, said, learned)
+    for control_column, where, cause, variable in controls:
         control = rule(ev, control_column)
-        if control is None:
-            continue
-        okc, oc, saidc = control
-        learned = _learned(ev, control_column, arch)
-        shown = (oc.text() if isinstance(oc, Measure) else str(oc)) + "; "
-        said += f"; {where}: {shown}{saidc} ({'agree' if okc else 'disagree'} by the same rule" + (
-            "" if learned else "; a control that has not learned its task explains nothing") + ")"
-        okc = okc and learned
-        files += _files(ev, control_column, arch)
+        if control is not None:
+            readings.append((control_column, where, cause, variable, _rule_kind(control[0]), control[1], control[2],
+                             _learned(ev, control_column, arch)))
+
+    def shown(outcome: str, ours: Measure | str, said: str) -> str:
+        text = ours.text() if isinstance(ours, Measure) else str(ours)
+        return f"{text}; {said} ({outcome.split(' ')[0]} by the same rule"
+
+    def cite(ours: Measure | str, columns: list[str]) -> tuple[Measure | str, tuple[str, ...]]:
+        files = tuple(f for c in columns for f in _files(ev, c, arch))
         if isinstance(ours, Measure):
-            ours = Measure(ours.value, ours.ci, ours.seeds, ours.values, ours.files + _files(ev, control_column, arch))
-        if okc:
-            return Verdict(DISAGREE_EXPLAINED, ours, said + f": {cause} decides it",
-                           control=_cells_control(ev, control_column, "geometry.json", arch), files=files)
-    return Verdict(DISAGREE, ours, said, files=files)
+            ours = Measure(ours.value, ours.ci, ours.seeds, ours.values, tuple(dict.fromkeys(ours.files + files)))
+        return ours, files
+
+    paper = next((r for r in readings if r[0] == PAPER_CELL and r[7]), None)
+    if paper is not None:  # the papers' own cell: the verdict is judged there
+        outcome, ours = paper[4], paper[5]
+        said = f"judged {paper[1]}: {paper[6]}; at reduced scale: {shown(_rule_kind(main[0]), main[1], main[2])})"
+        said += "".join(f"; {r[1]}: {shown(r[4], r[5], r[6])})" for r in readings if r is not paper)
+        ours, files = cite(ours, [PAPER_CELL, column] + [r[0] for r in readings if r is not paper])
+        tried = tuple(dict.fromkeys(r[3] for r in readings if r is not paper))
+        return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else (),
+                       scale=PAPER_SCALE)
+    outcome, ours, said = _rule_kind(main[0]), main[1], main[2]
+    if outcome == AGREE or not readings:
+        return Verdict(outcome, *cite(ours, [column]), said)
+    closes = None  # (column, cause, variable) of the first control that learned its task and passes
+    for control_column, where, cause, variable, okc, oc, saidc, learned in readings:
+        said += f"; {where}: {shown(okc, oc, saidc)}" + (
+            "" if learned else "; a control that has not learned its task closes nothing") + ")"
+        if okc == AGREE and learned and closes is None:
+            closes = (control_column, cause, variable)
+    ours, files = cite(ours, [column] + [r[0] for r in readings])
+    tried = tuple(dict.fromkeys(r[3] for r in readings))
+    if closes is not None and outcome == DISAGREE:
+        return Verdict(DISAGREE_CLOSES, ours, said + f": {closes[1]} closes it",
+                       control=_cells_control(ev, closes[0], "geometry.json", arch), files=files, controls=tried,
+                       closed_by=closes[2])
+    return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else ())
 
 
 def _learned(ev: Evidence, column: str, arch: str) -> bool:
@@ -1060,7 +1119,7 @@ def _frame_head(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | 
        "head_ablation: the most damaging head, its fold (ablated / intact entropy error) and its ratio to the runner-up; "
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if on every seed the most damaging head is in layer 0, its fold ≥ 10 and it is ≥ 2× the runner-up's "
-       "increase; explained by the head width, the task's size or the model's size if its control agrees", REPRO)
+       "increase; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
 def _b3(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         r = _frame_head(ev, column)
@@ -1085,7 +1144,7 @@ def _b3b(ev: Evidence) -> Verdict:
 @claim("B4", "I", "—", "authors' code", "The frame head is the most-orthogonal layer-0 head", "implied", "not-a-claim",
        "head_ablation.hypothesis_frame_head vs key_orthogonality.layer0_most_orthogonal_head; controls: the main job "
        "at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if they coincide on every seed; explained by the head width, the task's size or the model's size if its control agrees", REPRO)
+       "agree if they coincide on every seed; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
 def _b4(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
@@ -1101,8 +1160,8 @@ def _b4(ev: Evidence) -> Verdict:
 @claim("B5", "I", "v1", "geometry and ablation", "Removing any single layer raises the error more than 10×", "> 10×",
        "secondary", "layer_ablation.min_fold (the least damaging layer's ablated / intact entropy error); controls: the "
        "main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if the least damaging layer's fold is ≥ 10 on every seed; explained by the head width, the task's size "
-       "or the model's size if its control agrees", REPRO)
+       "agree if the least damaging layer's fold is ≥ 10 on every seed; judged on the papers' own cell "
+       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
 def _b5(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         m = ev.geometry(column, "transformer", SEEDS, "layer_ablation.min_fold")
@@ -1119,7 +1178,8 @@ def _b5(ev: Evidence) -> Verdict:
        "context, best head per layer; attention focusing beside it; controls: the main job at the papers' head width "
        "(main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if on every seed the last layer's alignment exceeds the first layer's, 0 and the untrained model's; "
-       "explained by the head width, the task's size or the model's size if its control agrees", REPRO)
+       "judged on the papers' own cell at their size (main_paper_size) where committed, the reduced-scale cells "
+       "beside it; else closes under the head width or the task's size if that control agrees", REPRO)
 def _b6(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         a = _all_seeds(ev, column, "transformer", "qk_alignment.alignment_by_layer")
@@ -1187,7 +1247,7 @@ def _b8(ev: Evidence) -> Verdict:
 @claim("B9", "I", "v1", "abstract", "Frame–precision dissociation: attention settles before the error does",
        "qualitative", "paper", "frame_precision on the main job: the step attention settles (JS to the final pattern) "
        "vs the step the KL settles; controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if attention settles first on every seed; explained by the head width, the task's size or the model's size if its "
+       "agree if attention settles first on every seed; closes under the head width, the task's size or the model's size if its "
        "control agrees", REPRO)
 def _b9(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1220,7 +1280,7 @@ def _b10(ev: Evidence) -> Verdict:
 @claim("B11", "I", "v1", "abstract", "The feed-forward networks perform the posterior update; attention routes",
        "qualitative", "paper", "sublayer_ablation on the main job: geometric mean over layers ≥ 1 of the MLP ablation's "
        "fold over the attention ablation's; controls: the main job at the papers' head width (main_dh32), task "
-       "(main_v20) and size (main_paper_size)", "agree if it exceeds 1 on every seed; explained by the head width, the task's size or the model's "
+       "(main_v20) and size (main_paper_size)", "agree if it exceeds 1 on every seed; closes under the head width, the task's size or the model's "
        "size if its control agrees", REPRO)
 def _b11(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1255,7 +1315,7 @@ def _b12(ev: Evidence) -> Verdict:
 @claim("B13", "I", "—", "authors' figure", "On HMM, single-head ablations change the error by only +5% to +37%",
        "+5…+37%", "code", "head_ablation on HMM: the most damaging head's fold, 3 seeds; controls: the HMM cell trained "
        "four times as long, on fresh episodes (hmm_long) and on the authors' fixed set (hmm_fixed)",
-       "agree if the most damaging head raises the error by less than 2× on every seed; explained by the budget if a "
+       "agree if the most damaging head raises the error by less than 2× on every seed; closes under the budget if a "
        "control agrees", REPRO)
 def _b13(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1273,7 +1333,7 @@ def _b13(ev: Evidence) -> Verdict:
        "five clusters", "paper", "probes.cluster_ari: k-means (k = 5) of the final states against the argmax state, 3 seeds; "
        "control: the HMM cell trained four times as long (hmm_long)",
        "agree if the mean ARI is at least half the ceiling that exact posteriors reach, and above the untrained model's "
-       "on every seed; explained if the clusters found again with each token's mean state removed (the imprint of the "
+       "on every seed; closes if the clusters found again with each token's mean state removed (the imprint of the "
        "observation just read) meet that rule, or by the budget if the control does", REPRO)
 def _b14(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1293,9 +1353,10 @@ def _b14(ev: Evidence) -> Verdict:
     removed_un = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed_untrained")
     if ceil is not None and removed is not None and removed_un is not None and removed.value >= 0.5 * ceil.value and all(
             a > u for a, u in zip(removed.values, removed_un.values)):
-        return Verdict(DISAGREE_EXPLAINED, verdict.ours, f"{verdict.why}; with each token's mean state removed the "
+        return Verdict(DISAGREE_CLOSES, verdict.ours, f"{verdict.why}; with each token's mean state removed the "
                        f"clusters are the states' ({removed.text()}, untrained {removed_un.text()})",
-                       control="probes.cluster_ari_token_removed in the same geometry.json", files=verdict.files)
+                       control="probes.cluster_ari_token_removed in the same geometry.json", files=verdict.files,
+                       controls=verdict.controls + ("mechanism",), closed_by="mechanism")
     return verdict
 
 
@@ -1342,7 +1403,7 @@ def _mamba_vs_lstm(ev: Evidence, key: str, mamba_lower: bool) -> Verdict:
        "selection", "qualitative", "secondary", "selection on HMM: per layer, the mean over channels of |Spearman ρ| "
        "between Mamba's step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1); its largest "
        "value over layers; control: the HMM cell trained four times as long (hmm_long)",
-       "agree if it is ≥ 0.3 on every seed and above the untrained model's; explained by the budget if the control agrees",
+       "agree if it is ≥ 0.3 on every seed and above the untrained model's; closes under the budget if the control agrees",
        REPRO)
 def _b17(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:

@@ -1,0 +1,129 @@
+"""From a claim's rule to its verdict: the nulls, the controls and the scale.
+
+A claim's ``assess`` applies its rule to our number and returns a raw :class:`Verdict` (*agree*, *inconclusive*,
+*disagree* …).  :func:`judge` makes it a verdict a reader can trust:
+
+1. **The rule must be able to fail.**  The same rule is applied to the committed results as each null of
+   :data:`~windtunnel.claims.evidence.NULLS` would have produced them (:class:`NullEvidence`): the context-blind
+   optimum, the untrained model, an always-certain or always-uniform answer, and the Bayes oracle.  A claim that
+   agrees while a trivial null meets its rule too is *uninformative*: the rule cannot tell a model that does what
+   the papers say from one that does nothing.  A claim that a model *fails* (``Claim.asserts_failure``) is meant to
+   be met by a trivial null; its rule must instead be failed by the oracle.
+2. **A disagreement says what controls it.**  A raw *disagree* that names the controls it consulted
+   (``Verdict.controls``) *persists under controls*; one that names none is *uncontrolled*.  A control that meets
+   the rule where the claim's own cell does not has already made it *closes under a control*.
+3. **The scale is stated**: the papers' size where the verdict was judged on a paper-size cell, the production
+   language models for Paper III's, reduced scale otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from ..errors import UserError
+from .base import (AGREE, DISAGREE, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, NOT_MEASURABLE, NOT_MEASURED,
+                   UNINFORMATIVE, Claim, Verdict)
+from .evidence import NULLS, Evidence, Measure, NullEvidence
+
+REDUCED_SCALE = "reduced scale (≈200k parameters; bijection at V=10)"
+SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)",
+          "llm/": "production language models (SmolLM2-135M, Gemma-3-270M; 4-bit)",
+          "routing/": "Paper II's own small models"}
+"""The scale a verdict is judged at, by where its number's files live (the first match; else :data:`REDUCED_SCALE`)."""
+
+NULL_NAMES = {"context_blind": "the context-blind optimum", "oracle": "the Bayes oracle",
+              "untrained": "the untrained model", "always_certain": "an always-certain answer",
+              "always_uniform": "an always-uniform answer"}
+
+
+@dataclass(frozen=True)
+class NullReading:
+    """The claim's rule applied to one null: its raw verdict and the null's number."""
+
+    null: str
+    kind: str
+    ours: str
+
+    @property
+    def meets(self) -> bool:
+        return self.kind == AGREE
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A claim's final verdict with what it was judged against: the raw verdict of its rule, the readings of
+    every null the rule applies to, and the scale."""
+
+    claim: Claim
+    verdict: Verdict
+    raw: Verdict
+    nulls: tuple[NullReading, ...]
+    scale: str
+
+    @property
+    def kind(self) -> str:
+        return self.verdict.kind
+
+
+def null_evidence(ev: Evidence) -> dict[str, NullEvidence]:
+    """One :class:`NullEvidence` per null over ``ev``'s results folder (built once, shared by every claim)."""
+    return {n: NullEvidence(ev.root, ev.preset, null=n) for n in NULLS}
+
+
+def _text(ours: Measure | str | None) -> str:
+    return ours.text() if isinstance(ours, Measure) else str(ours or "—")
+
+
+def _files(v: Verdict) -> tuple[str, ...]:
+    return v.ours.files if isinstance(v.ours, Measure) and v.ours.files else v.files
+
+
+def scale_of(v: Verdict) -> str:
+    """The scale ``v`` was judged at: its own where its rule set one, else read from its number's first file."""
+    if v.scale:
+        return v.scale
+    files = _files(v)
+    for prefix, scale in SCALES.items():
+        if files and files[0].startswith(prefix):
+            return scale
+    return REDUCED_SCALE
+
+
+def read_nulls(claim: Claim, nulls: Mapping[str, Evidence], ours: Verdict | None = None) -> tuple[NullReading, ...]:
+    """``claim``'s rule on every null it applies to.  A null does not apply where the rule reads nothing a null
+    rewrites (its number is ours to the digit: a fact of the setup, not of the model) or reads something no null has
+    (the rule is not measured on it, or raises on the null's values)."""
+    out = []
+    for name, evidence in nulls.items():
+        try:
+            v = claim.assess(evidence)
+        except (UserError, KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, AttributeError):
+            continue
+        if v.kind in (NOT_MEASURED, NOT_MEASURABLE):
+            continue
+        if ours is not None and _text(v.ours) == _text(ours.ours):
+            continue
+        out.append(NullReading(name, v.kind, _text(v.ours)))
+    return tuple(out)
+
+
+def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = None) -> Judgement:
+    """``claim``'s final verdict on ``ev`` (see the module docstring)."""
+    raw = claim.assess(ev)
+    readings = () if raw.kind in (NOT_MEASURED, NOT_MEASURABLE) else read_nulls(claim, nulls or null_evidence(ev), raw)
+    v = raw
+    if raw.kind == DISAGREE:
+        v = replace(raw, kind=DISAGREE_PERSISTS if raw.controls else DISAGREE_UNCONTROLLED)
+    elif raw.kind == AGREE:
+        if claim.asserts_failure:
+            able = [r for r in readings if r.null == "oracle"]
+        else:
+            able = [r for r in readings if r.null != "oracle"]
+        met = [r for r in able if r.meets]
+        if met:
+            who = "; ".join(f"{NULL_NAMES[r.null]} {r.ours}" for r in met)
+            why = ("the Bayes oracle meets this failure rule too" if claim.asserts_failure
+                   else f"a trivial predictor meets the rule too: {who}")
+            v = replace(raw, kind=UNINFORMATIVE, why=f"{raw.why}; {why}" if raw.why else why)
+    return Judgement(claim, v, raw, readings, scale_of(raw))

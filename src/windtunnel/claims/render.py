@@ -1,0 +1,219 @@
+"""``results/CLAIMS.md`` (the front page) and ``results/claims/ID.md`` (one claim each), from the judgements.
+
+The front page opens with the headline — what reproduces, what persists against controls, what closes under one,
+what was never controlled, what a trivial predictor would pass, at which scale — then the counts by verdict and by
+the source of the papers' number, then one compact table per paper: id (linking to its detail), the claim, the
+papers' number and its source, ours, the verdict and the scale.  A claim that re-reads another's measurement
+(``Claim.derived``) is listed but counted once, under the claim it re-reads.  Everything is generated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Iterable
+
+from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_MEASURABLE,
+                   NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
+from .evidence import Measure, _g
+from .judge import NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
+
+SECTIONS = {"A": "Paper I — behaviour", "B": "Paper I — mechanism and geometry", "C": "Paper II — gradient dynamics",
+            "D": "Paper III — production language models"}
+DETAILS = "claims"
+"""The folder beside ``CLAIMS.md`` that holds one detail file per claim."""
+STATEMENT_CHARS = 80
+OURS_CHARS = 60
+SHORT_SCALE = {REDUCED_SCALE: "reduced", SCALES["paper/"]: "papers' size", SCALES["llm/"]: "LLMs",
+               SCALES["routing/"]: "Paper II models"}
+SHORT_VERDICT = {DISAGREE_CLOSES: "disagree — closes", DISAGREE_PERSISTS: "disagree — persists",
+                 DISAGREE_UNCONTROLLED: "disagree — uncontrolled"}
+
+
+def short_scale(scale: str) -> str:
+    """A scale in a word or two, for the tables."""
+    return "papers' size" if scale.startswith("the papers' size") else SHORT_SCALE.get(scale, scale)
+
+
+def section(cid: str) -> str:
+    return cid[0]
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary to at most ``limit`` characters, with an ellipsis where cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "…"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def ours_text(ours: Measure | str | None) -> str:
+    """Our number for a table: per-seed values where seeds are few or the interval leaves the quantity's range (a
+    t-interval over three seeds often does), else the mean with its interval."""
+    if not isinstance(ours, Measure):
+        return _shorten(str(ours or "—"), OURS_CHARS)
+    if ours.values and len(ours.values) <= 5:
+        return f"{_g(ours.value)} (seeds {', '.join(_g(v) for v in ours.values)})"
+    return ours.text()
+
+
+def verdict_text(j: Judgement, short: bool = False) -> str:
+    """The verdict with what it was judged against: the closing control's factor, or every factor tried."""
+    v = j.verdict
+    text = SHORT_VERDICT.get(v.kind, v.kind) if short else v.kind
+    if v.kind == DISAGREE_CLOSES:
+        text += f" ({v.closed_by})"
+    elif v.kind == DISAGREE_PERSISTS and v.controls:
+        text += f" ({', '.join(v.controls)})"
+    return text
+
+
+def _counted(judgements: dict[str, Judgement]) -> list[Judgement]:
+    """The claims counted on the front page: every claim but those that re-read another's measurement."""
+    return [j for j in judgements.values() if j.claim.derived is None]
+
+
+def _ids(js: Iterable[Judgement]) -> str:
+    return ", ".join(f"[{j.claim.id}]({DETAILS}/{j.claim.id}.md)" for j in js) or "none"
+
+
+def headline(judgements: dict[str, Judgement]) -> list[str]:
+    """The front page's opening: the verdicts in sentences, each naming its claims."""
+    counted = _counted(judgements)
+    by = {k: [j for j in counted if j.kind == k] for k in VERDICTS}
+    at_paper = [j for j in by[AGREE] if j.scale.startswith("the papers' size")]
+    lines = [
+        f"**{len(counted)} claims are judged** ({len(judgements) - len(counted)} more re-read another claim's "
+        "measurement and are listed, not counted).",
+        "",
+        f"- **Reproduced — {len(by[AGREE])}**: {_ids(by[AGREE])}"
+        + (f"; at the papers' size: {_ids(at_paper)}." if at_paper else "."),
+        f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}**: "
+        + "; ".join(f"[{j.claim.id}]({DETAILS}/{j.claim.id}.md) ({', '.join(j.verdict.controls)})"
+                    for j in by[DISAGREE_PERSISTS]) + ".",
+        f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
+        + "; ".join(f"[{j.claim.id}]({DETAILS}/{j.claim.id}.md) (closes under {j.verdict.closed_by})"
+                    for j in by[DISAGREE_CLOSES]) + ".",
+        f"- **Disagree, never controlled — {len(by[DISAGREE_UNCONTROLLED])}**: {_ids(by[DISAGREE_UNCONTROLLED])}.",
+        f"- **Uninformative: a trivial predictor meets the rule too — {len(by[UNINFORMATIVE])}**: "
+        f"{_ids(by[UNINFORMATIVE])}.",
+        f"- **Inconclusive — {len(by[INCONCLUSIVE])}**: {_ids(by[INCONCLUSIVE])}. **Not measurable here — "
+        f"{len(by[NOT_MEASURABLE])}**: {_ids(by[NOT_MEASURABLE])}."
+        + (f" **Not measured — {len(by[NOT_MEASURED])}**: {_ids(by[NOT_MEASURED])}." if by[NOT_MEASURED] else ""),
+        "- **Scale**: " + "; ".join(f"{n} judged at {s}" for s, n in Counter(j.scale for j in counted).most_common())
+        + ".",
+    ]
+    return lines
+
+
+def counts_table(judgements: dict[str, Judgement]) -> list[str]:
+    """Verdict × source of the papers' number, derived claims left out."""
+    counted = _counted(judgements)
+    sources = list(PROVENANCE)
+    grid = Counter((j.kind, j.claim.provenance) for j in counted)
+    lines = ["| verdict | " + " | ".join(sources) + " | total |", "|---|" + "---|" * (len(sources) + 1)]
+    for k in VERDICTS:
+        row = [grid[(k, s)] for s in sources]
+        if sum(row):
+            lines.append(f"| {k} | " + " | ".join(str(n) for n in row) + f" | {sum(row)} |")
+    totals = [sum(grid[(k, s)] for k in VERDICTS) for s in sources]
+    lines.append("| **total** | " + " | ".join(str(n) for n in totals) + f" | {sum(totals)} |")
+    return lines
+
+
+def front_page(judgements: dict[str, Judgement]) -> str:
+    """``CLAIMS.md``."""
+    lines = [
+        "# The papers' claims and windtunnel's verdicts",
+        "",
+        "Generated by `windtunnel claims` from the committed artifacts under `results/`. Each id links to its "
+        f"detail in [`{DETAILS}/`]({DETAILS}/): the rule, our number and the files it is read from, the nulls the "
+        "rule was tried on, the controls consulted, and the command that regenerates them.",
+        "",
+        *headline(judgements),
+        "",
+        "## Verdicts by the source of the papers' number",
+        "",
+        "Sources: " + "; ".join(f"**{k}** — {v}" for k, v in PROVENANCE.items()) + ".",
+        "",
+        *counts_table(judgements),
+        "",
+        "Verdicts: *agree* — our number meets the claim's rule and no trivial predictor does; *inconclusive* — our "
+        "number points the papers' way but its interval (or the order of two overlapping intervals) does not settle "
+        "it; *disagree — closes* — a committed control that changes one factor (named) meets the rule; *disagree — "
+        "persists* — every committed control (each factor named) fails it too; *disagree — uncontrolled* — no "
+        "control was run; *uninformative* — a trivial predictor (the context-blind optimum, the untrained model, "
+        "an always-certain or always-uniform answer) meets the rule too; *not measurable here* — impossible on "
+        "these machines. Ours: the mean with each training seed's value, or the value with its 95% interval.",
+    ]
+    for s, title in SECTIONS.items():
+        lines += ["", f"## {s}. {title}", "",
+                  "| id | claim | papers' number (source) | ours | verdict | scale |", "|---|---|---|---|---|---|"]
+        for j in judgements.values():
+            if section(j.claim.id) != s:
+                continue
+            c = j.claim
+            cid = f"[{c.id}]({DETAILS}/{c.id}.md)" + (f" (re-reads {c.derived})" if c.derived else "")
+            lines.append("| " + " | ".join(_cell(x) for x in (
+                cid, _shorten(c.statement, STATEMENT_CHARS), f"{_shorten(c.number, 40)} ({c.provenance})",
+                ours_text(j.verdict.ours), verdict_text(j, short=True), short_scale(j.scale))) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def detail(j: Judgement) -> str:
+    """``claims/ID.md``: one claim in full."""
+    c, v = j.claim, j.verdict
+    ours = v.ours.text() if isinstance(v.ours, Measure) else str(v.ours or "—")
+    lines = [
+        f"# {c.id}: {c.statement}",
+        "",
+        f"[All claims](../CLAIMS.md) · Paper {c.paper} {c.version}, {c.section}",
+        "",
+        f"- **The papers' number**: {c.number} — source: {c.provenance} ({PROVENANCE[c.provenance]})",
+        f"- **What we measure**: {c.metric}",
+        f"- **Rule**: {c.rule}",
+        f"- **Ours**: {ours}" + (f" — {v.ours.seeds} seeds: {', '.join(_g(x) for x in v.ours.values)}"
+                                 if isinstance(v.ours, Measure) and v.ours.values else ""),
+        f"- **Verdict**: {verdict_text(j)}",
+        f"- **Judged at**: {j.scale}",
+    ]
+    if c.derived:
+        lines.append(f"- **Derived**: re-reads the measurement of [{c.derived}]({c.derived}.md); counted once, there")
+    if v.why:
+        lines += ["", "## Why", "", v.why + ("." if not v.why.endswith(".") else "")]
+    lines += ["", "## Nulls", ""]
+    if j.nulls:
+        lines += ["The same rule applied to the committed results as each null would have produced them:", "",
+                  "| null | its number | the rule says |", "|---|---|---|"]
+        lines += [f"| {NULL_NAMES[r.null]} | {_cell(r.ours)} | {r.kind} |" for r in j.nulls]
+        need = ("the Bayes oracle must fail it (this claim says a model fails)" if c.asserts_failure
+                else "no trivial predictor may meet it")
+        lines += ["", f"For the rule to be able to fail, {need}."]
+    elif v.kind in (NOT_MEASURED, NOT_MEASURABLE):
+        lines.append("Not applied: there is no measurement of ours to compare with.")
+    else:
+        lines.append("No null applies: the rule reads files that no trivial predictor has (a trained model's "
+                     "training curve, a language model's internals, an optimiser's arms).")
+    lines += ["", "## Controls", ""]
+    if v.controls:
+        lines.append("Factors changed by the controls consulted: " + ", ".join(v.controls) + ".")
+    else:
+        lines.append("None consulted.")
+    if v.control:
+        lines.append(f"The control that closes it ({v.closed_by}): `{v.control}`.")
+    files = v.ours.files if isinstance(v.ours, Measure) and v.ours.files else v.files
+    lines += ["", "## Files and command", "", f"Command: `{c.command}`" if c.command != "—" else "Command: —"]
+    if files:
+        lines += [""] + [f"- `{f}`" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+def slug(cid: str) -> str:
+    if not re.fullmatch(r"[A-Z]\d+\w*", cid):
+        raise ValueError(f"claim id {cid!r} is not a file name")
+    return f"{cid}.md"
