@@ -168,14 +168,23 @@ def test_sula_scores_by_hand() -> None:
     assert s["by_k"]["1"]["bayes_entropy"] == pytest.approx(h09)
 
 
-def sula_model(folder: Path, seed: int) -> Path:
-    """A tiny random 2-layer Llama whose word tokenizer knows the SULA words, saved to ``folder``."""
+def sula_model(folder: Path, seed: int, layers: int = 2, silent: int | None = None) -> Path:
+    """A tiny random Llama whose word tokenizer knows the SULA words, saved to ``folder``.  ``silent``: a
+    layer whose attention output projection is zero, so that nothing its values hold reaches the rest
+    of the model; its tokenizer also knows the prompts' words as they stand ("calm:", "dax,"), so that
+    the final-token values differ from prompt to prompt by more than rounding."""
     texts = prompt_set("mixed") + [" ".join(sula.CARRIERS), " ".join(sula.LABEL_CANDIDATES), sula.MASK]
+    if silent is not None:
+        texts += [f"{w}:" for w in (*sula.CARRIERS, sula.MASK)] + [f"{w}," for w in sula.LABEL_CANDIDATES]
     tok = word_tokenizer(texts)
     torch.manual_seed(seed)
     cfg = transformers.AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+                                            num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if silent is not None:
+        with torch.no_grad():
+            model.model.layers[silent].self_attn.o_proj.weight.zero_()
+    model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 
@@ -387,6 +396,47 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     assert part["conditions"]["normal"] == full["conditions"]["normal"]
     for name in ("entropy_axis", "random_axis"):
         assert part["cut"][name] == full["cut"][name]
+
+
+def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Path) -> None:
+    """Claim D19's reading after the cut.  The cut layer's own values, read after the edit, have no
+    component along u whatever the cut does to the model, so ρ there is rounding residue, not a
+    measurement.  On a model whose layer 1 reaches nothing downstream (its attention output projection
+    is zero), cutting layer 0 provably changes nothing the model computes: the readings after the cut —
+    at the readout the output head reads and at the values of the later layers — must equal the
+    readings before."""
+    folder = sula_model(tmp_path / "llama", 0, layers=4, silent=1)
+    out = tmp_path / "sula.json"
+    assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--layers", "1", "3",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    cut = doc["cut"]
+    assert set(cut["rho_values_before"]) == {"0", "1", "2", "3"} and abs(cut["rho_readout_before"]) > 0.1
+    assert cut["rho_values_before"]["1"] == pytest.approx(cut["rho_axis_entropy_before"]["1"])
+    for name in ("entropy_axis", "random_axis"):  # the two layers cut together: layer 2 lies between them
+        assert set(cut[name]["rho_downstream_after"]) == {"2"}
+    # the cut at layer 1 is inert, recomputed through the same code path (the axes from the normal prompts) ...
+    model, tk, _ = load_model(str(folder))
+    setup = sula.SulaSetup(per_k=6, n_boot=30)
+    pair = tuple(doc["labels"])
+    base = sula.prompts(setup, pair)
+    p1, values = sula.model_posterior(model, tk, base, pair, [1, 2, 3])
+    ent, _, rho = sula.entropy_axes({1: values[1], 3: values[3]}, sula._binary_entropy(p1), setup.seed)
+    assert rho[1] == pytest.approx(cut["rho_axis_entropy_before"]["1"])
+    with sula.value_cut(model, {1: ent[1]}):
+        q, after = sula.model_posterior(model, tk, base, pair, [1, 2, 3])
+    assert torch.equal(q, p1) and torch.equal(after[2], values[2]) and torch.equal(after[3], values[3])
+    assert sula._project(after[1], ent[1]).abs().max() < 1e-5  # ... yet the cut layer's own values lost the axis
+    # so the readings after it equal those before, at every point downstream, for either axis
+    for name in ("entropy_axis", "random_axis"):
+        a = cut["one_at_a_time"]["1"][name]
+        assert a["behaviour"]["entropy_mae"] == pytest.approx(doc["conditions"]["normal"]["entropy_mae"], abs=1e-12)
+        assert set(a["rho_downstream_after"]) == {"2", "3"}
+        for m, r in a["rho_downstream_after"].items():
+            assert r == pytest.approx(cut["rho_values_before"][m], abs=1e-9), (name, m)
+        assert a["rho_readout_after"] == pytest.approx(cut["rho_readout_before"], abs=1e-9), name
+    # layer 3 is the last: only the readout lies downstream of it
+    assert cut["one_at_a_time"]["3"]["entropy_axis"]["rho_downstream_after"] == {}
 
 
 def test_gguf_dequantisation_bar_is_silenced_while_loading_and_restored_after(capsys: pytest.CaptureFixture) -> None:

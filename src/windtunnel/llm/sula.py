@@ -14,14 +14,32 @@ Reported, with bootstrap intervals over prompts: entropy MAE and KL(exact ‖ mo
 survive), **shuffled** (labels drawn independently of ``y``: the exact posterior of that process is
 uniform, 1 bit), **no evidence** (only the test word: 1 bit).
 
-**The entropy-axis cut** (Paper III §4.5–4.6): at chosen layers, ``u`` = PC1 of the z-scored
+**The entropy-axis cut** (Paper III §4.5–4.6, §7.1): at chosen layers, ``u`` = PC1 of the z-scored
 final-token value vectors over the prompts (its sign set so that the projection grows with the
 model's entropy); the cut replaces the final token's values ``v`` by ``v − (v·u)u`` in z-scored
-coordinates.  A random unit axis orthogonal to ``u`` is the control.  Both behaviour (MAE, KL)
-and geometry (Spearman ρ of ``v·u`` with the model's entropy) are reported before and after, for the
-layers cut together and (``one_at_a_time``, as the paper cuts) for each layer cut alone.
-The edit is made where the values are computed, on every attention layout the signatures read
-(separate ``v_proj``; the value slice of GPT-NeoX's and GPT-2's fused projections).
+coordinates.  A random unit axis orthogonal to ``u`` is the control.  Behaviour (MAE, KL) is reported
+before and after, for the layers cut together and (``one_at_a_time``, as the paper cuts) for each
+layer cut alone.  The edit is made where the values are computed, on every attention layout the
+signatures read (separate ``v_proj``; the value slice of GPT-NeoX's and GPT-2's fused projections).
+
+**Where the geometry after a cut is read.**  Paper III §7.1 asks whether removing ``u`` at a layer
+removes the entropy signal the model goes on to use, and concludes that the axis is "a privileged
+readout ... rather than a bottleneck"; a correlation read on the very vector the cut just projected
+cannot answer that: ``z·u`` there is zero up to rounding for the entropy axis and exactly unchanged
+for the random axis (orthogonal to ``u``), whatever the model does.  The statistic after a cut is
+therefore read where the cut can only act through the model's own computation, each against the
+axis fitted (z-scoring included) on the uncut run and the model's entropy after the cut:
+
+* ``rho_readout_after`` — at the **readout**: the final token's hidden state that the output head
+  reads (after the final norm), downstream of every layer's values; its entropy axis is PC1 of those
+  states over the uncut prompts, oriented like ``u`` (``rho_readout_before``).  This is the one
+  reading defined for every cut layer, the last included, and the one to compare a cut with.
+* ``rho_downstream_after`` — at the values of every layer after the first cut layer and not itself
+  cut, each against its own uncut entropy axis (``rho_values_before``: every layer, uncut).
+* ``rho_axis_entropy_after`` — kept under its old name and meaning: the cut layer's own values
+  *after* the edit (the edit hook runs before any reading hook on that module).  It only checks that
+  the edit was made (≈ 0 by construction for the entropy axis, ≈ before for the random one); it is
+  not a measurement of the cut's effect.
 """
 
 from __future__ import annotations
@@ -99,7 +117,11 @@ def prompts(setup: SulaSetup, labels: tuple[str, str], condition: str = "normal"
     return out
 
 
-def _values_hook(layout: AttentionLayout, layers: Sequence[int], store: dict[int, list[torch.Tensor]]) -> list[Any]:
+READOUT = "readout"
+"""The final token's hidden state as the output head reads it (after the final norm)."""
+
+
+def _values_hook(layout: AttentionLayout, layers: Sequence[int], store: dict[Any, list[torch.Tensor]]) -> list[Any]:
     handles = []
     for layer in layers:
         module, to_values = layout.value_module(layer)
@@ -111,14 +133,29 @@ def _values_hook(layout: AttentionLayout, layers: Sequence[int], store: dict[int
     return handles
 
 
+def _readout_hook(model: torch.nn.Module, store: dict[Any, list[torch.Tensor]]) -> Any:
+    """Keep the final position's input to the output head (the readout) under :data:`READOUT`."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise InvalidValue(f"invalid model: {type(model).__name__} has no output head to read the readout from")
+
+    def keep(m: Any, args: tuple[Any, ...]) -> None:
+        store.setdefault(READOUT, []).append(args[0].detach()[0, -1].reshape(-1).double().cpu())
+
+    return head.register_forward_pre_hook(keep)
+
+
 @torch.no_grad()
-def model_posterior(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict[str, Any]], labels: tuple[str, str],
-                    layers: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-    """``p1 [N]`` (renormalised over the two label tokens) and the final-token values at ``layers``."""
+def _forward(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict[str, Any]], labels: tuple[str, str],
+             layers: Sequence[int] = (), readout: bool = False
+             ) -> tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor | None]:
+    """``p1 [N]``, the final-token values at ``layers`` and (``readout``) the final-token readout ``[N, d]``."""
     ids = [tokenizer(" " + w, add_special_tokens=False)["input_ids"][0] for w in labels]
     layout = attention_layout(model)
-    store: dict[int, list[torch.Tensor]] = {}
+    store: dict[Any, list[torch.Tensor]] = {}
     handles = _values_hook(layout, layers, store)
+    if readout:
+        handles.append(_readout_hook(model, store))
     device = next(model.parameters()).device
     p1 = []
     try:
@@ -129,7 +166,17 @@ def model_posterior(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict
     finally:
         for h in handles:
             h.remove()
-    return torch.tensor(p1, dtype=torch.float64), {l: torch.stack(v) for l, v in store.items()}
+    R = torch.stack(store.pop(READOUT)) if readout else None
+    return torch.tensor(p1, dtype=torch.float64), {l: torch.stack(v) for l, v in store.items()}, R
+
+
+def model_posterior(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict[str, Any]], labels: tuple[str, str],
+                    layers: Sequence[int] = ()) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """``p1 [N]`` (renormalised over the two label tokens) and the final-token values at ``layers``.
+
+    Under :func:`value_edit` (or :func:`value_cut`) the values read at an edited layer are the edited ones."""
+    p1, values, _ = _forward(model, tokenizer, items, labels, layers)
+    return p1, values
 
 
 def _last_logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -195,12 +242,32 @@ def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch
             o[0, -1, where] = (mu + sd * z).to(o.dtype).to(o.device)
             return o
 
-        handles.append(layout.module(layer, "v").register_forward_hook(cut))
+        # prepended: whatever else reads this module's output (a capture hook) sees the edited values
+        handles.append(layout.module(layer, "v").register_forward_hook(cut, prepend=True))
     try:
         yield
     finally:
         for h in handles:
             h.remove()
+
+
+def _entropy_axis(V: torch.Tensor, entropy: torch.Tensor
+                  ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], float | None]:
+    """``(u, mean, std)``: PC1 of the z-scored rows of ``V``, oriented so that ``z·u`` grows with ``entropy``;
+    and ρ(z·u, entropy)."""
+    mu, sd = V.mean(0), V.std(0).clamp_min(1e-12)
+    Z = (V - mu) / sd
+    u = torch.linalg.svd(Z - Z.mean(0), full_matrices=False)[2][0]
+    r = _spearman(Z @ u, entropy)
+    if r is not None and r < 0:
+        u, r = -u, -r
+    return (u, mu, sd), r
+
+
+def _project(V: torch.Tensor, axis: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``z·u`` for each row of ``V``, z-scored with the axis's own mean and spread."""
+    u, mu, sd = axis
+    return ((V - mu) / sd) @ u
 
 
 def entropy_axes(values: dict[int, torch.Tensor], model_entropy: torch.Tensor, seed: int = 0
@@ -209,12 +276,7 @@ def entropy_axes(values: dict[int, torch.Tensor], model_entropy: torch.Tensor, s
     g = torch.Generator().manual_seed(seed)
     ent, rnd, rho = {}, {}, {}
     for layer, V in values.items():
-        mu, sd = V.mean(0), V.std(0).clamp_min(1e-12)
-        Z = (V - mu) / sd
-        u = torch.linalg.svd(Z - Z.mean(0), full_matrices=False)[2][0]
-        r = _spearman(Z @ u, model_entropy)
-        if r is not None and r < 0:
-            u, r = -u, -r
+        (u, mu, sd), r = _entropy_axis(V, model_entropy)
         x = torch.randn(u.shape, generator=g, dtype=torch.float64)
         x = x - (x @ u) * u
         ent[layer], rnd[layer], rho[layer] = (u, mu, sd), (x / x.norm(), mu, sd), r
@@ -316,7 +378,8 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
     base = prompts(setup, pair)
     ks = torch.tensor([p["k"] for p in base])
     exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
-    p1, values = model_posterior(model, tokenizer, base, pair, layers)
+    every = list(range(L))
+    p1, values, readout = _forward(model, tokenizer, base, pair, every, readout=True)
     out["conditions"]["normal"] = score(exact, p1, ks, setup.n_boot)
     controls = () if cut_only else (("remap", remap, "normal"), ("shuffled", pair, "shuffled"),
                                     ("no_evidence", pair, "no_evidence"))
@@ -326,25 +389,45 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
         out["conditions"][name] = score(torch.tensor([p["p1"] for p in items], dtype=torch.float64), q,
                                         torch.tensor([p["k"] for p in items]), setup.n_boot)
     H = _binary_entropy(p1)
-    ent, rnd, rho = entropy_axes(values, H, setup.seed)
-    cut: dict[str, Any] = {"applicable": True, "layers": layers, "rho_axis_entropy_before": {str(l): rho[l] for l in layers}}
-    for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
+    ent, rnd, rho = entropy_axes({l: values[l] for l in layers}, H, setup.seed)
+    # the probes: each layer's and the readout's entropy axis on the uncut run, held fixed under every cut
+    probes = {m: _entropy_axis(values[m], H) for m in every}
+    read_axis, read_rho = _entropy_axis(readout, H)
+    cut: dict[str, Any] = {
+        "applicable": True, "layers": layers, "rho_axis_entropy_before": {str(l): rho[l] for l in layers},
+        "rho_readout_before": read_rho, "rho_readout_before_ci": _rho_ci(_project(readout, read_axis), H, setup.n_boot,
+                                                                         setup.seed)["ci"],
+        "rho_values_before": {str(m): probes[m][1] for m in every},
+        "read_at": {
+            "rho_readout_after": "the final token's hidden state read by the output head, against its uncut entropy "
+                                 "axis: downstream of every cut layer (the reading to compare with rho_readout_before)",
+            "rho_downstream_after": "the values of each layer after the first cut layer and not itself cut, against "
+                                    "that layer's uncut entropy axis (compare with rho_values_before)",
+            "rho_axis_entropy_after": "the cut layer's own values after the edit: ~0 (entropy axis) or ~before "
+                                      "(random axis, orthogonal to it) by construction; a check that the edit was made, "
+                                      "not a measurement of its effect"}}
+
+    def after_cut(axes: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
         with value_cut(model, axes):
-            q, after = model_posterior(model, tokenizer, base, pair, layers)
+            q, after, R = _forward(model, tokenizer, base, pair, every, readout=True)
         Hq = _binary_entropy(q)
-        cut[name] = {"behaviour": score(exact, q, ks, setup.n_boot),
-                     "rho_axis_entropy_after": {str(l): _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0], Hq)
-                                                for l in layers}}
+        first = min(axes)
+        return {"behaviour": score(exact, q, ks, setup.n_boot),
+                "rho_axis_entropy_after": {str(l): _spearman(_project(after[l], ent[l]), Hq) for l in axes},
+                "rho_readout_after": _spearman(_project(R, read_axis), Hq),
+                "rho_readout_after_ci": _rho_ci(_project(R, read_axis), Hq, setup.n_boot, setup.seed)["ci"],
+                "rho_downstream_after": {str(m): _spearman(_project(after[m], probes[m][0]), Hq)
+                                         for m in every if m > first and m not in axes}}
+
+    for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
+        cut[name] = after_cut(axes)
     if len(layers) > 1 and not cut_only:  # the paper cuts one layer at a time: each layer alone, the others untouched
         cut["one_at_a_time"] = {}
         for l in layers:
             alone = {}
             for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-                with value_cut(model, {l: axes[l]}):
-                    q, after = model_posterior(model, tokenizer, base, pair, [l])
-                alone[name] = {"behaviour": score(exact, q, ks, setup.n_boot),
-                               "rho_axis_entropy_after": _spearman(((after[l] - ent[l][1]) / ent[l][2]) @ ent[l][0],
-                                                                   _binary_entropy(q))}
+                alone[name] = after_cut({l: axes[l]})
+                alone[name]["rho_axis_entropy_after"] = alone[name]["rho_axis_entropy_after"][str(l)]  # a number, as before
             cut["one_at_a_time"][str(l)] = alone
     out["cut"] = cut
     if not cut_only:
