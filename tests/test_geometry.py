@@ -229,8 +229,11 @@ def test_statistics_helpers() -> None:
     y = torch.tensor([1.0, 0.0, 0.5, 0.7, 9.0])
     scipy = pytest.importorskip("scipy.stats")
     assert G.spearman(x, y) == pytest.approx(scipy.spearmanr(x, y).statistic)
-    assert G.settle_step([0, 1, 2, 5], [1.0, 0.05, 0.5, 0.01]) == 5
-    assert G.settle_step([0, 1, 2], [1.0, 0.05, 0.0]) == 1
+    from windtunnel.geometry.dynamics import settle_step_first10pct
+
+    assert settle_step_first10pct([0, 1, 2, 5], [1.0, 0.05, 0.5, 0.01]) == 5  # the old reading (tests/test_settle.py)
+    assert settle_step_first10pct([0, 1, 2], [1.0, 0.05, 0.0]) == 1
+    assert G.settle_step([0, 1, 2, 5], [1.0, 0.05, 0.5, 0.01]) is None  # within 0.2 decades of the end only at the end
     p = torch.tensor([[1.0, 0.0]])
     assert float(G.js_bits(p, torch.tensor([[0.0, 1.0]]))) == pytest.approx(1.0)
 
@@ -279,6 +282,9 @@ def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
     assert doc["meta"]["untrained_null"] == "step-0 checkpoint"
     fp = doc["frame_precision"]
     assert fp["steps"][0] == 0 and fp["steps"][-1] == 12 and fp["series"][-1]["js_mean"] == 0.0
+    assert {"js_settle_step_first10pct", "error_settle_step_first10pct", "frame_before_error_first10pct",
+            "kl_fold_last_interval"} <= set(fp["summary"])  # both readings of "settled" (tests/test_settle.py)
+    assert fp["error_settle_step"] == G.settle_step(fp["steps"], [r["kl"] for r in fp["series"]])
     pngs = sorted(p.name for p in (run / "figures").glob("geometry_*.png"))
     assert pngs == sorted(f"geometry_{k}.png" for k, d in G.DIAGNOSTICS.items() if doc[k].get("applicable", True))
     assert doc["selection"]["applicable"] is False  # a transformer has no selective step sizes

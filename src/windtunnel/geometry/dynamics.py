@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode
                       spearman, evenly_spaced)
 from .readouts import pca
 
-__all__ = ["frame_precision", "frame_precision_figure", "first_below", "settle_step", "js_bits"]
+__all__ = ["frame_precision", "frame_precision_figure", "first_below", "frame_first", "settle_step",
+           "settle_step_first10pct", "js_bits"]
 
 SETTLE_FRACTION = 0.1
 
@@ -35,9 +37,65 @@ def js_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return (0.5 * kl(p) + 0.5 * kl(q)).clamp_min(0.0)
 
 
-def settle_step(steps: list[int], values: list[float | None], fraction: float = SETTLE_FRACTION) -> int | None:
-    """The first checkpoint step from which ``values`` stays at or below ``fraction`` × its value at
-    the first checkpoint (``None`` if it never does or the initial value is not positive)."""
+def settle_step(steps: list[int], values: list[float | None], fraction: float = SETTLE_FRACTION, *,
+                log: bool = True) -> int | None:
+    r"""The first checkpoint step from which the quantity's remaining change to its end-of-run value
+    stays ≤ ``fraction`` of its total change (first checkpoint → last), measured in decades
+    (``log=True``) or on its own scale (``log=False``); ``None`` if that holds only at the last
+    checkpoint (it had not settled within the run).  A pure function of the committed series, so a
+    claim can recompute it from a ``geometry.json``'s ``frame_precision.series``.
+
+    With :math:`d(v) = \log_{10} v` (``log=True``) or :math:`d(v) = v` (``log=False``), end value
+    :math:`v_\mathrm{end}` (the last checkpoint) and first value :math:`v_0`:
+
+    .. math:: \mathrm{settle} = \min\{ s_i,\ i < n-1 :
+              |d(v_j) - d(v_\mathrm{end})| \le f\,|d(v_0) - d(v_\mathrm{end})|\ \forall j \ge i \}
+
+    i.e. the remaining change to the end value is at most ``fraction`` (f = 10%) of the total change,
+    at that checkpoint and every later one.  For an error that falls over orders of magnitude (KL,
+    entropy MAE, ``log=True``) this is "the remaining fall, in log10, is ≤ 10% of the total fall in
+    log10": a KL going 0.92 → 0.085 → 0.0007 bits has 2.1 of its 3.1 decades still to fall at 0.085,
+    so it has not settled there.  (The old reading, :func:`settle_step_first10pct` — "≤ 10% of the
+    first value" — calls it settled at 0.085: a fall of 1.03 decades out of 3.1 is already enough.)
+
+    ``log=False`` is the same rule for a quantity that already *is* the distance to the end state:
+    the JS of the attention rows to the final checkpoint's is 0 there by construction, so on a log
+    scale every earlier checkpoint would be infinitely far from the end; on its own scale the rule is
+    ``JS(t) ≤ 0.1 · JS(first)`` (the attention has covered 90% of its way to the final pattern).
+    Both readings ask the same question — has the remaining change to the end-of-run state shrunk
+    to 10% of the change at the start? — each in the quantity's natural distance to that state.
+
+    The last checkpoint meets the rule by definition (its distance to itself is 0), so it does not
+    count: a quantity that gets within 10% only there is still moving when the run ends (``None``).
+    A series that does not change (first value = end value, e.g. constant) has nothing left to
+    settle: it is settled from the first checkpoint on which it equals its end value.  ``None`` too
+    with a missing value, fewer than 2 checkpoints, or (``log=True``) a value that is not positive.
+    """
+    if len(values) < 2 or len(values) != len(steps) or any(v is None for v in values):
+        return None
+    if log:
+        if any(not v > 0 for v in values):  # type: ignore[operator]
+            return None
+        d = [math.log10(v) for v in values]  # type: ignore[arg-type]
+    else:
+        d = [float(v) for v in values]  # type: ignore[arg-type]
+    end = d[-1]
+    tol = fraction * abs(d[0] - end)
+    ok = [abs(x - end) <= tol for x in d]
+    for i in range(len(ok) - 1):
+        if all(ok[i:]):
+            return steps[i]
+    return None
+
+
+def settle_step_first10pct(steps: list[int], values: list[float | None],
+                           fraction: float = SETTLE_FRACTION) -> int | None:
+    """The old reading of "settled": the first checkpoint step from which ``values`` stays at or below
+    ``fraction`` × its value at the first checkpoint (``None`` if it never does or the initial value
+    is not positive).  For an error that falls over orders of magnitude this is met after the first
+    decade of its fall, however many decades are still to come; kept so both readings can be
+    reported (``*_settle_step_first10pct``).  For the JS to the final attention (0 at the end) it
+    agrees with :func:`settle_step` ``(log=False)`` except where only the last checkpoint qualifies."""
     if not values or values[0] is None or not values[0] > 0:
         return None
     thr = fraction * values[0]
@@ -53,6 +111,17 @@ def first_below(steps: list[int], values: list[float | None], fraction: float = 
     if not values or values[0] is None or not values[0] > 0:
         return None
     return next((s for s, v in zip(steps, values) if v is not None and v <= fraction * values[0]), None)
+
+
+def frame_first(js_step: int | None, error_step: int | None) -> bool | None:
+    """Whether the attention settled before the error (settle steps from :func:`settle_step`, ``None``:
+    not settled within the run): true if the attention settled and the error later or never; false if
+    the error settled at or before the attention's step, or the attention never did; ``None`` if neither."""
+    if js_step is None and error_step is None:
+        return None
+    if js_step is None:
+        return False
+    return error_step is None or js_step < error_step
 
 
 def _patterns(model: torch.nn.Module, ep: Episodes, chunk: int = 64) -> torch.Tensor:
@@ -91,13 +160,26 @@ def frame_precision(
     * **error**: ``entropy_mae`` and ``kl`` (bits, :mod:`windtunnel.metrics`); null: the uniform
       predictor's values.
 
-    Settling: ``js_settle_step`` / ``error_settle_step`` are the first checkpoint steps from which
-    the quantity stays ≤ 10% of its value at the first checkpoint (:func:`settle_step`; error uses
-    ``kl``; ``*_first_below_step``: the first step at which it is ≤ 10%, even if it rises again);
-    ``precision_step_90`` is the first step from which ``|ρ|`` stays ≥ 90% of its final value.
-    ``frame_before_error`` answers Paper II's prediction (the frame settles first);
+    Settling (:func:`settle_step`, one rule for attention and error): the first checkpoint from which
+    the remaining change to the end-of-run value stays ≤ 10% of the total change, for the KL and
+    ``entropy_mae`` in decades (:math:`\log_{10} v - \log_{10} v_\mathrm{end} \le 0.1\,(\log_{10} v_0 -
+    \log_{10} v_\mathrm{end})`), for the JS to the final attention — itself the distance to the end
+    state, 0 there — on its own scale (:math:`\mathrm{JS}(t) \le 0.1\,\mathrm{JS}(t_0)`); ``None``
+    if only the last checkpoint qualifies (still moving when the run ended).
+    ``js_settle_step`` (+ ``_by_layer``), ``error_settle_step`` (``kl``), ``entropy_mae_settle_step``.
+    Before this rule ``error_settle_step`` / ``entropy_mae_settle_step`` meant "first step from which
+    the value stays ≤ 10% of its first-checkpoint value", met after the first decade of a fall of
+    three or more; that reading is kept as ``*_settle_step_first10pct`` (:func:`settle_step_first10pct`),
+    as is ``frame_before_error_first10pct``.  ``*_first_below_step``: the first step at which the value
+    is ≤ 10% of its first value, even if it rises again.  ``precision_step_90`` is the first step from
+    which ``|ρ|`` stays ≥ 90% of its final value.
+    ``frame_before_error`` answers Paper II's prediction (the frame settles first): true where the
+    attention settled within the run and the KL settled later or not at all, false where the KL
+    settled first (or at the same step) or the attention never did, ``None`` where neither settled
+    (it used to be ``None`` whenever either had not settled).
     ``kl_fold_after_js_settle`` = KL at the JS settle step / final KL (how much the error still
-    improves once the frame has settled; the authors' follow-up reports 2.4x and ~40x).
+    improves once the frame has settled; the authors' follow-up reports 2.4x and ~40x);
+    ``kl_fold_last_interval`` = KL at the second-last checkpoint / final KL (> 1: still falling at the end).
     """
     run = RunDir(run_dir)
     record = run.read_config()
@@ -158,33 +240,49 @@ def frame_precision(
     if prec and prec[-1] is not None and prec[-1] > 0:
         ok = [p is not None and p >= 0.9 * prec[-1] for p in prec]
         prec_step = next((steps[i] for i in range(len(ok)) if all(ok[i:])), None)
-    js_step = settle_step(steps, col("js_mean")) if final is not None else None
+    js_step = settle_step(steps, col("js_mean"), log=False) if final is not None else None
     err_step = settle_step(steps, col("kl"))
+    js_old = settle_step_first10pct(steps, col("js_mean")) if final is not None else None
+    err_old = settle_step_first10pct(steps, col("kl"))
+    by_layer = ([[r["js_by_layer"][l] for r in series] for l in range(L)] if final is not None else None)
     out = {
         "applicable": True,
         "definition": "JS(bits) of attention rows at scored queries to the final checkpoint's; |Spearman| of "
                       "last-layer resid PC1 with Bayes entropy; entropy_mae and KL in bits; settle = first step "
-                      "from which the value stays <= 10% of its first-checkpoint value",
+                      "(before the last) from which the remaining change to the end-of-run value stays <= 10% of "
+                      "the total change: KL and entropy_mae in log10, JS (0 at the end) on its own scale; "
+                      "*_first10pct: the old reading, first step from which the value stays <= 10% of its "
+                      "first-checkpoint value",
         "steps": steps,
         "n_episodes": n,
         "series": series,
         "null": {"js_uniform_vs_final": js_uniform,
                  "uniform_entropy_mae": uv["entropy_mae"], "uniform_kl": uv["kl"]},
         "js_settle_step": js_step,
-        "js_settle_step_by_layer": ([settle_step(steps, [r["js_by_layer"][l] for r in series]) for l in range(L)]
-                                    if final is not None else None),
+        "js_settle_step_by_layer": ([settle_step(steps, v, log=False) for v in by_layer]
+                                    if by_layer is not None else None),
+        "js_settle_step_first10pct": js_old,
+        "js_settle_step_by_layer_first10pct": ([settle_step_first10pct(steps, v) for v in by_layer]
+                                               if by_layer is not None else None),
         "js_first_below_step": first_below(steps, col("js_mean")) if final is not None else None,
         "error_settle_step": err_step,
+        "error_settle_step_first10pct": err_old,
         "error_first_below_step": first_below(steps, col("kl")),
         "entropy_mae_settle_step": settle_step(steps, col("entropy_mae")),
+        "entropy_mae_settle_step_first10pct": settle_step_first10pct(steps, col("entropy_mae")),
         "precision_step_90": prec_step,
-        "frame_before_error": (js_step < err_step) if (js_step is not None and err_step is not None) else None,
+        "frame_before_error": frame_first(js_step, err_step),
+        "frame_before_error_first10pct": (js_old < err_old) if (js_old is not None and err_old is not None) else None,
     }
     kls = col("kl")
     out["kl_fold_after_js_settle"] = (kls[steps.index(js_step)] / kls[-1]
                                       if js_step is not None and kls[-1] and kls[-1] > 0 else None)
+    out["kl_fold_last_interval"] = (kls[-2] / kls[-1] if len(kls) > 1 and kls[-2] is not None and kls[-1]
+                                    and kls[-1] > 0 else None)
     out["summary"] = {k: out[k] for k in ("js_settle_step", "js_settle_step_by_layer", "error_settle_step",
-                                          "precision_step_90", "frame_before_error", "kl_fold_after_js_settle")}
+                                          "js_settle_step_first10pct", "error_settle_step_first10pct",
+                                          "precision_step_90", "frame_before_error", "frame_before_error_first10pct",
+                                          "kl_fold_after_js_settle", "kl_fold_last_interval")}
     out["summary"]["n_checkpoints"] = len(steps)
     out["summary"]["final_precision_abs_rho"] = prec[-1]
     return clean(out)
@@ -238,12 +336,19 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     n = s.get("n_checkpoints") or 0
     flags = [f"only {n} checkpoints: too few to order the frame and the error"] if n < MIN_CHECKPOINTS else []
     first, js, err = s.get("frame_before_error"), s.get("js_settle_step"), s.get("error_settle_step")
-    if err is None:
-        flags.append("the error never settled within the kept checkpoints")
+    if first is None:
+        flags.append("neither the attention nor the error settled within the kept checkpoints")
     consistent = None if flags else bool(first)
+    fold = s.get("kl_fold_last_interval")
+    kl_text = (f"the KL at step {err}" if err is not None else "the KL not within the run"
+               + (f" (still falling {fold:.1f}x over the last interval)" if isinstance(fold, (int, float)) else ""))
+    old = ""
+    if "error_settle_step_first10pct" in s:
+        old = (f"; read as 'stays <= 10% of the first value': attention {s.get('js_settle_step_first10pct')}, "
+               f"the KL {s.get('error_settle_step_first10pct')}")
     return [Reading("frame_precision.frame_before_error", str(first), "the error's settling step", err,
                     "attention settling first is consistent", consistent, "B9",
-                    f"attention settles at step {js}, the KL at step {err}", tuple(flags))]
+                    f"attention settles at step {js}, {kl_text}{old}", tuple(flags))]
 
 
 register(Diagnostic("frame_precision", frame_precision, frame_precision_figure, _interpret, checkpoints=True,
