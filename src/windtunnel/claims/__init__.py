@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paper1, paper2, paper3  # noqa: F401  (each registers its claims)
-from . import render as _render
+from . import pages as _render
 from .base import (AGREE, CLAIMS, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE,
                    NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS, Claim, Verdict)
 from .evidence import Evidence, Measure, NullEvidence
@@ -54,7 +54,7 @@ def assess_all(results: str | Path = "results", preset: str = "quick") -> dict[s
 
 
 def render(judgements: dict[str, Judgement]) -> str:
-    """``CLAIMS.md``, the front page (:mod:`windtunnel.claims.render`)."""
+    """``CLAIMS.md``, the front page (:mod:`windtunnel.claims.pages`)."""
     return _render.front_page(judgements)
 
 

@@ -48,7 +48,7 @@ def _c2(ev: Evidence) -> Verdict:
 
 
 @claim("C3", "III", "v1", "§2", "Late in training the routing (frame) gradient is small beside the value gradient",
-       "qualitative", "paper-p3", "routing_law.routing_to_value_grad_norm over every head of the trained main job; "
+       "qualitative", "secondary", "routing_law.routing_to_value_grad_norm over every head of the trained main job; "
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if the median over heads is below 0.1 on every seed; judged on the papers' own cell "
        "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)

@@ -247,7 +247,7 @@ def _d10b(ev: Evidence) -> Verdict:
 
 
 @claim("D12", "III", "v1", "Tables 1–2", "The wind-tunnel reference row: PC1 84–90% (maths), keys 0.09–0.12, focusing "
-       "↓85–90%", "84–90% / 0.09–0.12 / ↓85–90%", "paper",
+       "↓85–90%", "84–90% / 0.09–0.12 / ↓85–90%", "paper-p3",
        "sawtooth attention-output PC1 share; main-job layer-0 key |cos|; main-job attention-entropy reduction",
        "agree if all three fall in or beyond the papers' ranges (PC1 ≥ 0.84, keys ≤ 0.12, reduction ≥ 0.85)",
        "windtunnel reproduce paper1 --preset quick", derived="B1")

@@ -185,7 +185,8 @@ def detail(j: Judgement) -> str:
     if c.derived:
         lines.append(f"- **Derived**: re-reads the measurement of [{c.derived}]({c.derived}.md); counted once, there")
     if v.why:
-        lines += ["", "## Why", "", v.why + ("." if not v.why.endswith(".") else "")]
+        why = v.why[0].upper() + v.why[1:]
+        lines += ["", "## Why", "", why + ("" if why.endswith(".") else ".")]
     lines += ["", "## Nulls", ""]
     if j.nulls:
         lines += ["The same rule applied to the committed results as each null would have produced them:", "",
