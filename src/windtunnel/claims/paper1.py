@@ -1171,28 +1171,43 @@ def _b5(ev: Evidence) -> Verdict:
     return _with_size_controls(ev, rule, "main-job geometry")
 
 
-@claim("B6", "I", "v1", "abstract", "Progressive query–key alignment: queries single out the relevant keys more with "
-       "depth", "qualitative", "paper", "qk_alignment on the main job: cos(q_t, k) on the shown values minus on the whole "
-       "context, best head per layer; attention focusing beside it; controls: the main job at the papers' head width "
-       "(main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if on every seed the last layer's alignment exceeds the first layer's, 0 and the untrained model's; "
-       "judged on the papers' own cell at their size (main_paper_size) where committed, the reduced-scale cells "
-       "beside it; else closes under the head width or the task's size if that control agrees", REPRO)
-def _b6(ev: Evidence) -> Verdict:
-    def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
-        a = _all_seeds(ev, column, "transformer", "qk_alignment.alignment_by_layer")
-        u = _all_seeds(ev, column, "transformer", "qk_alignment.untrained_alignment_by_layer")
-        ent = _all_seeds(ev, column, "transformer", "attention_focusing.entropy_by_layer")
-        if a is None or u is None or any(x is None for x in a):
-            return None
-        ok = [x[-1] > x[0] and x[-1] > 0 and x[-1] > y[-1] for x, y in zip(a, u)]
-        last = pooled([x[-1] for x in a], _files(ev, column, "transformer"))
-        foc = "" if ent is None or any(e is None for e in ent) else (
-            "; attention entropy first → last layer " + ", ".join(f"{e[0]:.2f} → {e[-1]:.2f}" for e in ent))
-        return all(ok), last, (f"last layer's alignment; layer 0: {', '.join(f'{x[0]:.3f}' for x in a)}; "
-                               f"progressive on {sum(ok)} of {len(ok)} seeds" + foc)
+def _qk_progressive(ev: Evidence, column: str) -> tuple[bool, Measure, str] | None:
+    """The B6 rule on ``column``: on every seed the last layer's query–key contrast on the task's main region (best
+    head) exceeds the first layer's, 0 and the untrained model's; ``(ok, last layer's contrast, what was read)``."""
+    a = _all_seeds(ev, column, "transformer", "qk_alignment.alignment_by_layer")
+    u = _all_seeds(ev, column, "transformer", "qk_alignment.untrained_alignment_by_layer")
+    if a is None or u is None or any(x is None for x in a) or any(x is None for x in u):
+        return None
+    ok = [x[-1] > x[0] and x[-1] > 0 and x[-1] > y[-1] for x, y in zip(a, u)]
+    last = pooled([x[-1] for x in a], _files(ev, column, "transformer"))
+    return all(ok), last, (f"first → last layer {', '.join(f'{x[0]:.2f} → {x[-1]:.2f}' for x in a)} (untrained "
+                           f"last layer {', '.join(f'{y[-1]:.3f}' for y in u)}); progressive on {sum(ok)} of {len(ok)} seeds")
 
-    return _with_size_controls(ev, rule, "main-job query–key alignment")
+
+FEASIBLE_IN_CONTEXT = (("bijection_replacement", "the sawtooth (the earlier answer of a repeated key)"),
+                       ("recall", "recall (the stored value)"))
+"""The tasks whose feasible hypothesis is a token of the context, where B6's alignment can be read on it."""
+
+
+@claim("B6", "I", "v1", "abstract", "Progressive query–key alignment: queries single out the relevant keys more with "
+       "depth", "qualitative", "paper", "qk_alignment: cos(q_t, k) on the keys of the posterior's support minus on the "
+       "whole context, best head per layer, where that support is in the context — the sawtooth's earlier answer of a "
+       "repeated key and recall's stored value, 3 seeds each; the main job beside it (on bijection the feasible values "
+       "are the ones not yet shown, so no key holds them: its contrast is read on the shown, eliminated values)",
+       "agree if on every seed of both tasks the last layer's alignment exceeds the first layer's, 0 and the untrained "
+       "model's", REPRO)
+def _b6(ev: Evidence) -> Verdict:
+    readings = [(name, _qk_progressive(ev, column)) for column, name in FEASIBLE_IN_CONTEXT]
+    if any(r is None for _, r in readings):
+        return missing("sawtooth and recall geometry")
+    ok = all(r[0] for _, r in readings)
+    said = "; ".join(f"{name}: last layer {r[1].text()}, {r[2]}" for name, r in readings)
+    main = _qk_progressive(ev, "main")
+    if main is not None:  # the eliminated values: what attention can single out on bijection
+        said += f"; the main job on its shown (eliminated) values: last layer {main[1].text()}, {main[2]}"
+    first = readings[0][1][1]
+    files = tuple(f for _, r in readings for f in r[1].files) + (main[1].files if main is not None else ())
+    return Verdict(AGREE if ok else DISAGREE, Measure(first.value, first.ci, first.seeds, first.values, files), said)
 
 
 @claim("B7", "I", "v1", "abstract; P3 §4.4", "A low-dimensional value manifold parameterised by posterior entropy",
