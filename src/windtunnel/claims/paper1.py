@@ -79,7 +79,7 @@ def _a1(ev: Evidence) -> Verdict:
        "Transformer bijection entropy error at V=20 with 2.67M parameters",
        "0.003 (v1) / 0.007 (v3) bits", "secondary",
        "entropy_mae_curve (bits), the main job on the papers' cell V=20, L=19 at the papers' size (main_paper_size, "
-       "2.67M parameters; until its seeds are committed, main_v20 at 200k), 3 seeds",
+       "2.67M parameters; where its seeds are absent, main_v20 at 200k), 3 seeds",
        f"agree if our mean is at most {ERROR_FACTOR}× the v3 figure 0.007 bits", REPRO)
 def _a2(ev: Evidence) -> Verdict:
     small = ev.eval_metric("main_v20", "transformer", SEEDS, "entropy_mae_curve")
@@ -256,7 +256,7 @@ def _filter_note(ev: Evidence, column: str, arch: str) -> str:
 @claim("A6", "I", "v1", "Table 1", "HMM filtering: the transformer's error at K=20", "7.5×10⁻⁵ bits (a KL)", "secondary",
        "kl (bits) at K=20, transformer, 3 seeds; controls: the same cell trained four times as long, on fresh "
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
-       "(the paper preset's cells, once committed), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
+       "(the paper preset's cells), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
        f"agree if our mean is at most {ERROR_FACTOR}× 7.5e-5; a control closes the gap only if it reaches that level",
        f"{TABLE}; {REPRO}")
 def _a6(ev: Evidence) -> Verdict:
@@ -455,7 +455,7 @@ def _control_text(ctrl: dict[str, dict[str, Measure]]) -> str:
        "KL 0.012 / 0.029 bits", "code", "kl (bits) at K=30, K=50, transformer (learned positions), 3 seeds; controls: "
        "the same cell with rotary, ALiBi and no position encoding, with learned positions trained four times as long (fresh "
        "episodes, and a fixed set), and with rotary positions trained as long on the fixed set; learned and rotary "
-       "positions at the papers' size (the paper preset's cells, once committed); learned positions from PyTorch's default "
+       "positions at the papers' size (the paper preset's cells); learned positions from PyTorch's default "
        "initialisation",
        f"agree if both are at most {ERROR_FACTOR}× the papers' figures; closes under a control that meets them",
        f"{TABLE}; {REPRO}")
@@ -483,7 +483,7 @@ def _a11(ev: Evidence) -> Verdict:
        "qualitative", "secondary", "per-position KL at K=50: mean over steps 21–25 / mean over steps 16–20, 3 seeds "
        "(learned positions); controls: rotary, ALiBi, none, learned positions trained four times as long (fresh, fixed "
        "set), and rotary positions trained as long on the fixed set; learned and rotary positions at the papers' size "
-       "(the paper preset's cells, once committed); learned positions from PyTorch's default initialisation",
+       "(the paper preset's cells); learned positions from PyTorch's default initialisation",
        "agree if the ratio is at most 1.5 on every seed, disagree if it is above 1.5 on every seed, inconclusive if "
        "the seeds straddle it; a control closes a disagreement if it learns the task on every seed (K=20 KL below the "
        "one-step filter's, the best answer from the current observation alone) and shows no jump on any", REPRO)
