@@ -89,7 +89,9 @@ class Claim:
     """One claim (see the module docstring).  ``number`` is the papers' figure as they state it; ``derived``
     names the claim whose measurement this one re-reads (counted once, under that claim); ``asserts_failure``
     marks a claim that a model *fails* (its rule is meant to be met by a trivial predictor, so the check that the
-    rule can fail applies it to the Bayes oracle instead)."""
+    rule can fail applies it to the Bayes oracle instead); ``threshold`` states the threshold of the rule that is
+    ours, not the papers' (where the papers give no number, or one the rule replaces), ``""`` where the rule
+    applies the papers' own number."""
 
     id: str
     paper: str
@@ -104,6 +106,7 @@ class Claim:
     assess: Callable[[Evidence], Verdict] = field(compare=False)
     derived: str | None = None
     asserts_failure: bool = False
+    threshold: str = ""
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -116,14 +119,14 @@ CLAIMS: dict[str, Claim] = {}
 
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
           metric: str, rule: str, command: str, *, derived: str | None = None,
-          asserts_failure: bool = False) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+          asserts_failure: bool = False, threshold: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
     """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``."""
 
     def register(fn: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
         if id in CLAIMS:
             raise ValueError(f"claim {id} registered twice")
         CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, rule, command, fn,
-                           derived, asserts_failure)
+                           derived, asserts_failure, threshold)
         return fn
 
     return register

@@ -17,6 +17,7 @@ from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROL
                    NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
 from .evidence import Measure, _g
 from .judge import NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
+from .paper1 import ERROR_FACTOR
 
 SECTIONS = {"A": "Paper I — behaviour", "B": "Paper I — mechanism and geometry", "C": "Paper II — gradient dynamics",
             "D": "Paper III — production language models"}
@@ -107,6 +108,8 @@ def headline(judgements: dict[str, Judgement]) -> list[str]:
         + (f" **Not measured — {len(by[NOT_MEASURED])}**: {_ids(by[NOT_MEASURED])}." if by[NOT_MEASURED] else ""),
         "- **Scale**: " + "; ".join(f"{n} judged at {s}" for s, n in Counter(j.scale for j in counted).most_common())
         + ".",
+        f"- **Thresholds of ours** (marked †): {sum(bool(j.claim.threshold) for j in counted)} rules apply a threshold "
+        "the papers do not state — where they give no number, or one the rule replaces; each detail names it.",
     ]
     return lines
 
@@ -149,7 +152,9 @@ def front_page(judgements: dict[str, Judgement]) -> str:
         "persists* — every committed control (each factor named) fails it too; *disagree — uncontrolled* — no "
         "control was run; *uninformative* — a trivial predictor (the context-blind optimum, the untrained model, "
         "an always-certain or always-uniform answer) meets the rule too; *not measurable here* — impossible on "
-        "these machines. Ours: the mean with each training seed's value, or the value with its 95% interval.",
+        "these machines. Ours: the mean with each training seed's value, or the value with its 95% interval. "
+        f"Convention: where the papers give an error figure, *agree* means our mean is at most {ERROR_FACTOR:g}× it; a "
+        "rule whose threshold is ours in any other way is marked †.",
     ]
     for s, title in SECTIONS.items():
         lines += ["", f"## {s}. {title}", "",
@@ -161,7 +166,8 @@ def front_page(judgements: dict[str, Judgement]) -> str:
             cid = f"[{c.id}]({DETAILS}/{c.id}.md)" + (f" (re-reads {c.derived})" if c.derived else "")
             lines.append("| " + " | ".join(_cell(x) for x in (
                 cid, _shorten(c.statement, STATEMENT_CHARS), f"{_shorten(c.number, 40)} ({c.provenance})",
-                ours_text(j.verdict.ours), verdict_text(j, short=True), short_scale(j.scale))) + " |")
+                ours_text(j.verdict.ours), verdict_text(j, short=True) + (" †" if c.threshold else ""),
+                short_scale(j.scale))) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -177,6 +183,8 @@ def detail(j: Judgement) -> str:
         f"- **The papers' number**: {c.number} — source: {c.provenance} ({PROVENANCE[c.provenance]})",
         f"- **What we measure**: {c.metric}",
         f"- **Rule**: {c.rule}",
+        f"- **Threshold**: ours, not the papers' — {c.threshold}" if c.threshold else
+        "- **Threshold**: the papers' own number (or the rule's reading of their words)",
         f"- **Ours**: {ours}" + (f" — {v.ours.seeds} seeds: {', '.join(_g(x) for x in v.ours.values)}"
                                  if isinstance(v.ours, Measure) and v.ours.values else ""),
         f"- **Verdict**: {verdict_text(j)}",

@@ -343,7 +343,8 @@ def _learns(ev: Evidence, task: str, arch: str, metric: str, paper: float) -> Ve
 
 @claim("A8", "I", "v1 / v3", "Table 1", "The MLP fails HMM filtering", "≈ 0.409 / 0.40 bits", "secondary",
        "kl (bits), mlp_pointwise, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE,
-       asserts_failure=True)
+       asserts_failure=True,
+       threshold="≥ 90% of the context-blind floor (the papers give 0.409 / 0.40 bits)")
 def _a8(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "mlp_pointwise", "kl")
 
@@ -362,7 +363,8 @@ def _a9(ev: Evidence) -> Verdict:
 @claim("A10", "I", "v1", "§ results", "The MLP collapses to a position-averaged answer (its error is flat)",
        "qualitative", "secondary", "kl, mlp_pointwise vs the context-blind optimum, all four columns",
        "agree if the MLP's KL is within 5% of the context-blind optimum on every column", TABLE,
-       asserts_failure=True)
+       asserts_failure=True,
+       threshold="within 5% of the context-blind optimum")
 def _a10(ev: Evidence) -> Verdict:
     rel = []
     for task in ("bijection", "bijection_replacement", "hmm", "recall"):
@@ -486,7 +488,8 @@ def _a11(ev: Evidence) -> Verdict:
        "(the paper preset's cells); learned positions from PyTorch's default initialisation",
        "agree if the ratio is at most 1.5 on every seed, disagree if it is above 1.5 on every seed, inconclusive if "
        "the seeds straddle it; a control closes a disagreement if it learns the task on every seed (K=20 KL below the "
-       "one-step filter's, the best answer from the current observation alone) and shows no jump on any", REPRO)
+       "one-step filter's, the best answer from the current observation alone) and shows no jump on any", REPRO,
+       threshold="a jump ratio of at most 1.5")
 def _a12(ev: Evidence) -> Verdict:
     m = ev.cell_stat("hmm", "transformer", SEEDS, "eval.json", _boundary_jump)
     if m is None:
@@ -520,14 +523,16 @@ def _a12(ev: Evidence) -> Verdict:
 
 @claim("A13", "I", "v3", "primitives table", "Mamba learns bijection (accumulation)", "0.010 bits", "secondary",
        "entropy_mae_curve (bits), mamba, 3 seeds", f"agree if below {LEARNED_FRACTION:.0%} of the context-blind floor "
-       "(the paper's text is qualitative; its number is secondary)", TABLE)
+       "(the paper's text is qualitative; its number is secondary)", TABLE,
+       threshold="below 10% of the context-blind floor (in place of 0.010 bits)")
 def _a13(ev: Evidence) -> Verdict:
     return _learns(ev, "bijection", "mamba", "entropy_mae_curve", 0.010)
 
 
 @claim("A14", "I", "v3", "primitives table", "The LSTM learns bijection (a static sufficient statistic)", "0.009 bits",
        "secondary", "entropy_mae_curve (bits), lstm, 3 seeds",
-       f"agree if below {LEARNED_FRACTION:.0%} of the context-blind floor", TABLE)
+       f"agree if below {LEARNED_FRACTION:.0%} of the context-blind floor", TABLE,
+       threshold="below 10% of the context-blind floor (in place of 0.009 bits)")
 def _a14(ev: Evidence) -> Verdict:
     return _learns(ev, "bijection", "lstm", "entropy_mae_curve", 0.009)
 
@@ -579,7 +584,8 @@ def _a16(ev: Evidence) -> Verdict:
 
 @claim("A17", "I", "v3", "primitives table", "The LSTM fails HMM filtering", "0.411 bits", "secondary",
        "kl (bits), lstm, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE,
-       asserts_failure=True)
+       asserts_failure=True,
+       threshold="≥ 90% of the context-blind floor (in place of 0.411 bits)")
 def _a17(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "lstm", "kl")
 
@@ -708,7 +714,8 @@ def _a20(ev: Evidence) -> Verdict:
 
 @claim("A21", "I", "v3", "primitives table", "The LSTM's recall is at chance", "0.5%", "secondary",
        "accuracy, lstm, 3 seeds, against chance = 1 / pairs (8)",
-       "agree if |accuracy − chance| ≤ 0.05; the papers' 0.5% is chance at their size", TABLE, asserts_failure=True)
+       "agree if |accuracy − chance| ≤ 0.05; the papers' 0.5% is chance at their size", TABLE, asserts_failure=True,
+       threshold="within 0.05 of chance (in place of 0.5%)")
 def _a21(ev: Evidence) -> Verdict:
     m = ev.table("recall", "lstm", "accuracy")
     if m is None:
@@ -772,7 +779,8 @@ def _binding_ladder(ev: Evidence) -> str:
 @claim("A24", "I", "v3", "abstract", "LSTMs realise only accumulation", "qualitative", "paper",
        "lstm: bijection learned; sawtooth and HMM at the floor; recall at chance",
        f"agree if bijection < {LEARNED_FRACTION:.0%} of its floor, sawtooth and HMM ≥ {FLOOR_FRACTION:.0%} of theirs, "
-       "and recall within 0.05 of chance", TABLE)
+       "and recall within 0.05 of chance", TABLE,
+       threshold="below 10% / at least 90% of the floor, recall within 0.05 of chance")
 def _a24(ev: Evidence) -> Verdict:
     parts = [_learns(ev, "bijection", "lstm", "entropy_mae_curve", 0.009),
              _fails(ev, "bijection_replacement", "lstm", "entropy_mae_curve"), _fails(ev, "hmm", "lstm", "kl"),
@@ -788,7 +796,8 @@ def _a24(ev: Evidence) -> Verdict:
 @claim("A25", "I", "v1, v3", "abstract", "MLPs realise none of the primitives (flat architectures fail)", "qualitative",
        "paper", "mlp_pointwise (the authors' MLP control) on all four columns",
        f"agree if the pointwise MLP is at ≥ {FLOOR_FRACTION:.0%} of the context-blind floor on every column", TABLE,
-       asserts_failure=True)
+       asserts_failure=True,
+       threshold="≥ 90% of the context-blind floor")
 def _a25(ev: Evidence) -> Verdict:
     cols = {"bijection": "entropy_mae_curve", "bijection_replacement": "entropy_mae_curve", "hmm": "kl", "recall": "kl"}
     parts = [_fails(ev, c, "mlp_pointwise", m) for c, m in cols.items()]
@@ -860,7 +869,8 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
        "cell's budget and four times it, and both layouts from PyTorch's default initialisation (the interleaved one "
        "also four times as long); the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; closes under a control whose KL is, on "
-       "every seed", REPRO)
+       "every seed", REPRO,
+       threshold="below 10% of the context-blind floor")
 def _a26(ev: Evidence) -> Verdict:
     main = _regression_rule(ev, "regression")
     if main is None:
@@ -897,7 +907,8 @@ def _a26(ev: Evidence) -> Verdict:
 @claim("A27", "I", "—", "Theorem 1", "The cross-entropy minimiser is the posterior predictive", "theorem", "secondary",
        "the Bayes oracle's error on every column; a model trained on sampled labels approaches it",
        "agree if the oracle's error is < 1e-12 bits on every column and the main job's error < 0.01 bits",
-       f"{TABLE}; {REPRO}")
+       f"{TABLE}; {REPRO}",
+       threshold="oracle below 1e-12 bits, main job below 0.01 bits")
 def _a27(ev: Evidence) -> Verdict:
     ora = [ev.reference(t, "oracle", "kl") for t in ("bijection", "bijection_replacement", "hmm", "recall")]
     main = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
@@ -1117,7 +1128,8 @@ def _frame_head(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | 
        "head_ablation: the most damaging head, its fold (ablated / intact entropy error) and its ratio to the runner-up; "
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if on every seed the most damaging head is in layer 0, its fold ≥ 10 and it is ≥ 2× the runner-up's "
-       "increase; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
+       "increase; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       threshold="the top head at least 2× the runner-up")
 def _b3(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         r = _frame_head(ev, column)
@@ -1215,7 +1227,8 @@ def _b6(ev: Evidence) -> Verdict:
        "final attention-output PC1 share and |Spearman(PC1, H_Bayes)|",
        "agree if on the seed mean PC1 carries ≥ 50% of the variance and |ρ| ≥ 0.5, with |ρ| above the untrained "
        "model's on every seed; |ρ| is the larger of |ρ(PC1, H)| and |ρ(|PC1 − median|, H)| (a manifold folded at its "
-       "middle, V-shaped in H, is parameterised by H although a monotone correlation misses it)", REPRO)
+       "middle, V-shaped in H, is parameterised by H although a monotone correlation misses it)", REPRO,
+       threshold="PC1 ≥ 50% of the variance and |ρ| ≥ 0.5")
 def _b7(ev: Evidence) -> Verdict:
     col = "bijection_replacement"
 
@@ -1313,7 +1326,8 @@ def _b9(ev: Evidence) -> Verdict:
        "qualitative", "paper", "probes: held-out KL (bits) of a linear posterior probe at the best layer vs the "
        "position-only probe and the untrained model's",
        "agree if on every seed the best probe's KL is at most half the position-only probe's and below the untrained model's",
-       REPRO)
+       REPRO,
+       threshold="probe KL at most half the position-only probe's")
 def _b10(ev: Evidence) -> Verdict:
     best = ev.geometry("main", "transformer", SEEDS, "probes.best_posterior_kl_bits")
     pos = ev.geometry("main", "transformer", SEEDS, "probes.position_only_kl_bits")
@@ -1345,7 +1359,8 @@ def _b11(ev: Evidence) -> Verdict:
        "K=50", "1.57×10⁻³ / 1.79 bits", "secondary", "kl (bits) at K=20 and K=50 of hmm_attn_off against the full "
        "HMM transformer, 3 seeds each",
        "agree if at K=20 its KL is within 2× of the full model's and at K=50 it exceeds the context-blind floor (worse "
-       "than not reading the context) while the full model's does not", REPRO)
+       "than not reading the context) while the full model's does not", REPRO,
+       threshold="within 2× of the full model (in place of 1.57e-3)")
 def _b12(ev: Evidence) -> Verdict:
     off20 = ev.eval_metric("hmm_attn_off", "transformer", SEEDS, "kl", 20)
     off50 = ev.eval_metric("hmm_attn_off", "transformer", SEEDS, "kl", 50)
@@ -1363,7 +1378,8 @@ def _b12(ev: Evidence) -> Verdict:
        "+5…+37%", "code", "head_ablation on HMM: the most damaging head's fold, 3 seeds; controls: the HMM cell trained "
        "four times as long, on fresh episodes (hmm_long) and on the authors' fixed set (hmm_fixed)",
        "agree if the most damaging head raises the error by less than 2× on every seed; closes under the budget if a "
-       "control agrees", REPRO)
+       "control agrees", REPRO,
+       threshold="below 2× (in place of +5…+37%)")
 def _b13(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         fold = ev.geometry(column, "transformer", SEEDS, "head_ablation.frame_head_fold")
@@ -1381,7 +1397,8 @@ def _b13(ev: Evidence) -> Verdict:
        "control: the HMM cell trained four times as long (hmm_long)",
        "agree if the mean ARI is at least half the ceiling that exact posteriors reach, and above the untrained model's "
        "on every seed; closes if the clusters found again with each token's mean state removed (the imprint of the "
-       "observation just read) meet that rule, or by the budget if the control does", REPRO)
+       "observation just read) meet that rule, or by the budget if the control does", REPRO,
+       threshold="ARI at least half the exact-posterior ceiling")
 def _b14(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         ari = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari")
@@ -1451,7 +1468,8 @@ def _mamba_vs_lstm(ev: Evidence, key: str, mamba_lower: bool) -> Verdict:
        "between Mamba's step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1); its largest "
        "value over layers; control: the HMM cell trained four times as long (hmm_long)",
        "agree if it is ≥ 0.3 on every seed and above the untrained model's; closes under the budget if the control agrees",
-       REPRO)
+       REPRO,
+       threshold="|ρ| ≥ 0.3")
 def _b17(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         m = ev.geometry(column, "mamba", SEEDS, "selection.best_abs_delta_info_rho")

@@ -51,7 +51,8 @@ def _c2(ev: Evidence) -> Verdict:
        "qualitative", "secondary", "routing_law.routing_to_value_grad_norm over every head of the trained main job; "
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if the median over heads is below 0.1 on every seed; judged on the papers' own cell "
-       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
+       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       threshold="a median ratio below 0.1")
 def _c3(ev: Evidence) -> Verdict:
     def ratio(column: str) -> Measure | None:
         return ev.cell_stat(column, "transformer", SEEDS, "geometry.json",
@@ -105,7 +106,8 @@ def _c5(ev: Evidence) -> Verdict:
 @claim("C6", "II", "v2", "abstract", "Both runs end close to the minimum Bayesian entropy", "close", "paper",
        "final gap of model entropy to the exact filtering entropy (bits), SGD and EM-like, 5 seeds",
        "agree if both final gaps are below 0.05 bits; closes under the 10×-everywhere arm (sgd_fast) closes the gap below "
-       "0.05", "windtunnel routing em --seeds 5")
+       "0.05", "windtunnel routing em --seeds 5",
+       threshold="both final gaps below 0.05 bits (the paper says 'close')")
 def _c6(ev: Evidence) -> Verdict:
     doc = ev.json(EM)
     if doc is None:
@@ -128,7 +130,8 @@ def _c6(ev: Evidence) -> Verdict:
        "final held-out Bayes gap KL(posterior ‖ model) (bits) of the AdamW arm, 5 seeds; control: the same model as "
        "the authors' code builds it (LayerNorm, dropout 0.1, no positions, gradient clip 1.0)",
        "agree if the held-out gap is below 0.1 bits; closes under the control if the authors' model is below it "
-       "where ours is not", "windtunnel routing em --deep --seeds 5; windtunnel routing em --deep --authors-model")
+       "where ours is not", "windtunnel routing em --deep --seeds 5; windtunnel routing em --deep --authors-model",
+       threshold="a held-out gap below 0.1 bits")
 def _c7(ev: Evidence) -> Verdict:
     doc = ev.json(DEEP)
     if doc is None:
@@ -196,7 +199,8 @@ def _c8(ev: Evidence) -> Verdict:
        "(recall's stored value, the sawtooth's repeated-key answer): the best head's attention mass on it, and the share "
        "of hypothesis positions whose value write favours its own class",
        "agree if on every seed of both tasks a layer's best head puts ≥ 0.5 of its attention on the posterior's support "
-       "and some head's value writes favour their own class on ≥ 50% of hypothesis positions", REPRO)
+       "and some head's value writes favour their own class on ≥ 50% of hypothesis positions", REPRO,
+       threshold="attention mass ≥ 0.5, value writes on ≥ 50% of positions")
 def _c9(ev: Evidence) -> Verdict:
     parts = {}
     for column in ("recall", "bijection_replacement"):
@@ -231,7 +235,8 @@ def _routing_damage(ev: Evidence, column: str) -> tuple[float, Measure, Measure,
        "(accumulation: the main job; transport: HMM; binding: recall), 3 seeds each",
        "agree if removing routing takes binding and transport at least halfway to the context-blind floor and "
        "accumulation less than halfway (the two routing primitives need routing, accumulation does not)",
-       "windtunnel reproduce paper2 --preset quick")
+       "windtunnel reproduce paper2 --preset quick",
+       threshold="halfway to the floor")
 def _c10(ev: Evidence) -> Verdict:
     parts = {}
     for primitive, column in (("accumulation", "main"), ("transport", "hmm"), ("binding", "recall")):

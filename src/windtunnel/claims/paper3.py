@@ -318,7 +318,8 @@ def _excludes_zero(m: dict) -> bool:
 @claim("D13", "III", "v1", "§5.2", "SULA: entropy error of a real LLM against the exact Bayesian entropy",
        "0.44 / 0.36 / 0.31 bits", "paper", "entropy_mae over 250 SULA prompts (k ∈ {0,1,2,4,8}), bootstrap interval",
        "agree if our interval overlaps [0.155, 0.66] (the papers' range widened by half: the same regime)" + EACH,
-       SULA_BOTH)
+       SULA_BOTH,
+       threshold="an interval overlapping [0.155, 0.66] bits (the papers' 0.31–0.44 widened by half)")
 @_on_each("SULA")
 def _d13(d: dict, rel: str) -> Verdict:
     c = d["conditions"]["normal"]
@@ -340,7 +341,8 @@ def _d16(d: dict, rel: str) -> Verdict:
 
 @claim("D19", "III", "v1", "§7.1", "Cutting the entropy axis drives ρ(v·u, H) to ≈ 0; a random cut does not; behaviour "
        "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", "ρ(axis, model entropy) before / after the cut at each cut layer",
-       "agree if every cut layer's ρ falls below 0.1 and the random cut leaves it within 0.05" + EACH, SULA_BOTH)
+       "agree if every cut layer's ρ falls below 0.1 and the random cut leaves it within 0.05" + EACH, SULA_BOTH,
+       threshold="ρ below 0.1 after the cut, the random cut within 0.05")
 @_on_each("SULA cut", needs="cut")
 def _d19(d: dict, rel: str) -> Verdict:
     c = d["cut"]
@@ -376,7 +378,8 @@ CUT5_MODELS = (("SmolLM2", CUT5), ("Gemma-3-270M", f"{GEMMA}-sula-5layers.json")
        "before and after, and the relative change of the SULA entropy error",
        "agree if the mean ρ after the cut is ≤ 0.1 and the entropy error changes by at most 5%" + EACH,
        SULA + " --layers 8 12 16 20 23 --out results/" + CUT5 + "; the same for gemma-3-270m-q4_k_m.gguf --layers 6 9 12 "
-       "15 17 --cut-only --out results/" + CUT5_MODELS[1][1])
+       "15 17 --cut-only --out results/" + CUT5_MODELS[1][1],
+       threshold="ρ ≤ 0.1 and the error within 5% (in place of 0.07 and < 1%)")
 @_on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
 def _d20(d: dict, rel: str) -> Verdict:
     c = d["cut"]
@@ -395,7 +398,8 @@ def _d20(d: dict, rel: str) -> Verdict:
 @claim("D23", "III", "v1", "abstract", "The entropy axis is a privileged readout, not a bottleneck", "conclusion", "paper",
        "after the cut: ρ(axis, entropy) and the change in SULA entropy error",
        "agree if the cut removes the axis (ρ < 0.1 at every cut layer) while the entropy error changes by at most 20%"
-       + EACH, SULA_BOTH)
+       + EACH, SULA_BOTH,
+       threshold="ρ below 0.1 and the error within 20%")
 @_on_each("SULA cut", needs="cut")
 def _d23(d: dict, rel: str) -> Verdict:
     c = d["cut"]
@@ -465,7 +469,8 @@ def _d18(d: dict, rel: str) -> Verdict:
        "ρ(model entropy, H_Bayes) over the normal prompts after keeping only the entropy-axis (or a random axis) "
        "component of the cut layers' final-token values",
        "agree if the entropy axis keeps ρ within 0.05 of before (or above) and the random axis lowers it by more than 0.1"
-       + EACH, SULA_BOTH)
+       + EACH, SULA_BOTH,
+       threshold="within 0.05, and a drop above 0.1")
 @_on_each("SULA geometry")
 def _d21(d: dict, rel: str) -> Verdict:
     a = d["geometry"]["axis_only"]
@@ -479,7 +484,8 @@ def _d21(d: dict, rel: str) -> Verdict:
 @claim("D22", "III", "v1", "§7.1", "A ±1σ shift along the entropy axis changes calibration slightly, in its direction",
        "small, directional", "paper", "mean model entropy (bits) after shifting the cut layers' final-token values by "
        "±1σ along the entropy axis", "agree if +1σ raises and −1σ lowers the mean entropy, each by at most 0.1 bits"
-       + EACH, SULA_BOTH)
+       + EACH, SULA_BOTH,
+       threshold="each shift at most 0.1 bits")
 @_on_each("SULA geometry")
 def _d22(d: dict, rel: str) -> Verdict:
     sh = d["geometry"]["shift"]
@@ -499,7 +505,8 @@ GLOBAL = "llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json"
        "block z-scored and given equal variance): PC1 share against the misaligned null (prompt order shuffled "
        "between models), each model's share of PC1, |ρ(PC1, H_Bayes)|",
        "agree if PC1 exceeds the misaligned null's 95th percentile, draws at least 25% on each model, and its "
-       "|ρ| with the exact entropy has an interval above 0.5", "windtunnel llm global SmolLM2.gguf gemma-3-270m.gguf")
+       "|ρ| with the exact entropy has an interval above 0.5", "windtunnel llm global SmolLM2.gguf gemma-3-270m.gguf",
+       threshold="above the null's 95th percentile, ≥ 25% per model, |ρ| > 0.5")
 def _d24(ev: Evidence) -> Verdict:
     d = ev.json(GLOBAL)
     if d is None:
