@@ -45,7 +45,7 @@ RAW = VERDICTS + (DISAGREE,)
 
 CONTROL_VARIABLES = ("budget", "data regime", "size", "model size", "task size", "head width", "initialisation",
                      "positions", "layout", "curriculum", "schedule", "state size", "architecture", "mechanism",
-                     "step size", "learning rate")
+                     "step size", "learning rate", "model")
 """The one factor a control changes, as verdicts name it."""
 
 PROVENANCE = {

@@ -299,7 +299,11 @@ def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = S
             for name, _, v in runs[1:]:
                 shown = v.ours.text() if isinstance(v.ours, Measure) else v.ours
                 why += f"; {name} {shown} ({v.kind.split(' ')[0]})"
-            return Verdict(kind, ours, why, files=files if not isinstance(ours, Measure) else ())
+            # a second production model is the control a language-model claim has: a disagreement on every model
+            # persists under the change of model; one model alone, or models that differ, control nothing
+            persists = kind == DISAGREE and len(runs) > 1 and all(k == DISAGREE for k in kinds)
+            return Verdict(kind, ours, why, files=files if not isinstance(ours, Measure) else (),
+                           controls=("model",) if persists else ())
         return assess
 
     return wrap
