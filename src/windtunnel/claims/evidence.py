@@ -238,9 +238,11 @@ CELL_NULLS = ("context_blind", "oracle", "untrained")
 """The nulls read from a cell's own files: the context-blind optimum and the Bayes oracle (``references.json``, on
 the cell's evaluation episodes) in place of the model's ``eval.json``, and the untrained model in place of its
 ``geometry.json`` (the statistics of :data:`UNTRAINED_OF`)."""
-LLM_NULLS = ("always_certain", "always_uniform")
+LLM_NULLS = ("always_certain", "always_uniform", "no_evidence")
 """The trivial answers to a language model's in-context task: all mass on one label (entropy 0) and the same mass on
-every label (entropy log2 of their number), in place of the model's entropies in a SULA record."""
+every label (entropy log2 of their number), in place of the model's entropies in a SULA record; and the model itself
+on prompts whose labels carry no evidence (shuffled: the exact posterior stays at 1 bit), in place of its movement
+along PC1 on the normal prompts."""
 NULLS = CELL_NULLS + LLM_NULLS
 
 
@@ -253,6 +255,8 @@ class NullEvidence(Evidence):
     * ``context_blind`` / ``oracle``: a cell's ``eval.json`` holds its ``references.json`` row of that predictor;
     * ``untrained``: a cell's ``geometry.json`` holds, for each statistic of :data:`UNTRAINED_OF`, the value the
       diagnostic measured on the same model at initialisation (nothing else);
+    * ``no_evidence``: a SULA record's movement along PC1 with k on the normal prompts is the one measured on the same
+      prompts with shuffled labels (nothing else of the record is kept);
     * ``always_certain`` / ``always_uniform``: a SULA record (``llm/*-sula.json``) holds the entropy error of a model
       whose predictive entropy is 0 / log2(L) bits on every prompt (L labels): ``|h − H(posterior)|`` averaged over
       the prompts, from the per-``k`` mean posterior entropies (``0 ≤ H ≤ log2 L``, so the mean of the absolute
@@ -322,6 +326,14 @@ class NullEvidence(Evidence):
                     diag, _, name_ = key.partition(".")
                     out.setdefault(diag, {"summary": {}})["summary"][name_] = value
             return out
+        if name.endswith("-sula.json") and self.null == "no_evidence":
+            doc = super().json(rel)
+            movement = ((doc or {}).get("geometry") or {}).get("movement") or {}
+            if "shuffled" not in movement:
+                return None
+            return {"labels": doc.get("labels"), "setup": doc.get("setup"),
+                    "geometry": {"layer": doc["geometry"].get("layer"),
+                                 "movement": {"normal": movement["shuffled"], "shuffled": movement["shuffled"]}}}
         if name.endswith("-sula.json") and self.null in LLM_NULLS:
             doc = super().json(rel)
             if not doc:

@@ -7,7 +7,8 @@ A claim's ``assess`` applies its rule to our number and returns a raw :class:`Ve
    :data:`~windtunnel.claims.evidence.NULLS` would have produced them (:class:`NullEvidence`): the context-blind
    optimum, the untrained model, an always-certain or always-uniform answer, and the Bayes oracle.  A claim that
    agrees while a trivial null meets its rule too is *uninformative*: the rule cannot tell a model that does what
-   the papers say from one that does nothing.  A claim that a model *fails* (``Claim.asserts_failure``) is meant to
+   the papers say from one that does nothing (for a language model, also the same model on prompts whose labels carry
+   no evidence: a rule it meets there is not about evidence).  A claim that a model *fails* (``Claim.asserts_failure``) is meant to
    be met by a trivial null; its rule must instead be failed by the oracle.
 2. **A disagreement says what controls it.**  A raw *disagree* that names the controls it consulted
    (``Verdict.controls``) *persists under controls*; one that names none is *uncontrolled*.  A control that meets
@@ -34,7 +35,8 @@ SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)
 
 NULL_NAMES = {"context_blind": "the context-blind optimum", "oracle": "the Bayes oracle",
               "untrained": "the untrained model", "always_certain": "an always-certain answer",
-              "always_uniform": "an always-uniform answer"}
+              "always_uniform": "an always-uniform answer",
+              "no_evidence": "the same model on prompts whose labels carry no evidence"}
 
 
 @dataclass(frozen=True)
