@@ -178,6 +178,11 @@ def test_the_front_page_reads_in_a_terminal(judgements) -> None:
     assert render.ours_text(Measure(0.5, (-1.0, 2.0), 3, (0.1, 0.5, 0.9))) == "0.5 (seeds 0.1, 0.5, 0.9)"
     assert render._shorten("word " * 30, 20).endswith("…") and len(render._shorten("word " * 30, 20)) <= 20
     assert claims.CLAIMS["A13"].provenance == "secondary"
+    # a threshold the papers never state is marked where the verdict is read (C6: "close" read as 0.05 bits)
+    c6 = next(r for r in rows if r.startswith("| [C6]"))
+    assert claims.CLAIMS["C6"].threshold and " †" in c6
+    a1 = next(r for r in rows if r.startswith("| [A1]"))
+    assert not claims.CLAIMS["A1"].threshold and "†" not in a1
     for k in (claims.AGREE, claims.DISAGREE_PERSISTS, claims.DISAGREE_UNCONTROLLED):
         assert any(j.kind == k for j in judgements.values())
 
