@@ -221,3 +221,23 @@ def test_b9_reads_settled_as_settled(judgements) -> None:
     assert b9.raw.kind == (claims.AGREE if all(first) else claims.DISAGREE)
     assert b9.verdict.ours.startswith(f"frame first on {sum(first)} of 3 seeds")
     assert "stays below 10% of its first value" in b9.verdict.why
+
+
+def test_b6_reads_alignment_where_the_feasible_hypothesis_is_a_key(judgements) -> None:
+    """On bijection the feasible values are the ones not yet shown, so no key of the context holds them; B6 is read
+    on the sawtooth and recall, whose posterior's support is a context token: the last layer's contrast above the
+    first layer's, 0 and the untrained model's on every seed, recomputed here from the committed geometry."""
+    ok, found = [], 0
+    for column in ("bijection_replacement", "recall"):
+        for s in (0, 1, 2):
+            path = RESULTS / "quick" / "cells" / f"{column}-transformer-s{s}" / "geometry.json"
+            if not path.is_file():
+                pytest.skip("sawtooth / recall geometry not committed")
+            summary = json.loads(path.read_text())["qk_alignment"]["summary"]
+            a, u = summary["alignment_by_layer"], summary["untrained_alignment_by_layer"]
+            ok.append(a[-1] > a[0] and a[-1] > 0 and a[-1] > u[-1])
+            found += 1
+    b6 = judgements["B6"]
+    assert found == 6 and b6.raw.kind == (claims.AGREE if all(ok) else claims.DISAGREE)
+    assert "the sawtooth" in b6.verdict.why and "shown (eliminated) values" in b6.verdict.why
+    assert any(r.null == "untrained" and not r.meets for r in b6.nulls)  # the untrained model fails the rule
