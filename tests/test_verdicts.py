@@ -64,6 +64,12 @@ def test_d13s_band_is_met_by_trivial_answers_so_it_is_uninformative(judgements) 
     assert got["always_certain"].meets and got["always_certain"].ours.startswith(f"{certain:.2g}")
     assert got["always_uniform"].meets and got["always_uniform"].ours.startswith(f"{uniform:.2g}")
     assert judgements["D13"].raw.kind == claims.AGREE and judgements["D13"].kind == claims.UNINFORMATIVE
+    # D15 (the state moves along PC1 as evidence accumulates) is met as well on prompts whose labels carry no evidence
+    shuffled = doc["geometry"]["movement"]["shuffled"]
+    d15 = {r.null: r for r in judgements["D15"].nulls}
+    assert d15["no_evidence"].ours.startswith(f"{shuffled['rho']:.3g}")
+    assert d15["no_evidence"].meets == (abs(shuffled["rho"]) >= 0.3 and not (shuffled["ci"][0] <= 0 <= shuffled["ci"][1]))
+    assert judgements["D15"].kind == (claims.UNINFORMATIVE if d15["no_evidence"].meets else judgements["D15"].raw.kind)
 
 
 def test_the_null_evidence_is_the_nulls_own_numbers() -> None:
