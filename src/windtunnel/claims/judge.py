@@ -27,7 +27,7 @@ from .base import (AGREE, DISAGREE, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, NO
                    UNINFORMATIVE, Claim, Verdict)
 from .evidence import NULLS, Evidence, Measure, NullEvidence
 
-REDUCED_SCALE = "reduced scale (≈200k parameters; bijection at V=10)"
+REDUCED_SCALE = "reduced scale (≈200k-parameter models; bijection at V=10 unless the claim names V=20)"
 SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)",
           "llm/": "production language models (SmolLM2-135M, Gemma-3-270M; 4-bit)",
           "routing/": "Paper II's own small models"}

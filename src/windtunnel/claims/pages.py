@@ -206,8 +206,9 @@ def detail(j: Judgement) -> str:
     elif v.kind in (NOT_MEASURED, NOT_MEASURABLE):
         lines.append("Not applied: there is no measurement of ours to compare with.")
     else:
-        lines.append("No null applies: the rule reads files that no trivial predictor has (a trained model's "
-                     "training curve, a language model's internals, an optimiser's arms).")
+        lines.append("No null applies: none of the nulls has the quantity this rule reads (an ablation, a training "
+                     "curve, a language model's internals, an optimiser's arms), so whether a trivial predictor would "
+                     "meet it is not measured.")
     lines += ["", "## Controls", ""]
     if v.controls:
         lines.append("Factors changed by the controls consulted: " + ", ".join(v.controls) + ".")

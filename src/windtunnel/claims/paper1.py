@@ -1075,7 +1075,8 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
     paper = next((r for r in readings if r[0] == PAPER_CELL and r[7]), None)
     if paper is not None:  # the papers' own cell: the verdict is judged there
         outcome, ours = paper[4], paper[5]
-        said = f"judged {paper[1]}: {paper[6]}; at reduced scale: {shown(_rule_kind(main[0]), main[1], main[2])})"
+        value = ours.text() if isinstance(ours, Measure) else str(ours)
+        said = f"judged {paper[1]}: {value}; {paper[6]}; at reduced scale: {shown(_rule_kind(main[0]), main[1], main[2])})"
         said += "".join(f"; {r[1]}: {shown(r[4], r[5], r[6])})" for r in readings if r is not paper)
         ours, files = cite(ours, [PAPER_CELL, column] + [r[0] for r in readings if r is not paper])
         tried = tuple(dict.fromkeys(r[3] for r in readings if r is not paper))
