@@ -685,7 +685,13 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
     if not results.is_dir():
         raise UsageError(f"invalid results: {results} is not a folder")
     out = _out_path(args.out)
-    _writable_file(out if out is not None else results / "CLAIMS.md")
+    page = out if out is not None else results / "CLAIMS.md"
+    _writable_file(page)
+    details = claims.pages.details_folder(Path(page))
+    if details.exists() and not details.is_dir():
+        raise UsageError(f"invalid out: {details}, where the claims' detail files go, is not a folder")
+    if details.is_dir():
+        _writable_file(details / "A1.md")
     path, counts = claims.write(results, out, preset=args.preset)
     print(f"wrote {path}: {sum(counts.values())} claims — " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
     return 0

@@ -53,9 +53,9 @@ def assess_all(results: str | Path = "results", preset: str = "quick") -> dict[s
     return {cid: j.verdict for cid, j in judge_all(results, preset).items()}
 
 
-def render(judgements: dict[str, Judgement]) -> str:
-    """``CLAIMS.md``, the front page (:mod:`windtunnel.claims.pages`)."""
-    return _render.front_page(judgements)
+def render(judgements: dict[str, Judgement], details: str = _render.DETAILS) -> str:
+    """``CLAIMS.md``, the front page (:mod:`windtunnel.claims.pages`), linking to the detail folder ``details``."""
+    return _render.front_page(judgements, details)
 
 
 def render_details(judgements: dict[str, Judgement]) -> dict[str, str]:
@@ -71,10 +71,10 @@ as the cell it is judged on)."""
 
 def write(results: str | Path = "results", out: str | Path | None = None, preset: str = DOCS_PRESET) -> tuple[Path, dict[str, Any]]:
     """Judge every claim and write ``CLAIMS.md`` (default ``results/CLAIMS.md``) with its detail files in the
-    ``claims/`` folder beside it (a detail no claim has is removed), and then the fact spans of README.md and the
-    results READMEs (:mod:`windtunnel.claims.docs`); returns the path and the counts.  Under another preset the
-    default is ``results/CLAIMS-{preset}.md`` with ``results/claims-{preset}/``, and the documents are left alone:
-    they quote :data:`DOCS_PRESET`'s numbers."""
+    folder beside it (:func:`~windtunnel.claims.pages.details_folder`; a detail no claim has is removed), and then the
+    fact spans of README.md and the results READMEs (:mod:`windtunnel.claims.docs`); returns the path and the counts.
+    Under another preset the default is ``results/CLAIMS-{preset}.md``, and the documents are left alone: they quote
+    :data:`DOCS_PRESET`'s numbers."""
     from ..checkpoint import write_text_atomic
 
     from . import docs
@@ -83,12 +83,9 @@ def write(results: str | Path = "results", out: str | Path | None = None, preset
     judgements = judge_all(results, preset)
     default = results / ("CLAIMS.md" if preset == DOCS_PRESET else f"CLAIMS-{preset}.md")
     path = Path(out) if out is not None else default
-    folder = path.parent / (_render.DETAILS if path.name == "CLAIMS.md" else f"{_render.DETAILS}-{path.stem}")
+    folder = _render.details_folder(path)
     details = render_details(judgements)
-    front = render(judgements)
-    if folder.name != _render.DETAILS:  # the front page links to its own detail folder
-        front = front.replace(f"]({_render.DETAILS}/", f"]({folder.name}/").replace(
-            f"[`{_render.DETAILS}/`]", f"[`{folder.name}/`]")
+    front = render(judgements, folder.name)
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in details.items():
         write_text_atomic(folder / name, text)

@@ -83,6 +83,16 @@ class Verdict:
         if unknown:
             raise ValueError(f"unknown control variable(s) {sorted(unknown)}: name one of {CONTROL_VARIABLES}")
 
+    @property
+    def ours_text(self) -> str:
+        """Our number as written: a measure with its interval, or the verdict's prose (``—`` for none)."""
+        return self.ours.text() if isinstance(self.ours, Measure) else str(self.ours or "—")
+
+    @property
+    def cited(self) -> tuple[str, ...]:
+        """The committed files the verdict is read from: its measure's, else its own."""
+        return self.ours.files if isinstance(self.ours, Measure) and self.ours.files else self.files
+
 
 @dataclass(frozen=True)
 class Claim:

@@ -47,7 +47,7 @@ from typing import Any
 from ..errors import UserError, is_real
 from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_MEASURABLE,
                    NOT_MEASURED, UNINFORMATIVE, Verdict)
-from .evidence import Evidence, Measure, _g
+from .evidence import Evidence, _g
 
 FACT = re.compile(r"<!-- fact (\S+) -->(.*?)<!-- /fact -->", re.S)
 COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "closes": DISAGREE_CLOSES, "persists": DISAGREE_PERSISTS,
@@ -157,7 +157,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             v = verdicts[rest]
             if kind == "verdict":
                 return v.kind
-            return v.ours.text() if isinstance(v.ours, Measure) else str(v.ours or "—")
+            return v.ours_text
         if kind == "count":
             if rest == "total":
                 return str(len(verdicts))

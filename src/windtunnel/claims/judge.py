@@ -25,7 +25,7 @@ from typing import Mapping
 from ..errors import UserError
 from .base import (AGREE, DISAGREE, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, NOT_MEASURABLE, NOT_MEASURED,
                    UNINFORMATIVE, Claim, Verdict)
-from .evidence import NULLS, Evidence, Measure, NullEvidence
+from .evidence import NULLS, Evidence, NullEvidence
 
 REDUCED_SCALE = "reduced scale (≈200k-parameter models; bijection at V=10 unless the claim names V=20)"
 SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)",
@@ -73,19 +73,11 @@ def null_evidence(ev: Evidence) -> dict[str, NullEvidence]:
     return {n: NullEvidence(ev.root, ev.preset, null=n) for n in NULLS}
 
 
-def _text(ours: Measure | str | None) -> str:
-    return ours.text() if isinstance(ours, Measure) else str(ours or "—")
-
-
-def _files(v: Verdict) -> tuple[str, ...]:
-    return v.ours.files if isinstance(v.ours, Measure) and v.ours.files else v.files
-
-
 def scale_of(v: Verdict) -> str:
     """The scale ``v`` was judged at: its own where its rule set one, else read from its number's first file."""
     if v.scale:
         return v.scale
-    files = _files(v)
+    files = v.cited
     for prefix, scale in SCALES.items():
         if files and files[0].startswith(prefix):
             return scale
@@ -104,9 +96,9 @@ def read_nulls(claim: Claim, nulls: Mapping[str, Evidence], ours: Verdict | None
             continue
         if v.kind in (NOT_MEASURED, NOT_MEASURABLE):
             continue
-        if ours is not None and _text(v.ours) == _text(ours.ours):
+        if ours is not None and v.ours_text == ours.ours_text:
             continue
-        out.append(NullReading(name, v.kind, _text(v.ours)))
+        out.append(NullReading(name, v.kind, v.ours_text))
     return tuple(out)
 
 

@@ -788,7 +788,7 @@ def _a24(ev: Evidence) -> Verdict:
     if any(p.kind == NOT_MEASURED for p in parts):
         return missing("table cells")
     ok = all(p.kind == AGREE for p in parts)
-    files = tuple(dict.fromkeys(f for p in parts for f in (p.ours.files if isinstance(p.ours, Measure) else p.files)))
+    files = tuple(dict.fromkeys(f for p in parts for f in p.cited))
     return Verdict(AGREE if ok else DISAGREE, "bijection learned; sawtooth, HMM floor; recall chance" if ok
                    else "; ".join(p.why for p in parts), files=files)
 

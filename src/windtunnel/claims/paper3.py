@@ -297,8 +297,7 @@ def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = S
             else:
                 why = f"{runs[0][0]} shown" + (f": {first.why}" if first.why else "")
             for name, _, v in runs[1:]:
-                shown = v.ours.text() if isinstance(v.ours, Measure) else v.ours
-                why += f"; {name} {shown} ({v.kind.split(' ')[0]})"
+                why += f"; {name} {v.ours_text} ({v.kind.split(' ')[0]})"
             # a second production model is the control a language-model claim has: a disagreement on every model
             # persists under the change of model; one model alone, or models that differ, control nothing
             persists = kind == DISAGREE and len(runs) > 1 and all(k == DISAGREE for k in kinds)
