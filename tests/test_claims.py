@@ -524,7 +524,9 @@ def test_reproduce_only_works_the_cells_its_patterns_match(tmp_path: Path) -> No
 def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from windtunnel.cli import main
 
+    (tmp_path / "page-details").write_text("a file where the claims' detail folder goes")
     cases = [["claims", "--results", str(tmp_path / "none")], ["claims", "--out", str(tmp_path / "no" / "C.md")],
+             ["claims", "--out", str(tmp_path / "page.md")],
              ["compare", str(tmp_path / "none")], ["reproduce", "paper1", "--workers", "0"],
              ["reproduce", "paper1", "--threads", "0"],
              ["reproduce", "paper9"], ["reproduce", "beyond", "--only", "no_such_cell*"], ["compare", str(RESULTS / "quick" / "cells" / "main-transformer-s0"),
@@ -534,7 +536,7 @@ def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytes
         assert main(args) == 2, args
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith("windtunnel: error:"), (args, err)
-    assert not (tmp_path / "no").exists()
+    assert not (tmp_path / "no").exists() and not (tmp_path / "page.md").exists()
 
 
 def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_path: Path, monkeypatch) -> None:
