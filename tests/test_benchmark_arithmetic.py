@@ -108,8 +108,9 @@ def test_a_cell_trained_on_a_gpu_is_estimated_not_read() -> None:
     from windtunnel import reproduce
 
     results = Path(__file__).resolve().parents[1] / "results"
-    jobs = {j.cell.folder: j for j in reproduce.plan("paper1", "quick")}
-    gpu, cpu = jobs["main_paper_size-transformer-s0"], jobs["main-transformer-s0"]
+    jobs = {(j.cell.preset, j.cell.folder): j for t, p in (("paper1", "quick"), ("scale", "paper"))
+            for j in reproduce.plan(t, p)}
+    gpu, cpu = jobs["paper", "main_paper_size-transformer-s0"], jobs["quick", "main-transformer-s0"]
     if not (reproduce.cell_dir(results, gpu.cell) / "config.json").is_file():
         pytest.skip("main_paper_size not committed")
     assert reproduce_budget.trained_on_gpu(results, gpu) and reproduce_budget.cell_seconds(results, gpu) is None

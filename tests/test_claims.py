@@ -121,7 +121,7 @@ def test_pooled_interval_and_the_comparison_rule_by_hand() -> None:
     assert _lower(Measure(1.0), Measure(2.0)) == claims.AGREE and _lower(Measure(2.0), Measure(1.0)) == claims.DISAGREE
 
 
-SIZE_COLUMNS = ("main_dh32", "main_v20", "main_paper_size")
+SIZE_COLUMNS = ("main_dh32", "main_v20", "main_paper_size@paper")
 """The main job's size controls, written out here so a control dropped from the claims is caught."""
 
 
@@ -135,12 +135,12 @@ def test_a2_reads_the_papers_size_once_its_seeds_are_committed(monkeypatch: pyte
     small = ev.eval_metric("main_v20", "transformer", reproduce.SEEDS, "entropy_mae_curve")
     if small is None:
         pytest.skip("main_v20 cells not committed")
-    if ev.eval_metric("main_paper_size", "transformer", reproduce.SEEDS, "entropy_mae_curve") is None:
+    if ev.eval_metric("main_paper_size@paper", "transformer", reproduce.SEEDS, "entropy_mae_curve") is None:
         before = claims.CLAIMS["A2"].assess(ev)
         assert before.ours == small and "not their 2.67M" in before.why
     real = ev.eval_metric
-    big = Measure(0.02, (0.01, 0.03), 3, (0.01, 0.02, 0.03), ("quick/cells/main_paper_size-transformer-s0/eval.json",))
-    monkeypatch.setattr(ev, "eval_metric", lambda column, *a, **k: big if column == "main_paper_size" else real(column, *a, **k))
+    big = Measure(0.02, (0.01, 0.03), 3, (0.01, 0.02, 0.03), ("paper/cells/main_paper_size-transformer-s0/eval.json",))
+    monkeypatch.setattr(ev, "eval_metric", lambda column, *a, **k: big if column == "main_paper_size@paper" else real(column, *a, **k))
     v = claims.CLAIMS["A2"].assess(ev)
     assert v.kind == claims.DISAGREE and v.ours.value == 0.02  # 0.02 is beyond 1.5× the v3 figure 0.007
     assert f"200k parameters on the same recipe: {small.text()}" in v.why
@@ -169,8 +169,8 @@ def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
     def judged(rule_of, agree) -> str:
         """Where the papers' own cell is committed (and learned its task) the verdict is its; else the main job's,
         closed by a size control that meets the rule."""
-        if rule_of("main_paper_size") is not None and _learned(ev, "main_paper_size", "transformer"):
-            return rule_of("main_paper_size")
+        if rule_of("main_paper_size@paper") is not None and _learned(ev, "main_paper_size@paper", "transformer"):
+            return rule_of("main_paper_size@paper")
         want = rule_of("main")
         if want == claims.DISAGREE and any(rule_of(c) == agree for c in SIZE_COLUMNS):
             return claims.DISAGREE_CLOSES
@@ -460,7 +460,7 @@ def test_a_cell_trained_on_a_gpu_is_the_grids_cell_here() -> None:
     """The device is not part of the recipe: the committed paper-size cells, trained on a GPU (their config.json
     names cuda:0), are read on a machine without one, and the claim that reports their hours says where."""
     ev = Evidence(RESULTS, "quick")
-    cells = ev.cells("main_paper_size", "transformer", reproduce.SEEDS)
+    cells = ev.cells("main_paper_size@paper", "transformer", reproduce.SEEDS)
     assert cells is not None
     assert all(json.loads((path / "config.json").read_text())["train"]["device"].startswith("cuda") for _, path in cells)
     assert "hours a seed on a GPU" in claims.assess_all(RESULTS, "quick")["A2"].why
@@ -656,12 +656,12 @@ def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_
     assert "quick/cells/main_v20-transformer-s2/geometry.json" in v.files
     nowhere = paper1._with_controls(ev, passes_at("nowhere"), "x", "main", reduced)
     assert nowhere.kind == claims.DISAGREE and nowhere.controls == ("head width", "task size")
-    if ev.cells("main_paper_size", "transformer", seeds) is not None:
+    if ev.cells("main_paper_size@paper", "transformer", seeds) is not None:
         # the papers' own cell decides where it is committed: a reduced-scale control passing closes nothing there
         at_size = paper1._with_size_controls(ev, passes_at("main_v20"), "main-job geometry")
         assert at_size.kind == claims.DISAGREE and at_size.scale == paper1.PAPER_SCALE
         assert at_size.why.startswith("judged at the papers' size") and "(agree by the same rule" in at_size.why
-        met = paper1._with_size_controls(ev, passes_at("main_paper_size"), "main-job geometry")
+        met = paper1._with_size_controls(ev, passes_at("main_paper_size@paper"), "main-job geometry")
         assert met.kind == claims.AGREE and met.scale == paper1.PAPER_SCALE and not met.controls
     # the LSTM trained on 65,536 HMMs sits at its context-blind floor: passing a rule there closes nothing
     at_floor = paper1._with_controls(ev, passes_at("hmm_pool_65536"), "x", "hmm",

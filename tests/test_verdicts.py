@@ -151,7 +151,7 @@ def test_a_claim_about_the_main_job_is_judged_on_the_papers_own_cell(judgements)
     """Where main_paper_size is committed, B5 (every layer matters) is judged there — where one layer can be
     removed nearly for free — whatever the V=20 control at 200k parameters says, and says so."""
     ev = Evidence(RESULTS)
-    cells = ev.cells("main_paper_size", "transformer", (0, 1, 2))
+    cells = ev.cells("main_paper_size@paper", "transformer", (0, 1, 2))
     if cells is None:
         pytest.skip("the papers' size cells are not committed")
     folds = [json.loads((RESULTS / rel / "geometry.json").read_text())["layer_ablation"]["summary"]["min_fold"]
@@ -209,7 +209,7 @@ def test_b9_reads_settled_as_settled(judgements) -> None:
     has not settled, so attention comes first; the reading 'below 10% of its first value' (met by step 500 while the
     KL falls a hundredfold more) says the opposite, and the claim reports both."""
     ev = Evidence(RESULTS)
-    column = "main_paper_size" if ev.cells("main_paper_size", "transformer", (0, 1, 2)) else "main"
+    column = "main_paper_size@paper" if ev.cells("main_paper_size@paper", "transformer", (0, 1, 2)) else "main"
     cells = ev.cells(column, "transformer", (0, 1, 2))
     if cells is None:
         pytest.skip("main-job cells not committed")

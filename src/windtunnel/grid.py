@@ -136,10 +136,11 @@ _MAIN_V20 = _exp("main_v20", "bijection", {"V": 20, "L": 19}, {"V": 20, "L": 19}
                  metric="entropy_mae_curve")
 # the main job on the papers' cell at the papers' size: V=20, L=19 with 2.67M parameters in 6 layers of 6 heads
 # (d_head 32, the papers' shape), on main_v20's recipe unchanged (nothing tuned for the size) — the papers'
-# headline model, trained on a CPU (≈1.4 s a step on one core; the ``ckpt_minutes`` checkpoints carry it over
-# interruptions)
+# headline model.  Its committed cells are the paper preset's (``windtunnel reproduce scale --preset paper``, on a
+# GPU; ≈1.4 s a step on one CPU core, where the ``ckpt_minutes`` checkpoints carry it over interruptions)
+_PAPER_SIZE_MAIN = replace(_QUICK_MAIN_V20, params=2_670_000, layers=6, heads=6)
 _MAIN_PAPER_SIZE = _exp("main_paper_size", "bijection", {"V": 20, "L": 19}, {"V": 20, "L": 19},
-                        replace(_QUICK_MAIN_V20, params=2_670_000, layers=6, heads=6), metric="entropy_mae_curve")
+                        _PAPER_SIZE_MAIN, _PAPER_SIZE_MAIN, metric="entropy_mae_curve")
 # HMM's transformer uses learned absolute positions: its header is read by absolute slot (which T/E
 # entry), and at the quick budget only learned positions leave the context-blind plateau on every seed
 # (the ``hmm_rotary``, ``hmm_alibi`` and ``hmm_none`` control cells); everywhere else rotary (no length limit)

@@ -101,7 +101,7 @@ GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bije
                   ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"),
                   ("main_gqa", "transformer"))
 """(experiment, architecture) of the analysed cells, in the order they are worked."""
-V20_CELLS = (("main_v20", "transformer"), ("main_paper_size", "transformer"))
+V20_CELLS = (("main_v20", "transformer"),)
 """The main job on the papers' own bijection cell (V = 20, L = 19; ``windtunnel run --V 20``), analysed: the
 papers' headline error measured at their V, and the geometry at that size; then the same recipe at the papers'
 model size (2.67M parameters, 6 layers of 6 heads: ``main_paper_size``, ≈2.5 hours a seed on one CPU core)."""
@@ -181,7 +181,7 @@ HMM_DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", 
 architecture, trained and evaluated (on the pool's HMMs and on fresh ones); the ``hmm`` column is the infinite
 pool (its cells are Paper I's, analysed)."""
 
-SCALE_CELLS = (("hmm_fixed", "transformer"), ("hmm_fixed_rotary", "transformer"), ("hmm_fixed_gqa", "transformer"))
+SCALE_CELLS = (("main_paper_size", "transformer"), ("hmm_fixed", "transformer"), ("hmm_fixed_rotary", "transformer"), ("hmm_fixed_gqa", "transformer"))
 """The scale question in cells that fit a GPU lease: HMM filtering in the authors' own regime (``hmm_fixed``;
 under ``--preset paper`` the 2.68M, 9-layer transformer trained 7,813 steps of batch 64 over one fixed set of
 10,000 episodes, as their released recipe trains), evaluated at K = 20 / 30 / 50 and analysed; beside it the

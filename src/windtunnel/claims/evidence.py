@@ -137,16 +137,26 @@ class Evidence:
             return None
 
     # --- the reproduction's cells -----------------------------------------------------------
+    def folder(self, column: str, arch: str, seed: int) -> str:
+        """A cell's folder under the results root: ``{preset}/cells/{column}-{arch}-s{seed}``, where ``column`` may
+        name its preset (``main_paper_size@paper``: a paper-preset cell read by a claim judged at another)."""
+        name, _, preset = column.partition("@")
+        return f"{preset or self.preset}/cells/{name}-{arch}-s{seed}"
+
     def cells(self, column: str, arch: str, seeds: Sequence[int]) -> list[tuple[str, Path]] | None:
         """The cell folders of every seed, or ``None`` unless all are committed.  A committed cell trained
         under another recipe than the grid's for it now is a :class:`UserError` naming it: its numbers
-        would be another experiment's."""
+        would be another experiment's.  ``column`` may name its preset (:meth:`folder`)."""
         from .. import grid
         from ..runs import RunDir
 
+        name, _, preset = column.partition("@")
+        if preset and preset != self.preset:
+            return self.at(preset).cells(name, arch, seeds)
+        column = name
         out = []
         for s in seeds:
-            rel = f"{self.preset}/cells/{column}-{arch}-s{s}"
+            rel = self.folder(column, arch, s)
             if not (self.root / rel / "cell.json").is_file():
                 return None
             if rel not in self._recipes_checked:

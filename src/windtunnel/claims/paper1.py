@@ -34,9 +34,10 @@ SCALE = "windtunnel reproduce scale --preset paper"
 
 def _cells_control(ev: Evidence, column: str, file: str, arch: str = "transformer") -> str:
     """How a verdict names a control made of grid cells: the first seed's file, then the seeds and command."""
-    command = (SCALE if ev.preset == "paper" and (column, arch) in SCALE_CELLS
+    name, _, preset = column.partition("@")
+    command = (SCALE if (preset or ev.preset) == "paper" and (name, arch) in SCALE_CELLS
                else f"windtunnel reproduce paper1 --preset {ev.preset}")
-    return (f"{ev.preset}/cells/{column}-{arch}-s{SEEDS[0]}/{file} (and seeds "
+    return (f"{ev.folder(column, arch, SEEDS[0])}/{file} (and seeds "
             f"{', '.join(map(str, SEEDS[1:]))}; {command})")
 
 
@@ -83,7 +84,7 @@ def _a1(ev: Evidence) -> Verdict:
        f"agree if our mean is at most {ERROR_FACTOR}× the v3 figure 0.007 bits", REPRO)
 def _a2(ev: Evidence) -> Verdict:
     small = ev.eval_metric("main_v20", "transformer", SEEDS, "entropy_mae_curve")
-    big = ev.eval_metric("main_paper_size", "transformer", SEEDS, "entropy_mae_curve")
+    big = ev.eval_metric(PAPER_CELL, "transformer", SEEDS, "entropy_mae_curve")
     m = big or small  # the papers' size once its three seeds are committed
     if m is None:
         return missing("the main job's cells at V=20 (main_v20)")
@@ -93,10 +94,10 @@ def _a2(ev: Evidence) -> Verdict:
         return Verdict(AGREE if ok else DISAGREE, m,
                        why + f"; {v1} the v1 figure 0.003; at the papers' V=20, L=19 with 200k parameters, not their 2.67M")
     beside = f"; 200k parameters on the same recipe: {small.text()}" if small is not None else ""
-    hours = ev.cell_stat("main_paper_size", "transformer", SEEDS, "timings.json", lambda t: t["train_s"] / 3600)
+    hours = ev.cell_stat(PAPER_CELL, "transformer", SEEDS, "timings.json", lambda t: t["train_s"] / 3600)
     if hours is not None:  # where it computed (config.json's device), since hours on a GPU and on a CPU core differ
         where = {str(ev.json(f"{rel}/config.json")["train"].get("device", "auto"))
-                 for rel, _ in ev.cells("main_paper_size", "transformer", SEEDS)}
+                 for rel, _ in ev.cells(PAPER_CELL, "transformer", SEEDS)}
         on = (" on a GPU" if all(d.startswith("cuda") for d in where) else
               " on CPU" if where <= {"cpu", "auto"} else "")
         beside += f"; training took {hours.text()} hours a seed{on} (timings.json)"
@@ -958,7 +959,7 @@ def _all_seeds(ev: Evidence, column: str, arch: str, key: str) -> list[Any] | No
 
 
 def _files(ev: Evidence, column: str, arch: str) -> tuple[str, ...]:
-    return tuple(f"{ev.preset}/cells/{column}-{arch}-s{s}/geometry.json" for s in SEEDS)
+    return tuple(f"{ev.folder(column, arch, s)}/geometry.json" for s in SEEDS)
 
 
 #: The main job's three size controls, each a step towards the papers' model: two heads of 32 (the papers'
@@ -967,10 +968,10 @@ def _files(ev: Evidence, column: str, arch: str) -> tuple[str, ...]:
 #: parameters, 6 layers of 6 heads of 32).  (column, how a verdict names it, the cause, the factor it changes)
 SIZE_CONTROLS = (("main_dh32", "at d_head 32", "the head width", "head width"),
                  ("main_v20", "at V=20", "the task's size (V=20, L=19, with the 6000 steps its recipe trains)", "task size"),
-                 ("main_paper_size", "at the papers' size", "the model's size (V=20 at 2.67M parameters, 6 layers of 6 "
+                 ("main_paper_size@paper", "at the papers' size", "the model's size (V=20 at 2.67M parameters, 6 layers of 6 "
                   "heads of 32, on the V=20 recipe)", "model size"))
 
-PAPER_CELL = "main_paper_size"
+PAPER_CELL = "main_paper_size@paper"
 """The main job's column on the papers' own cell at the papers' size (bijection V=20, L=19, 2.67M parameters):
 where it is committed, a claim about the main job is judged there, with the reduced-scale cells beside it."""
 PAPER_SCALE = "the papers' size (2.67M parameters, V=20)"
@@ -1104,7 +1105,7 @@ def _learned(ev: Evidence, column: str, arch: str) -> bool:
     """Whether a control's cells learned their task — the column's headline error, pooled over seeds, below
     half its context-blind floor (each seed's ``references.json``) — so that a rule it passes is not passed by
     a model that ignores its context (ablating a head cannot hurt a model that reads nothing)."""
-    metric = grid.EXPERIMENTS[column].metric
+    metric = grid.EXPERIMENTS[column.partition("@")[0]].metric
     m = ev.eval_metric(column, arch, SEEDS, metric)
     floor = ev.cell_stat(column, arch, SEEDS, "references.json", lambda r: r["context_blind"]["metrics"][metric])
     if m is None or floor is None or metric == "accuracy":
