@@ -69,99 +69,53 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         proc.join(timeout=10)
 
 
-def plan(target: str, preset: str = "quick") -> list[Job]:
-    """The cells ``target`` needs under ``preset``, in the order they are worked (cheapest claims first).
+PAPERS = {"paper1": "I", "paper2": "II", "paper3": "III"}
+"""The reproduction targets that are one paper's claims, and the paper each stands for."""
 
-    Paper I's geometry (B1–B17) is measured where each diagnostic means something: the main job's
-    bijection (keys, the frame head, layer ablation, focusing, probes, frame vs precision over
-    checkpoints); the sawtooth, where posterior entropy is not a function of position (the value
-    manifold); HMM for the transformer (head ablation), Mamba and the LSTM (clusters, entropy R²,
-    PC1 share).  Paper II adds the three primitives with uniform attention (which of them need
-    routing); Paper III adds the main job with grouped-query attention (focusing, MHA vs GQA); ``beyond``
-    holds the tests beyond the papers (belief-state geometry on Mess3, for each architecture); ``scale`` the
-    cell that asks the HMM question at the papers' size (:data:`SCALE_CELLS`, meant for ``--preset paper``).
+
+def declared(papers: Sequence[str], fixed: str | None = None) -> dict[tuple[str, str], bool]:
+    """The cells the claims of ``papers`` declare they read (``Claim.cells``), as (column, architecture) → whether
+    any of them reads the cell's geometry, in the claims' order.  ``fixed``: the cells the claims read at that
+    preset whatever preset they are judged at (``main_paper_size@paper``) instead of those read at the judged
+    preset."""
+    from .claims import ordered
+
+    out: dict[tuple[str, str], bool] = {}
+    for claim in ordered():
+        if claim.paper in papers:
+            for need in claim.cells:
+                if need.preset == fixed:
+                    out[need.name, need.arch] = out.get((need.name, need.arch), False) or need.analysed
+    return out
+
+
+def plan(target: str, preset: str = "quick") -> list[Job]:
+    """The cells ``target`` needs under ``preset``, in the order the claims read them.
+
+    A paper's target is the union of the cells its claims declare (``Claim.cells``; a test holds each declaration
+    equal to what the claim reads), analysed where a claim reads their geometry; ``scale`` is the cells the claims
+    read at the papers' size whatever preset they are judged at (``main_paper_size@paper``, ``hmm_fixed@paper`` …:
+    meant for ``--preset paper``, a GPU's work); ``beyond`` holds the tests beyond the papers, which no claim reads
+    (belief-state geometry on Mess3, the task-diversity sweeps); ``all`` every cell of the papers and beyond.
     """
     if target not in TARGETS:
         raise InvalidValue(f"unknown target {target!r}: choose from {', '.join(TARGETS)}")
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
-    main, sawtooth, gqa = (("main", "transformer"),), (("bijection_replacement", "transformer"),), (("main_gqa", "transformer"),)
-    controls = (V20_CELLS + CONTROL_CELLS + REGRESSION_CELLS + POSITION_CELLS + BUDGET_CELLS + LENGTH_CELLS
-                + INIT_CELLS + HEAD_WIDTH_CELLS + BINDING_CELLS + RUNG16_CELLS)
-    paper1 = tuple(c for c in GEOMETRY_CELLS if c not in gqa) + controls
-    beyond = BELIEF_CELLS + DIVERSITY_CELLS + HMM_DIVERSITY_CELLS
-    cells = {"paper1": paper1, "paper2": main + EM_CELLS, "paper3": main + sawtooth + gqa, "beyond": beyond,
-             "scale": SCALE_CELLS, "all": GEOMETRY_CELLS + controls + EM_CELLS + beyond}
-    analysed = GEOMETRY_CELLS + V20_CELLS + HEAD_WIDTH_CELLS + BELIEF_CELLS + BUDGET_CELLS + INIT_CELLS + SCALE_CELLS
-    return [Job(grid.Cell(preset, column, arch, seed), analyze=(column, arch) in analysed)
-            for column, arch in dict.fromkeys(cells[target]) for seed in SEEDS]  # a cell two groups share, once
+    beyond = {**{c: False for c in DIVERSITY_CELLS + HMM_DIVERSITY_CELLS}, **{c: True for c in BELIEF_CELLS}}
+    if target in PAPERS:
+        cells = declared((PAPERS[target],))
+    elif target == "scale":
+        cells = declared(tuple(PAPERS.values()), fixed="paper")
+    elif target == "beyond":
+        cells = beyond
+    else:
+        cells = declared(tuple(PAPERS.values()))
+        for cell, analysed in beyond.items():
+            cells[cell] = cells.get(cell, False) or analysed
+    return [Job(grid.Cell(preset, column, arch, seed), analyze=analysed)
+            for (column, arch), analysed in cells.items() for seed in SEEDS]
 
-
-GEOMETRY_CELLS = (("main", "transformer"), ("main_query", "transformer"), ("bijection_replacement", "transformer"),
-                  ("hmm", "transformer"), ("hmm", "lstm"), ("hmm", "mamba"), ("recall", "transformer"),
-                  ("main_gqa", "transformer"))
-"""(experiment, architecture) of the analysed cells, in the order they are worked."""
-V20_CELLS = (("main_v20", "transformer"),)
-"""The main job on the papers' own bijection cell (V = 20, L = 19; ``windtunnel run --V 20``), analysed: the
-papers' headline error measured at their V, and the geometry at that size; then the same recipe at the papers'
-model size (2.67M parameters, 6 layers of 6 heads: ``main_paper_size``, ≈2.5 hours a seed on one CPU core)."""
-CONTROL_CELLS = (("hmm_attn_off", "transformer"), ("regression", "transformer"), ("recall", "mamba"))
-"""Cells that are trained and evaluated only: Paper I's HMM model with attention off in its top two layers,
-the regression wind tunnel, and recall for the transformer and Mamba (whose training logs time the binding)."""
-
-REGRESSION_CELLS = (("regression_long", "transformer"), ("regression_curriculum", "transformer"),
-                    ("regression_paired", "transformer"), ("regression_paired_long", "transformer"),
-                    ("regression_torch_init", "transformer"), ("regression_torch_init_long", "transformer"),
-                    ("regression_paired_torch_init", "transformer"),
-                    ("regression", "lstm"), ("regression", "mamba"), ("regression", "mlp_pointwise"))
-"""The regression wind tunnel's controls, trained and evaluated: its transformer four times as long, and behind a
-dimension curriculum (the inputs grown from 1 to d dimensions over the first third of training, as Garg et al.
-train in-context regression) — whether its error is the budget's or the optimisation's; with each response on one
-token with its own input (``paired``), at the cell's budget and four times it — whether what fails is bringing a
-point's input and response together; both layouts from PyTorch's default initialisation instead of GPT-2's
-N(0, 0.02), the interleaved one also four times as long — whether the start decides it; and the LSTM, Mamba and
-the pointwise MLP (which sees only the current input) on the same recipe and budget — whether the task is learnable
-at that budget at all, and what reading the current input alone reaches."""
-
-POSITION_CELLS = (("hmm_rotary", "transformer"), ("hmm_alibi", "transformer"), ("hmm_none", "transformer"),
-                  ("hmm_fixed_rotary", "transformer"))
-"""Paper I's length generalisation under control: the HMM transformer with rotary, ALiBi and no position
-encoding (the HMM column's own is learned absolute), trained at K = 20 and evaluated at K = 20, 30, 50; and
-rotary positions trained four times as long on the authors' fixed set (``hmm_fixed_rotary``, beside the learned
-``hmm_fixed``), since at the column's budget no other encoding learns the task."""
-
-BUDGET_CELLS = (("hmm_long", "transformer"), ("hmm_fixed", "transformer"), ("hmm_long", "mamba"))
-"""The HMM transformer trained four times as long as its column (8000 steps at the quick preset), on fresh
-episodes (``hmm_long``) and on one fixed set of 10,000 episodes revisited ≈51 times (``hmm_fixed``, the
-papers' data regime): whether the HMM error at K=20 and the length-generalisation error at K=30/50 are the
-budget's or the data regime's; and Mamba's HMM cell four times as long (its error beside the papers').
-Analysed, so that the reference predictors show which filter each has become (a one-step filter at the
-column's budget, a longer memory at four times it)."""
-
-LENGTH_CELLS = (("hmm_k50", "transformer"),)
-"""The HMM transformer trained at K = 50 instead of 20 (same steps), evaluated at K = 20, 30, 50: the boundary
-jump and the long-length error with every evaluated position a trained one (the mechanism behind A11/A12)."""
-
-INIT_CELLS = (("hmm_torch_init", "transformer"),)
-"""The HMM transformer started from PyTorch's default initialisation instead of GPT-2's N(0, 0.02), the column's
-recipe and budget otherwise: whether the start decides the HMM cell's error and its seeds' plateau, as it decided
-the regression cell's.  Analysed, so its reference predictors show which filter each seed has become."""
-
-HEAD_WIDTH_CELLS = (("main_dh32", "transformer"),)
-"""The main job with 2 heads of width 32 (the papers' d_head) instead of 4 of 16, analysed: key
-orthogonality (B1) at the papers' head width."""
-
-BINDING_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", "lstm")
-                      for column in ("recall", *(f"recall_p{pairs}" for pairs in grid.RECALL_PAIRS)))
-"""Binding vs size: recall for the transformer, Mamba and the LSTM as the store grows from the column's 8 pairs
-over 16 keys to the papers' 64 over 256 (``recall_p16`` … ``recall_p64``), the steps grown with the store
-(2000 × pairs / 8) behind a store curriculum (``grid.store_curriculum``), one recipe and budget for every
-architecture at each size; trained and evaluated — whether and where Mamba's binding breaks."""
-
-RUNG16_CELLS = (("recall_p16_state64", "mamba"), ("recall_p16_sched64", "mamba"), ("recall_p16_sched64", "lstm"))
-"""Where binding breaks on the ladder's 16-pair rung: Mamba's cell with a state four times as large (d_state 64,
-capacity-matched) — whether the state's size is where it breaks; and the cell on the 64-pair rung's schedule
-(16,000 steps, its 4- and 8-pair stages) for the two architectures at chance there — whether the budget is."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)
@@ -180,20 +134,6 @@ HMM_DIVERSITY_CELLS = tuple((column, arch) for arch in ("transformer", "mamba", 
 """The diversity sweep on HMM filtering: the HMM column trained on a finite pool of HMMs, for each pool size and
 architecture, trained and evaluated (on the pool's HMMs and on fresh ones); the ``hmm`` column is the infinite
 pool (its cells are Paper I's, analysed)."""
-
-SCALE_CELLS = (("main_paper_size", "transformer"), ("hmm_fixed", "transformer"), ("hmm_fixed_rotary", "transformer"), ("hmm_fixed_gqa", "transformer"))
-"""The scale question in cells that fit a GPU lease: HMM filtering in the authors' own regime (``hmm_fixed``;
-under ``--preset paper`` the 2.68M, 9-layer transformer trained 7,813 steps of batch 64 over one fixed set of
-10,000 episodes, as their released recipe trains), evaluated at K = 20 / 30 / 50 and analysed; beside it the
-same cell with rotary positions (``hmm_fixed_rotary``), whose positions beyond the trained length are no
-different from the trained ones — length generalisation at the papers' size; and with one key/value head shared
-by all query heads (``hmm_fixed_gqa``) — Paper III's MHA-vs-GQA focusing contrast on a task the model has
-learned (worked in this order, so a lease that ends early has the first ones).  ``windtunnel reproduce scale
---preset paper``: about 18 ms a step on one H200, hours a seed on one CPU core, resumable either way."""
-
-EM_CELLS = (("recall_uniform", "transformer"), ("main_uniform", "transformer"), ("hmm_uniform", "transformer"))
-"""Paper II's primitive-to-EM mapping tested by training: binding, accumulation and transport with uniform
-attention in every layer (routing removed, value aggregation kept), trained and evaluated only."""
 
 EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
     "paper1": (("{preset}/table.json", "windtunnel table --preset {preset} --seeds 3"),

@@ -95,13 +95,42 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class CellNeed:
+    """One grid cell (all its seeds) a claim reads: its column (``main``, or ``main_paper_size@paper`` for a cell of
+    a fixed preset, read whatever preset the claim is judged at), its architecture, and whether it reads the cell's
+    ``geometry.json`` (``analysed``: ``windtunnel reproduce`` then runs the diagnostics on it)."""
+
+    column: str
+    arch: str = "transformer"
+    analysed: bool = False
+
+    @property
+    def name(self) -> str:
+        """The grid column without its preset."""
+        return self.column.partition("@")[0]
+
+    @property
+    def preset(self) -> str | None:
+        """The fixed preset the cell is read at, ``None`` for the preset the claim is judged at."""
+        return self.column.partition("@")[2] or None
+
+
+def reads(*columns: str, arch: str = "transformer", geometry: bool = False) -> tuple[CellNeed, ...]:
+    """The :class:`CellNeed` of each column for one architecture: what a claim declares it reads
+    (``reads("main", "main_v20", geometry=True) + reads("hmm", arch="mamba")``)."""
+    return tuple(CellNeed(c, arch, geometry) for c in columns)
+
+
+@dataclass(frozen=True)
 class Claim:
     """One claim (see the module docstring).  ``number`` is the papers' figure as they state it; ``derived``
     names the claim whose measurement this one re-reads (counted once, under that claim); ``asserts_failure``
     marks a claim that a model *fails* (its rule is meant to be met by a trivial predictor, so the check that the
     rule can fail applies it to the Bayes oracle instead); ``threshold`` states the threshold of the rule that is
     ours, not the papers' (where the papers give no number, or one the rule replaces), ``""`` where the rule
-    applies the papers' own number."""
+    applies the papers' own number; ``cells`` are the grid cells its ``assess`` reads (a test holds the two equal),
+    from which ``windtunnel reproduce`` plans what to train (the primitives table's cells are ``windtunnel
+    table``'s and are not declared)."""
 
     id: str
     paper: str
@@ -117,6 +146,7 @@ class Claim:
     derived: str | None = None
     asserts_failure: bool = False
     threshold: str = ""
+    cells: tuple[CellNeed, ...] = ()
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -129,14 +159,15 @@ CLAIMS: dict[str, Claim] = {}
 
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
           metric: str, rule: str, command: str, *, derived: str | None = None,
-          asserts_failure: bool = False, threshold: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+          asserts_failure: bool = False, threshold: str = "",
+          cells: tuple[CellNeed, ...] = ()) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
     """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``."""
 
     def register(fn: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
         if id in CLAIMS:
             raise ValueError(f"claim {id} registered twice")
         CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, rule, command, fn,
-                           derived, asserts_failure, threshold)
+                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)))
         return fn
 
     return register

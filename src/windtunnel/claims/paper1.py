@@ -13,9 +13,9 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import grid
-from ..reproduce import RUNG16_CELLS, SCALE_CELLS, SEEDS
+from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
-                   claim, fixed, missing)
+                   claim, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
 
 TABLE = "windtunnel table --preset quick --seeds 3"
@@ -34,9 +34,11 @@ SCALE = "windtunnel reproduce scale --preset paper"
 
 def _cells_control(ev: Evidence, column: str, file: str, arch: str = "transformer") -> str:
     """How a verdict names a control made of grid cells: the first seed's file, then the seeds and command."""
+    from ..reproduce import PAPERS, declared
+
     name, _, preset = column.partition("@")
-    command = (SCALE if (preset or ev.preset) == "paper" and (name, arch) in SCALE_CELLS
-               else f"windtunnel reproduce paper1 --preset {ev.preset}")
+    at_scale = (preset or ev.preset) == "paper" and (name, arch) in declared(tuple(PAPERS.values()), fixed="paper")
+    command = SCALE if at_scale else f"windtunnel reproduce paper1 --preset {ev.preset}"
     return (f"{ev.folder(column, arch, SEEDS[0])}/{file} (and seeds "
             f"{', '.join(map(str, SEEDS[1:]))}; {command})")
 
@@ -67,7 +69,8 @@ def _floor(ev: Evidence, task: str, metric: str) -> float | None:
        "Small transformers reproduce the Bayesian posterior with 10⁻³–10⁻⁴ bit accuracy (bijection elimination)",
        "10⁻³–10⁻⁴ bits", "paper", "entropy_mae_curve (bits), main job, 3 seeds",
        "agree if the upper end of our 95% interval over seeds is below 0.01 bits (the 10⁻³ decade or better)",
-       REPRO)
+       REPRO,
+       cells=reads("main"))
 def _a1(ev: Evidence) -> Verdict:
     m = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
     if m is None:
@@ -81,7 +84,8 @@ def _a1(ev: Evidence) -> Verdict:
        "0.003 (v1) / 0.007 (v3) bits", "secondary",
        "entropy_mae_curve (bits), the main job on the papers' cell V=20, L=19 at the papers' size (main_paper_size, "
        "2.67M parameters; where its seeds are absent, main_v20 at 200k), 3 seeds",
-       f"agree if our mean is at most {ERROR_FACTOR}× the v3 figure 0.007 bits", REPRO)
+       f"agree if our mean is at most {ERROR_FACTOR}× the v3 figure 0.007 bits", REPRO,
+       cells=reads("main_paper_size@paper", "main_v20"))
 def _a2(ev: Evidence) -> Verdict:
     small = ev.eval_metric("main_v20", "transformer", SEEDS, "entropy_mae_curve")
     big = ev.eval_metric(PAPER_CELL, "transformer", SEEDS, "entropy_mae_curve")
@@ -107,7 +111,8 @@ def _a2(ev: Evidence) -> Verdict:
 
 
 @claim("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "secondary",
-       "kl (bits → nats), main job, 3 seeds", "agree if the upper end of our interval, in nats, is below 0.01", REPRO)
+       "kl (bits → nats), main job, 3 seeds", "agree if the upper end of our interval, in nats, is below 0.01", REPRO,
+       cells=reads("main"))
 def _a3(ev: Evidence) -> Verdict:
     m = ev.eval_metric("main", "transformer", SEEDS, "kl")
     if m is None:
@@ -137,7 +142,8 @@ def _a4(ev: Evidence) -> Verdict:
 
 @claim("A5", "I", "v1", "abstract / Table 1", "Capacity-matched MLPs miss by orders of magnitude on bijection",
        "≈ 618×", "secondary", "ratio of entropy_mae_curve: mlp_pointwise (table) / transformer (main job)",
-       "agree if the ratio is at least 100 (two orders of magnitude)", f"{TABLE}; {REPRO}")
+       "agree if the ratio is at least 100 (two orders of magnitude)", f"{TABLE}; {REPRO}",
+       cells=reads("main"))
 def _a5(ev: Evidence) -> Verdict:
     mlp = ev.table("bijection", "mlp_pointwise", "entropy_mae_curve")
     tr = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
@@ -153,11 +159,12 @@ DATA_COLUMN = "hmm_fixed"
 """The same budget on one fixed set of 10,000 episodes revisited ≈51 times (the authors' data regime)."""
 INIT_COLUMN = "hmm_torch_init"
 """The HMM column from PyTorch's default initialisation instead of GPT-2's N(0, 0.02), same recipe and budget."""
-HMM_CONTROLS = ((BUDGET_COLUMN, None, "on fresh episodes", "budget"),
-                (DATA_COLUMN, None, "on a fixed set of 10,000 episodes", "data regime"),
-                (DATA_COLUMN, "paper", "on a fixed set of 10,000 episodes", "size"),
-                (INIT_COLUMN, None, "from PyTorch's default initialisation", "initialisation"))
-"""(column, preset, what it trains on or from, the variable it changes) of the HMM controls: four times the claim's
+HMM_CONTROLS = ((BUDGET_COLUMN, None, "on fresh episodes", "budget", ("transformer", "mamba")),
+                (DATA_COLUMN, None, "on a fixed set of 10,000 episodes", "data regime", ("transformer",)),
+                (DATA_COLUMN, "paper", "on a fixed set of 10,000 episodes", "size", ("transformer",)),
+                (INIT_COLUMN, None, "from PyTorch's default initialisation", "initialisation", ("transformer",)))
+"""(column, preset, what it trains on or from, the variable it changes, the architectures it is trained for) of the
+HMM controls: four times the claim's
 budget on fresh episodes and on the authors' fixed set (``None``: the claim's own preset), the authors' regime at
 the papers' size (the paper preset's ``hmm_fixed``, a GPU's work: ``windtunnel reproduce scale --preset paper``; a
 control of the quick claims only), and the claim's own cell from another start — budget, data regime, capacity,
@@ -174,8 +181,8 @@ def _hmm_controls(ev: Evidence, arch: str = "transformer") -> list[tuple[Measure
     """An HMM cell's controls that are measured for ``arch`` (:data:`HMM_CONTROLS`): each one's KL at K=20,
     how to name it, the control to cite and the variable it changes."""
     out = []
-    for column, preset, data, variable in HMM_CONTROLS:
-        if preset is not None and preset == ev.preset:
+    for column, preset, data, variable, archs in HMM_CONTROLS:
+        if (preset is not None and preset == ev.preset) or arch not in archs:
             continue  # the claim's own preset: its rows above are these cells already
         at = ev.at(preset or ev.preset)
         m = at.eval_metric(column, arch, SEEDS, "kl", 20)
@@ -259,7 +266,8 @@ def _filter_note(ev: Evidence, column: str, arch: str) -> str:
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
        "(the paper preset's cells), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
        f"agree if our mean is at most {ERROR_FACTOR}× 7.5e-5; a control closes the gap only if it reaches that level",
-       f"{TABLE}; {REPRO}")
+       f"{TABLE}; {REPRO}",
+       cells=reads("hmm", "hmm_fixed", "hmm_long", "hmm_torch_init", geometry=True) + reads("hmm_fixed@paper"))
 def _a6(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
     if m is None:
@@ -297,7 +305,8 @@ def _entropy_error_reading(ev: Evidence) -> list[tuple[str, Measure]]:
 @claim("A6b", "III", "v1", "§2", "Paper III's restatement: HMM posteriors matched with KL below 0.05 bits",
        "KL < 0.05 bits", "paper-p3", "kl (bits) at K=20, transformer, 3 seeds",
        "agree if our mean KL is below 0.05; closes under a longer-run control if its mean falls below 0.05",
-       f"{TABLE}; {REPRO}", derived="A6")
+       f"{TABLE}; {REPRO}", derived="A6",
+       cells=reads("hmm_fixed", "hmm_fixed@paper", "hmm_long", "hmm_torch_init"))
 def _a6b(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
     if m is None:
@@ -461,7 +470,9 @@ def _control_text(ctrl: dict[str, dict[str, Measure]]) -> str:
        "positions at the papers' size (the paper preset's cells); learned positions from PyTorch's default "
        "initialisation",
        f"agree if both are at most {ERROR_FACTOR}× the papers' figures; closes under a control that meets them",
-       f"{TABLE}; {REPRO}")
+       f"{TABLE}; {REPRO}",
+       cells=reads("hmm_alibi", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_rotary", "hmm_fixed_rotary@paper",
+                   "hmm_long", "hmm_none", "hmm_rotary", "hmm_torch_init"))
 def _a11(ev: Evidence) -> Verdict:
     m30, m50 = ev.table("hmm", "transformer", "kl@K=30"), ev.table("hmm", "transformer", "kl@K=50")
     if m30 is None or m50 is None:
@@ -490,7 +501,9 @@ def _a11(ev: Evidence) -> Verdict:
        "agree if the ratio is at most 1.5 on every seed, disagree if it is above 1.5 on every seed, inconclusive if "
        "the seeds straddle it; a control closes a disagreement if it learns the task on every seed (K=20 KL below the "
        "one-step filter's, the best answer from the current observation alone) and shows no jump on any", REPRO,
-       threshold="a jump ratio of at most 1.5")
+       threshold="a jump ratio of at most 1.5",
+       cells=reads("hmm", "hmm_alibi", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_rotary", "hmm_fixed_rotary@paper",
+                   "hmm_k50", "hmm_long", "hmm_none", "hmm_rotary", "hmm_torch_init"))
 def _a12(ev: Evidence) -> Verdict:
     m = ev.cell_stat("hmm", "transformer", SEEDS, "eval.json", _boundary_jump)
     if m is None:
@@ -554,7 +567,8 @@ def _lower(a: Measure, b: Measure) -> str:
 @claim("A15", "I", "v3", "primitives table", "Mamba beats the transformer on HMM filtering", "0.024 vs 0.049 bits",
        "secondary", "kl (bits) at K=20, mamba vs transformer, 3 seeds",
        "agree if Mamba's interval lies below the transformer's, disagree if above, inconclusive if they overlap; "
-       "the same comparison trained four times as long (hmm_long) reported beside it", TABLE)
+       "the same comparison trained four times as long (hmm_long) reported beside it", TABLE,
+       cells=reads("hmm_long") + reads("hmm_long", arch="mamba"))
 def _a15(ev: Evidence) -> Verdict:
     ma, tr = ev.table("hmm", "mamba", "kl"), ev.table("hmm", "transformer", "kl")
     if ma is None or tr is None:
@@ -572,7 +586,8 @@ def _a15(ev: Evidence) -> Verdict:
 @claim("A16", "I", "v3", "primitives table", "Mamba's HMM error", "0.024 bits", "secondary",
        "kl (bits), mamba, 3 seeds; control: the same cell trained four times as long",
        f"agree if our mean is at most {ERROR_FACTOR}× 0.024; closes under the longer-run control if its mean reaches it",
-       f"{TABLE}; {REPRO}")
+       f"{TABLE}; {REPRO}",
+       cells=reads("hmm_long", arch="mamba"))
 def _a16(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "mamba", "kl")
     if m is None:
@@ -605,7 +620,11 @@ def _a18(ev: Evidence) -> Verdict:
        "binding ladder, 8 pairs over 16 keys up to the papers' 64 over 256; the recall column's 8 pairs beside it)",
        "agree if Mamba's interval lies below the transformer's, disagree if above, inconclusive if they overlap — the direction "
        "is judged, at the largest store measured (the nearest to the papers' recall), not the 97.8% figure, which "
-       "is compared beside it", f"{TABLE}; {REPRO}")
+       "is compared beside it", f"{TABLE}; {REPRO}",
+       cells=reads("recall", "recall_p16", "recall_p32", "recall_p64") +
+             reads("recall", "recall_p16", "recall_p16_sched64", "recall_p32", "recall_p64", arch="lstm") +
+             reads("recall", "recall_p16", "recall_p16_sched64", "recall_p16_state64", "recall_p32", "recall_p64",
+                   arch="mamba"))
 def _a19(ev: Evidence) -> Verdict:
     ma, tr = ev.table("recall", "mamba", "accuracy"), ev.table("recall", "transformer", "accuracy")
     if ma is None or tr is None:
@@ -640,8 +659,10 @@ RUNG16_CONTROLS = {
     ("recall_p16_sched64", "mamba"): ("on the 64-pair rung's schedule (its steps and its 4- and 8-pair stages; the "
                                       "same store and keys) Mamba", "the schedule"),
     ("recall_p16_sched64", "lstm"): ("on the 64-pair rung's schedule the LSTM", "the schedule")}
-"""What each control of the ladder's 16-pair rung (``reproduce.RUNG16_CELLS``) changes, naming its architecture,
-and the variable it tests."""
+"""Where binding breaks on the ladder's 16-pair rung: Mamba's cell with a state four times as large (capacity-matched)
+— whether the state's size is where it breaks — and the cell on the 64-pair rung's schedule (16,000 steps, its 4- and
+8-pair stages) for the two architectures at chance there — whether the budget is.  What each control changes,
+naming its architecture, and the variable it tests."""
 
 
 def _rung16_note(ev: Evidence) -> tuple[str, tuple[Measure, ...]]:
@@ -649,7 +670,7 @@ def _rung16_note(ev: Evidence) -> tuple[str, tuple[Measure, ...]]:
     beside the ladder's own 16-pair cell of the same architecture, and the measures read (a control is left out
     until all three seeds of it and of its base are committed).  A reading is drawn only from disjoint intervals."""
     text, read = [], []
-    for column, arch in RUNG16_CELLS:
+    for column, arch in RUNG16_CONTROLS:
         what, variable = RUNG16_CONTROLS[column, arch]
         ctrl = ev.eval_metric(column, arch, SEEDS, "accuracy")
         base = ev.eval_metric("recall_p16", arch, SEEDS, "accuracy")
@@ -695,7 +716,8 @@ def _steps_to_bind(metrics_jsonl: str) -> float:
 @claim("A20", "I", "v3", "primitives table", "Mamba needs ≈2.5× more training than the transformer to bind",
        "2.5×", "secondary", "steps until the training Bayes gap stays ≤ 0.05 nats (recall, logged every 25 steps), "
        "median over 3 seeds, mamba / transformer",
-       "agree if the ratio of medians is ≥ 2; a run that never binds counts as never (its ratio is infinite)", REPRO)
+       "agree if the ratio of medians is ≥ 2; a run that never binds counts as never (its ratio is infinite)", REPRO,
+       cells=reads("recall") + reads("recall", arch="mamba"))
 def _a20(ev: Evidence) -> Verdict:
     out = {}
     for arch in ("transformer", "mamba"):
@@ -741,7 +763,10 @@ def _a22(ev: Evidence) -> Verdict:
        "qualitative", "paper", "mamba vs transformer on both binding columns (recall accuracy at the largest store both "
        "are measured at, as A19; sawtooth error)",
        "agree if Mamba falls short of the transformer on both; disagree if it matches or beats it on either",
-       f"{TABLE}; {REPRO}")
+       f"{TABLE}; {REPRO}",
+       cells=reads("recall", "recall_p16", "recall_p32", "recall_p64") +
+             reads("recall", "recall_p16", "recall_p32", "recall_p64", arch="lstm") +
+             reads("recall", "recall_p16", "recall_p32", "recall_p64", arch="mamba"))
 def _a23(ev: Evidence) -> Verdict:
     mr, tr = ev.table("recall", "mamba", "accuracy"), ev.table("recall", "transformer", "accuracy")
     ms, ts = (ev.table("bijection_replacement", a, "entropy_mae_curve") for a in ("mamba", "transformer"))
@@ -871,7 +896,12 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
        "also four times as long); the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
        "agree if the transformer's KL is below 10% of the context-blind floor; closes under a control whose KL is, on "
        "every seed", REPRO,
-       threshold="below 10% of the context-blind floor")
+       threshold="below 10% of the context-blind floor",
+       cells=reads("regression", "regression_curriculum", "regression_long", "regression_paired",
+                   "regression_paired_long", "regression_paired_torch_init", "regression_torch_init",
+             "regression_torch_init_long") +
+             reads("regression", arch="lstm") + reads("regression", arch="mamba") +
+             reads("regression", arch="mlp_pointwise"))
 def _a26(ev: Evidence) -> Verdict:
     main = _regression_rule(ev, "regression")
     if main is None:
@@ -892,15 +922,17 @@ def _a26(ev: Evidence) -> Verdict:
         if okc and closes is None:
             closes = (column, cause)
     if closes is not None:
-        return Verdict(DISAGREE_CLOSES, Measure(m.value, m.ci, m.seeds, m.values, files),
-                       said + f": {closes[1]} closes it", control=_cells_control(ev, closes[0], "eval.json"),
-                       controls=tuple(dict.fromkeys(tried)), closed_by=REGRESSION_VARIABLES[closes[0]])
+        said += f": {closes[1]} closes it"
     floor = ev.json(f"{ev.preset}/cells/regression-transformer-s{SEEDS[0]}/references.json")["context_blind"]["metrics"]["kl"]
     for arch in ("lstm", "mamba", "mlp_pointwise"):  # the same recipe and budget: is the task learnable in it at all?
         other = ev.eval_metric("regression", arch, SEEDS, "kl")
         if other is not None:
             files += other.files
             said += f"; the same recipe's {arch}: {other.text()} ({other.value / floor:.0%} of the floor)"
+    if closes is not None:
+        return Verdict(DISAGREE_CLOSES, Measure(m.value, m.ci, m.seeds, m.values, files), said,
+                       control=_cells_control(ev, closes[0], "eval.json"),
+                       controls=tuple(dict.fromkeys(tried)), closed_by=REGRESSION_VARIABLES[closes[0]])
     return Verdict(DISAGREE, Measure(m.value, m.ci, m.seeds, m.values, files), said + "; not a claim of the v3 abstract",
                    controls=tuple(dict.fromkeys(tried)))
 
@@ -909,7 +941,8 @@ def _a26(ev: Evidence) -> Verdict:
        "the Bayes oracle's error on every column; a model trained on sampled labels approaches it",
        "agree if the oracle's error is < 1e-12 bits on every column and the main job's error < 0.01 bits",
        f"{TABLE}; {REPRO}",
-       threshold="oracle below 1e-12 bits, main job below 0.01 bits")
+       threshold="oracle below 1e-12 bits, main job below 0.01 bits",
+       cells=reads("main"))
 def _a27(ev: Evidence) -> Verdict:
     ora = [ev.reference(t, "oracle", "kl") for t in ("bijection", "bijection_replacement", "hmm", "recall")]
     main = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
@@ -930,7 +963,8 @@ A28 = claim("A28", "I", "—", "setup", "Paper-size models and recipes (2.67M / 
 
 @claim("A29", "I", "v1", "§ tasks", "Memorisation is infeasible: the hypotheses outnumber the training episodes",
        "20! ≈ 2.4×10¹⁸ (Paper III: 10! = 3.6×10⁶)", "paper-p3", "V! against steps × batch of the main job",
-       "agree if V! exceeds the number of training episodes", REPRO)
+       "agree if V! exceeds the number of training episodes", REPRO,
+       cells=reads("main"))
 def _a29(ev: Evidence) -> Verdict:
     cfg = ev.json("quick/cells/main-transformer-s0/config.json")
     if cfg is None:
@@ -996,7 +1030,8 @@ def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Mea
        "of Gaussian vectors; controls: the main job with 2 heads of 32, the papers' head width, the main job on "
        "the papers' V=20, L=19 (main_v20), and on V=20 at the papers' size (main_paper_size: 2.67M parameters)",
        "agree if every seed's trained value is below both nulls; disagree if every seed's is above both; judged on "
-       "the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
+       "the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b1(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[str, Measure, str] | None:
         r = _key_orthogonality(ev, column)
@@ -1010,7 +1045,8 @@ def _b1(ev: Evidence) -> Verdict:
 
 
 @claim("B2", "III", "v1", "§2, Table 2", "Paper III's restatement: wind-tunnel keys at 0.09–0.12 against 0.40–0.45 random",
-       "0.09–0.12 vs 0.40–0.45", "paper-p3", "as B1", "agree if our trained mean is ≤ 0.12 and below both nulls", REPRO, derived="B1")
+       "0.09–0.12 vs 0.40–0.45", "paper-p3", "as B1", "agree if our trained mean is ≤ 0.12 and below both nulls", REPRO, derived="B1",
+       cells=reads("main", geometry=True))
 def _b2(ev: Evidence) -> Verdict:
     m = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
     un = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_untrained")
@@ -1131,7 +1167,8 @@ def _frame_head(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | 
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if on every seed the most damaging head is in layer 0, its fold ≥ 10 and it is ≥ 2× the runner-up's "
        "increase; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
-       threshold="the top head at least 2× the runner-up")
+       threshold="the top head at least 2× the runner-up",
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b3(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         r = _frame_head(ev, column)
@@ -1144,7 +1181,8 @@ def _b3(ev: Evidence) -> Verdict:
 
 @claim("B3b", "I", "v1", "geometry and ablation", "The single layer-0 frame head on Paper I's own layout (one vocabulary, "
        "a query token before each key)", "> 10×, one head", "code",
-       "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", "as B3", REPRO)
+       "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", "as B3", REPRO,
+       cells=reads("main_query", geometry=True))
 def _b3b(ev: Evidence) -> Verdict:
     r = _frame_head(ev, "main_query")
     if r is None:
@@ -1156,7 +1194,8 @@ def _b3b(ev: Evidence) -> Verdict:
 @claim("B4", "I", "—", "authors' code", "The frame head is the most-orthogonal layer-0 head", "implied", "not-a-claim",
        "head_ablation.hypothesis_frame_head vs key_orthogonality.layer0_most_orthogonal_head; controls: the main job "
        "at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if they coincide on every seed; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
+       "agree if they coincide on every seed; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b4(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
@@ -1173,7 +1212,8 @@ def _b4(ev: Evidence) -> Verdict:
        "secondary", "layer_ablation.min_fold (the least damaging layer's ablated / intact entropy error); controls: the "
        "main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if the least damaging layer's fold is ≥ 10 on every seed; judged on the papers' own cell "
-       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO)
+       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b5(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         m = ev.geometry(column, "transformer", SEEDS, "layer_ablation.min_fold")
@@ -1209,7 +1249,8 @@ FEASIBLE_IN_CONTEXT = (("bijection_replacement", "the sawtooth (the earlier answ
        "repeated key and recall's stored value, 3 seeds each; the main job beside it (on bijection the feasible values "
        "are the ones not yet shown, so no key holds them: its contrast is read on the shown, eliminated values)",
        "agree if on every seed of both tasks the last layer's alignment exceeds the first layer's, 0 and the untrained "
-       "model's", REPRO)
+       "model's", REPRO,
+       cells=reads("bijection_replacement", "main", "recall", geometry=True))
 def _b6(ev: Evidence) -> Verdict:
     readings = [(name, _qk_progressive(ev, column)) for column, name in FEASIBLE_IN_CONTEXT]
     if any(r is None for _, r in readings):
@@ -1230,7 +1271,8 @@ def _b6(ev: Evidence) -> Verdict:
        "agree if on the seed mean PC1 carries ≥ 50% of the variance and |ρ| ≥ 0.5, with |ρ| above the untrained "
        "model's on every seed; |ρ| is the larger of |ρ(PC1, H)| and |ρ(|PC1 − median|, H)| (a manifold folded at its "
        "middle, V-shaped in H, is parameterised by H although a monotone correlation misses it)", REPRO,
-       threshold="PC1 ≥ 50% of the variance and |ρ| ≥ 0.5")
+       threshold="PC1 ≥ 50% of the variance and |ρ| ≥ 0.5",
+       cells=reads("bijection_replacement", geometry=True))
 def _b7(ev: Evidence) -> Verdict:
     col = "bijection_replacement"
 
@@ -1253,7 +1295,8 @@ def _b7(ev: Evidence) -> Verdict:
 @claim("B8", "I", "v1", "abstract", "During training the manifold unfurls while attention stays stable", "qualitative",
        "paper", "frame_precision on the sawtooth: |ρ(PC1, H)| of the last-layer residual at the final checkpoint vs at "
        "the checkpoint where attention settled",
-       "agree if on every seed |ρ| at the final checkpoint exceeds |ρ| when attention settled", REPRO)
+       "agree if on every seed |ρ| at the final checkpoint exceeds |ρ| when attention settled", REPRO,
+       cells=reads("bijection_replacement", geometry=True))
 def _b8(ev: Evidence) -> Verdict:
     cells = ev.cells("bijection_replacement", "transformer", SEEDS)
     if cells is None:
@@ -1304,7 +1347,8 @@ def _settle_readings(ev: Evidence, column: str) -> list[tuple[int | None, int | 
        "task (main_v20) and size (main_paper_size)",
        "agree if attention settles first on every seed (a KL still falling at the end has not settled); judged on the "
        "papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the "
-       "task's size if that control agrees", REPRO)
+       "task's size if that control agrees", REPRO,
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b9(ev: Evidence) -> Verdict:
     from ..geometry.dynamics import frame_first
 
@@ -1329,7 +1373,8 @@ def _b9(ev: Evidence) -> Verdict:
        "position-only probe and the untrained model's",
        "agree if on every seed the best probe's KL is at most half the position-only probe's and below the untrained model's",
        REPRO,
-       threshold="probe KL at most half the position-only probe's")
+       threshold="probe KL at most half the position-only probe's",
+       cells=reads("main", geometry=True))
 def _b10(ev: Evidence) -> Verdict:
     best = ev.geometry("main", "transformer", SEEDS, "probes.best_posterior_kl_bits")
     pos = ev.geometry("main", "transformer", SEEDS, "probes.position_only_kl_bits")
@@ -1344,7 +1389,8 @@ def _b10(ev: Evidence) -> Verdict:
        "qualitative", "paper", "sublayer_ablation on the main job: geometric mean over layers ≥ 1 of the MLP ablation's "
        "fold over the attention ablation's; controls: the main job at the papers' head width (main_dh32), task "
        "(main_v20) and size (main_paper_size)", "agree if it exceeds 1 on every seed; closes under the head width, the task's size or the model's "
-       "size if its control agrees", REPRO)
+       "size if its control agrees", REPRO,
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b11(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         m = ev.geometry(column, "transformer", SEEDS, "sublayer_ablation.mlp_over_attn")
@@ -1362,7 +1408,8 @@ def _b11(ev: Evidence) -> Verdict:
        "HMM transformer, 3 seeds each",
        "agree if at K=20 its KL is within 2× of the full model's and at K=50 it exceeds the context-blind floor (worse "
        "than not reading the context) while the full model's does not", REPRO,
-       threshold="within 2× of the full model (in place of 1.57e-3)")
+       threshold="within 2× of the full model (in place of 1.57e-3)",
+       cells=reads("hmm", "hmm_attn_off"))
 def _b12(ev: Evidence) -> Verdict:
     off20 = ev.eval_metric("hmm_attn_off", "transformer", SEEDS, "kl", 20)
     off50 = ev.eval_metric("hmm_attn_off", "transformer", SEEDS, "kl", 50)
@@ -1381,7 +1428,8 @@ def _b12(ev: Evidence) -> Verdict:
        "four times as long, on fresh episodes (hmm_long) and on the authors' fixed set (hmm_fixed)",
        "agree if the most damaging head raises the error by less than 2× on every seed; closes under the budget if a "
        "control agrees", REPRO,
-       threshold="below 2× (in place of +5…+37%)")
+       threshold="below 2× (in place of +5…+37%)",
+       cells=reads("hmm", "hmm_fixed", "hmm_long", geometry=True))
 def _b13(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         fold = ev.geometry(column, "transformer", SEEDS, "head_ablation.frame_head_fold")
@@ -1400,7 +1448,8 @@ def _b13(ev: Evidence) -> Verdict:
        "agree if the mean ARI is at least half the ceiling that exact posteriors reach, and above the untrained model's "
        "on every seed; closes if the clusters found again with each token's mean state removed (the imprint of the "
        "observation just read) meet that rule, or by the budget if the control does", REPRO,
-       threshold="ARI at least half the exact-posterior ceiling")
+       threshold="ARI at least half the exact-posterior ceiling",
+       cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _b14(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         ari = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari")
@@ -1445,14 +1494,16 @@ def _token_confound(ev: Evidence, column: str, ari: Measure, untrained: Measure)
 
 @claim("B15", "I", "v3", "Mamba geometry", "Linear entropy R² of the last layer: Mamba well above the LSTM",
        "0.40 vs 0.004", "secondary", "probes.final_entropy_r2 (held out), mamba vs lstm, 3 seeds",
-       "agree if Mamba's interval lies above the LSTM's; inconclusive if only its mean does", REPRO)
+       "agree if Mamba's interval lies above the LSTM's; inconclusive if only its mean does", REPRO,
+       cells=reads("hmm", arch="lstm", geometry=True) + reads("hmm", arch="mamba", geometry=True))
 def _b15(ev: Evidence) -> Verdict:
     return _mamba_vs_lstm(ev, "probes.final_entropy_r2", mamba_lower=False)
 
 
 @claim("B16", "I", "v3", "Mamba geometry", "PC1 variance share of the last layer: Mamba well below the LSTM",
        "21.9% vs 92.3%", "secondary", "value_manifold.final_resid_pc1_var, mamba vs lstm, 3 seeds",
-       "agree if Mamba's interval lies below the LSTM's; inconclusive if only its mean does", REPRO)
+       "agree if Mamba's interval lies below the LSTM's; inconclusive if only its mean does", REPRO,
+       cells=reads("hmm", arch="lstm", geometry=True) + reads("hmm", arch="mamba", geometry=True))
 def _b16(ev: Evidence) -> Verdict:
     return _mamba_vs_lstm(ev, "value_manifold.final_resid_pc1_var", mamba_lower=True)
 
@@ -1471,7 +1522,8 @@ def _mamba_vs_lstm(ev: Evidence, key: str, mamba_lower: bool) -> Verdict:
        "value over layers; control: the HMM cell trained four times as long (hmm_long)",
        "agree if it is ≥ 0.3 on every seed and above the untrained model's; closes under the budget if the control agrees",
        REPRO,
-       threshold="|ρ| ≥ 0.3")
+       threshold="|ρ| ≥ 0.3",
+       cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _b17(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
         m = ev.geometry(column, "mamba", SEEDS, "selection.best_abs_delta_info_rho")

@@ -11,7 +11,7 @@ import statistics
 
 from ..reproduce import SEEDS
 from ..routing.em import seed_steps
-from .base import AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing
+from .base import AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
 from .paper1 import _with_size_controls
 
@@ -35,14 +35,16 @@ def _law(ev: Evidence, key: str) -> Verdict:
 
 @claim("C1", "II", "v1–v3", "abstract", "The advantage-based routing law ∂L/∂s_ij = α_ij (b_ij − E_α[b])", "identity",
        "paper", "routing_law.max_score_rel_error on the trained main job, 3 seeds",
-       f"agree if below {LAW_TOL:g} on every seed (the tests check it to 1e-10 in float64)", REPRO)
+       f"agree if below {LAW_TOL:g} on every seed (the tests check it to 1e-10 in float64)", REPRO,
+       cells=reads("main", geometry=True))
 def _c1(ev: Evidence) -> Verdict:
     return _law(ev, "routing_law.max_score_rel_error")
 
 
 @claim("C2", "II", "v1–v3", "abstract", "Responsibility-weighted value update ∂L/∂v_j = Σ_i α_ij u_i", "identity", "paper",
        "routing_law.max_value_rel_error on the trained main job, 3 seeds", f"agree if below {LAW_TOL:g} on every seed",
-       REPRO)
+       REPRO,
+       cells=reads("main", geometry=True))
 def _c2(ev: Evidence) -> Verdict:
     return _law(ev, "routing_law.max_value_rel_error")
 
@@ -52,7 +54,8 @@ def _c2(ev: Evidence) -> Verdict:
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
        "agree if the median over heads is below 0.1 on every seed; judged on the papers' own cell "
        "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
-       threshold="a median ratio below 0.1")
+       threshold="a median ratio below 0.1",
+       cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _c3(ev: Evidence) -> Verdict:
     def ratio(column: str) -> Measure | None:
         return ev.cell_stat(column, "transformer", SEEDS, "geometry.json",
@@ -200,7 +203,8 @@ def _c8(ev: Evidence) -> Verdict:
        "of hypothesis positions whose value write favours its own class",
        "agree if on every seed of both tasks a layer's best head puts ≥ 0.5 of its attention on the posterior's support "
        "and some head's value writes favour their own class on ≥ 50% of hypothesis positions", REPRO,
-       threshold="attention mass ≥ 0.5, value writes on ≥ 50% of positions")
+       threshold="attention mass ≥ 0.5, value writes on ≥ 50% of positions",
+       cells=reads("bijection_replacement", "recall", geometry=True))
 def _c9(ev: Evidence) -> Verdict:
     parts = {}
     for column in ("recall", "bijection_replacement"):
@@ -236,7 +240,8 @@ def _routing_damage(ev: Evidence, column: str) -> tuple[float, Measure, Measure,
        "agree if removing routing takes binding and transport at least halfway to the context-blind floor and "
        "accumulation less than halfway (the two routing primitives need routing, accumulation does not)",
        "windtunnel reproduce paper2 --preset quick",
-       threshold="halfway to the floor")
+       threshold="halfway to the floor",
+       cells=reads("hmm", "hmm_uniform", "main", "main_uniform", "recall", "recall_uniform"))
 def _c10(ev: Evidence) -> Verdict:
     parts = {}
     for primitive, column in (("accumulation", "main"), ("transport", "hmm"), ("binding", "recall")):
@@ -253,7 +258,8 @@ def _c10(ev: Evidence) -> Verdict:
 
 @claim("C11", "II", "v3", "abstract", "Content-based value routing, selective SSMs included, develops Bayesian geometry",
        "conjecture", "paper", "Mamba's final-state clusters on HMM (as B14)", "agree if B14 agrees", REPRO,
-       derived="B14")
+       derived="B14",
+       cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _c11(ev: Evidence) -> Verdict:
     from .base import CLAIMS
 
@@ -265,7 +271,8 @@ def _c11(ev: Evidence) -> Verdict:
 
 @claim("C12", "II", "v1", "abstract", "The same dynamics sculpt the manifold: precision keeps improving after the frame "
        "settles", "qualitative", "paper", "the manifold's gain in |ρ(PC1, H)| after attention settled (as B8, on the sawtooth)",
-       "agree if B8 agrees", REPRO, derived="B8")
+       "agree if B8 agrees", REPRO, derived="B8",
+       cells=reads("bijection_replacement", geometry=True))
 def _c12(ev: Evidence) -> Verdict:
     from .base import CLAIMS
 

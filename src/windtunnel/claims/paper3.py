@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, INCONCLUSIVE, NOT_MEASURABLE, Verdict, claim,
-                   fixed, missing)
+                   fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat
 
 LLM = "llm/smollm2-135m-instruct-q4"
@@ -159,7 +159,9 @@ def _reduction(g: dict) -> float:
        "attention-entropy reduction, first to last layer, of the main job trained with multi-head attention and "
        "with 4 query heads sharing 1 key/value head (Llama-3.2-1B's 4:1), capacity-matched, 3 seeds each",
        "agree if the GQA model's reduction lies below the MHA model's with disjoint intervals over seeds; "
-       "inconclusive if the intervals overlap", "windtunnel reproduce paper3 --preset quick")
+       "inconclusive if the intervals overlap", "windtunnel reproduce paper3 --preset quick",
+       cells=reads("hmm", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_gqa@paper", "hmm_long", "main", "main_gqa",
+                   geometry=True))
 def _d10(ev: Evidence) -> Verdict:
     mha = ev.cell_stat("main", "transformer", SEEDS, "geometry.json", _reduction)
     gqa = ev.cell_stat("main_gqa", "transformer", SEEDS, "geometry.json", _reduction)
@@ -250,7 +252,8 @@ def _d10b(ev: Evidence) -> Verdict:
        "↓85–90%", "84–90% / 0.09–0.12 / ↓85–90%", "paper-p3",
        "sawtooth attention-output PC1 share; main-job layer-0 key |cos|; main-job attention-entropy reduction",
        "agree if all three fall in or beyond the papers' ranges (PC1 ≥ 0.84, keys ≤ 0.12, reduction ≥ 0.85)",
-       "windtunnel reproduce paper1 --preset quick", derived="B1")
+       "windtunnel reproduce paper1 --preset quick", derived="B1",
+       cells=reads("bijection_replacement", "main", geometry=True))
 def _d12(ev: Evidence) -> Verdict:
     pc1 = ev.geometry("bijection_replacement", "transformer", SEEDS, "value_manifold.final_attn_out_pc1_var")
     keys = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
