@@ -148,8 +148,8 @@ def test_refuting_controls_are_persisting_disagreements_not_explanations(judgeme
 
 
 def test_a_claim_about_the_main_job_is_judged_on_the_papers_own_cell(judgements) -> None:
-    """Where main_paper_size is committed, B5 (every layer matters) is judged there — where one layer can be
-    removed nearly for free — whatever the V=20 control at 200k parameters says, and says so."""
+    """Where main_paper_size is committed, B5 (every layer matters) is judged there, seed by seed, whatever the V=20
+    control at 200k parameters says, and says so."""
     ev = Evidence(RESULTS)
     cells = ev.cells("main_paper_size@paper", "transformer", (0, 1, 2))
     if cells is None:
@@ -158,7 +158,8 @@ def test_a_claim_about_the_main_job_is_judged_on_the_papers_own_cell(judgements)
              for rel, _ in cells]
     b5 = judgements["B5"]
     assert b5.scale.startswith("the papers' size")
-    assert b5.kind == (claims.AGREE if min(folds) >= 10 else claims.DISAGREE_PERSISTS)
+    met = sum(f >= 10 for f in folds)  # a share of seeds: agree on all, disagree on none, inconclusive between
+    assert b5.kind == (claims.AGREE if met == 3 else claims.DISAGREE_PERSISTS if met == 0 else claims.INCONCLUSIVE)
     assert b5.verdict.ours.values == pytest.approx(folds)
 
 

@@ -10,7 +10,7 @@ the rule, returning a :class:`Verdict`.  Claims register themselves with :func:`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .evidence import Evidence, Measure
 
@@ -128,7 +128,8 @@ class Claim:
     marks a claim that a model *fails* (its rule is meant to be met by a trivial predictor, so the check that the
     rule can fail applies it to the Bayes oracle instead); ``threshold`` states the threshold of the rule that is
     ours, not the papers' (where the papers give no number, or one the rule replaces), ``""`` where the rule
-    applies the papers' own number; ``cells`` are the grid cells its ``assess`` reads (a test holds the two equal),
+    applies the papers' own number; ``rule_object`` is the :mod:`~windtunnel.claims.rules` object whose sentence
+    ``rule`` is (followed by what the claim adds to it), where the rule is one; ``cells`` are the grid cells its ``assess`` reads (a test holds the two equal),
     from which ``windtunnel reproduce`` plans what to train (the primitives table's cells are ``windtunnel
     table``'s and are not declared)."""
 
@@ -147,6 +148,7 @@ class Claim:
     asserts_failure: bool = False
     threshold: str = ""
     cells: tuple[CellNeed, ...] = ()
+    rule_object: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -158,16 +160,21 @@ CLAIMS: dict[str, Claim] = {}
 
 
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
-          metric: str, rule: str, command: str, *, derived: str | None = None,
-          asserts_failure: bool = False, threshold: str = "",
-          cells: tuple[CellNeed, ...] = ()) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
-    """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``."""
+          metric: str, rule: Any, command: str, *, derived: str | None = None,
+          asserts_failure: bool = False, threshold: str = "", cells: tuple[CellNeed, ...] = (),
+          rule_note: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+    """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``.  ``rule``: the rule's sentence, or a
+    :mod:`~windtunnel.claims.rules` object that writes it (``rule_note`` then adds what the claim does beyond it —
+    its controls, the scale it is judged at)."""
 
     def register(fn: Callable[[Evidence], Verdict]) -> Callable[[Evidence], Verdict]:
         if id in CLAIMS:
             raise ValueError(f"claim {id} registered twice")
-        CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, rule, command, fn,
-                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)))
+        text, obj = (rule, None) if isinstance(rule, str) else (rule.sentence, rule)
+        if rule_note:
+            text += f"; {rule_note}"
+        CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, text, command, fn,
+                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj)
         return fn
 
     return register

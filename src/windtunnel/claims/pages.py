@@ -18,7 +18,7 @@ from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROL
                    NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
 from .evidence import Measure, _g
 from .judge import NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
-from .paper1 import ERROR_FACTOR
+from .rules import ERROR_FACTOR
 
 SECTIONS = {"A": "Paper I — behaviour", "B": "Paper I — mechanism and geometry", "C": "Paper II — gradient dynamics",
             "D": "Paper III — production language models"}

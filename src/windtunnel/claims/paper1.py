@@ -17,15 +17,16 @@ from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
+from .rules import ERROR_FACTOR, AtLeast, AtMost, EverySeed, FloorShare, IntervalBelow, Ordered
 
 TABLE = "windtunnel table --preset quick --seeds 3"
 REPRO = "windtunnel reproduce paper1 --preset quick"
-ERROR_FACTOR = 1.5
-"""An error claim agrees when our error is at most this multiple of the papers' (or below it)."""
 FLOOR_FRACTION = 0.9
 """A model 'fails' a task when its error is at least this fraction of the context-blind floor."""
 LEARNED_FRACTION = 0.1
 """A model 'learns' a task when its error is below this fraction of the context-blind floor."""
+FAILS = FloorShare(FLOOR_FRACTION, below=False)
+LEARNS = FloorShare(LEARNED_FRACTION)
 
 
 SCALE = "windtunnel reproduce scale --preset paper"
@@ -44,9 +45,9 @@ def _cells_control(ev: Evidence, column: str, file: str, arch: str = "transforme
 
 
 def _error_rule(ours: Measure, paper: float, unit: str = "bits") -> tuple[bool, str]:
-    ok = ours.value <= ERROR_FACTOR * paper
-    rel = ours.value / paper
-    return ok, f"ours is {rel:.2g}× the papers' {paper:g} {unit} ({'within' if ok else 'beyond'} the {ERROR_FACTOR}× rule)"
+    """:class:`~windtunnel.claims.rules.AtMost` on ``ours``: whether it holds, and its reading."""
+    rule = AtMost(paper, unit)
+    return rule.kind(ours) == AGREE, rule.reading(ours)
 
 
 def _cited(*measures: Measure) -> tuple[str, ...]:
@@ -65,18 +66,20 @@ def _floor(ev: Evidence, task: str, metric: str) -> float | None:
 
 # --- A: behaviour -------------------------------------------------------------------------------
 
+A1_RULE = IntervalBelow(0.01, "bits")
+
+
 @claim("A1", "I", "v1, v3", "abstract",
        "Small transformers reproduce the Bayesian posterior with 10⁻³–10⁻⁴ bit accuracy (bijection elimination)",
        "10⁻³–10⁻⁴ bits", "paper", "entropy_mae_curve (bits), main job, 3 seeds",
-       "agree if the upper end of our 95% interval over seeds is below 0.01 bits (the 10⁻³ decade or better)",
-       REPRO,
+       A1_RULE, REPRO, rule_note="0.01 bits is the 10⁻³ decade or better",
        cells=reads("main"))
 def _a1(ev: Evidence) -> Verdict:
     m = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
     if m is None:
         return missing("main-job cells")
     hi = m.ci[1] if m.ci else m.value
-    return Verdict(AGREE if hi < 0.01 else DISAGREE, m, f"upper bound {hi:.2g} bits; V=10, 200k parameters")
+    return Verdict(A1_RULE.kind(m), m, f"upper bound {hi:.2g} bits; V=10, 200k parameters")
 
 
 @claim("A2", "I", "v1 / v3", "Table 1",
@@ -84,7 +87,7 @@ def _a1(ev: Evidence) -> Verdict:
        "0.003 (v1) / 0.007 (v3) bits", "secondary",
        "entropy_mae_curve (bits), the main job on the papers' cell V=20, L=19 at the papers' size (main_paper_size, "
        "2.67M parameters; where its seeds are absent, main_v20 at 200k), 3 seeds",
-       f"agree if our mean is at most {ERROR_FACTOR}× the v3 figure 0.007 bits", REPRO,
+       AtMost(0.007, of="the v3 figure"), REPRO,
        cells=reads("main_paper_size@paper", "main_v20"))
 def _a2(ev: Evidence) -> Verdict:
     small = ev.eval_metric("main_v20", "transformer", SEEDS, "entropy_mae_curve")
@@ -110,8 +113,11 @@ def _a2(ev: Evidence) -> Verdict:
                    f"of 6 heads) on the V=20 recipe{beside}", scale=PAPER_SCALE)
 
 
+A3_RULE = IntervalBelow(0.01, "nats")
+
+
 @claim("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "secondary",
-       "kl (bits → nats), main job, 3 seeds", "agree if the upper end of our interval, in nats, is below 0.01", REPRO,
+       "kl (bits → nats), main job, 3 seeds", A3_RULE, REPRO,
        cells=reads("main"))
 def _a3(ev: Evidence) -> Verdict:
     m = ev.eval_metric("main", "transformer", SEEDS, "kl")
@@ -120,7 +126,7 @@ def _a3(ev: Evidence) -> Verdict:
     ln2 = math.log(2)
     nats = Measure(m.value * ln2, (m.ci[0] * ln2, m.ci[1] * ln2) if m.ci else None, m.seeds, (), m.files)
     hi = nats.ci[1] if nats.ci else nats.value
-    return Verdict(AGREE if hi < 0.01 else DISAGREE, nats, f"upper bound {hi:.2g} nats")
+    return Verdict(A3_RULE.kind(nats), nats, f"upper bound {hi:.2g} nats")
 
 
 @claim("A4", "I", "v1 / v3", "Table 1", "The MLP's bijection entropy error", "≈ 1.85 bits", "secondary",
@@ -140,17 +146,19 @@ def _a4(ev: Evidence) -> Verdict:
     return Verdict(DISAGREE, m, f"neither 1.85 nor the floor {floor:.3f}")
 
 
+A5_RULE = AtLeast(100, "the ratio")
+
+
 @claim("A5", "I", "v1", "abstract / Table 1", "Capacity-matched MLPs miss by orders of magnitude on bijection",
        "≈ 618×", "secondary", "ratio of entropy_mae_curve: mlp_pointwise (table) / transformer (main job)",
-       "agree if the ratio is at least 100 (two orders of magnitude)", f"{TABLE}; {REPRO}",
-       cells=reads("main"))
+       A5_RULE, f"{TABLE}; {REPRO}", rule_note="100 is two orders of magnitude", cells=reads("main"))
 def _a5(ev: Evidence) -> Verdict:
     mlp = ev.table("bijection", "mlp_pointwise", "entropy_mae_curve")
     tr = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
     if mlp is None or tr is None:
         return missing("table cell or main-job cells")
     r = Measure(mlp.value / tr.value, None, tr.seeds, (), mlp.files + tr.files)
-    return Verdict(AGREE if r.value >= 100 else DISAGREE, r, f"{mlp.value:.3f} / {tr.value:.4f} bits")
+    return Verdict(A5_RULE.kind(r), r, f"{mlp.value:.3f} / {tr.value:.4f} bits")
 
 
 BUDGET_COLUMN = "hmm_long"
@@ -265,8 +273,8 @@ def _filter_note(ev: Evidence, column: str, arch: str) -> str:
        "kl (bits) at K=20, transformer, 3 seeds; controls: the same cell trained four times as long, on fresh "
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
        "(the paper preset's cells), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
-       f"agree if our mean is at most {ERROR_FACTOR}× 7.5e-5; a control closes the gap only if it reaches that level",
-       f"{TABLE}; {REPRO}",
+       AtMost(7.5e-5),
+       f"{TABLE}; {REPRO}", rule_note="a control closes the gap only if it reaches that level",
        cells=reads("hmm", "hmm_fixed", "hmm_long", "hmm_torch_init", geometry=True) + reads("hmm_fixed@paper"))
 def _a6(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
@@ -318,8 +326,8 @@ def _a6b(ev: Evidence) -> Verdict:
 
 @claim("A7", "I", "v3", "primitives table", "HMM transformer error in the primitives table", "0.049 bits",
        "secondary", "kl (bits) at K=20, transformer, 3 seeds",
-       f"agree if our mean is at most {ERROR_FACTOR}× 0.049; closes under a longer-run control if its mean reaches it",
-       f"{TABLE}; {REPRO}", derived="A6")
+       AtMost(0.049),
+       f"{TABLE}; {REPRO}", derived="A6", rule_note="closes under a longer-run control if its mean reaches it")
 def _a7(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
     if m is None:
@@ -336,7 +344,7 @@ def _fails(ev: Evidence, task: str, arch: str, metric: str) -> Verdict:
     if m is None or floor is None:
         return missing("table cell")
     frac = m.value / floor
-    return Verdict(AGREE if frac >= FLOOR_FRACTION else DISAGREE, m,
+    return Verdict(FAILS.kind(m, floor), m,
                    f"{frac:.0%} of the context-blind floor {floor:.3f} (fails when ≥ {FLOOR_FRACTION:.0%})")
 
 
@@ -346,13 +354,13 @@ def _learns(ev: Evidence, task: str, arch: str, metric: str, paper: float) -> Ve
     if m is None or floor is None:
         return missing("table cell")
     frac = m.value / floor
-    return Verdict(AGREE if frac < LEARNED_FRACTION else DISAGREE, m,
+    return Verdict(LEARNS.kind(m, floor), m,
                    f"{frac:.1%} of the context-blind floor (learned when < {LEARNED_FRACTION:.0%}); "
                    f"{m.value / paper:.2g}× the papers' {paper:g}")
 
 
 @claim("A8", "I", "v1 / v3", "Table 1", "The MLP fails HMM filtering", "≈ 0.409 / 0.40 bits", "secondary",
-       "kl (bits), mlp_pointwise, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE,
+       "kl (bits), mlp_pointwise, 3 seeds", FAILS, TABLE,
        asserts_failure=True,
        threshold="≥ 90% of the context-blind floor (the papers give 0.409 / 0.40 bits)")
 def _a8(ev: Evidence) -> Verdict:
@@ -536,8 +544,8 @@ def _a12(ev: Evidence) -> Verdict:
 
 
 @claim("A13", "I", "v3", "primitives table", "Mamba learns bijection (accumulation)", "0.010 bits", "secondary",
-       "entropy_mae_curve (bits), mamba, 3 seeds", f"agree if below {LEARNED_FRACTION:.0%} of the context-blind floor "
-       "(the paper's text is qualitative; its number is secondary)", TABLE,
+       "entropy_mae_curve (bits), mamba, 3 seeds", LEARNS, TABLE,
+       rule_note="the paper's text is qualitative; its number is secondary",
        threshold="below 10% of the context-blind floor (in place of 0.010 bits)")
 def _a13(ev: Evidence) -> Verdict:
     return _learns(ev, "bijection", "mamba", "entropy_mae_curve", 0.010)
@@ -545,29 +553,22 @@ def _a13(ev: Evidence) -> Verdict:
 
 @claim("A14", "I", "v3", "primitives table", "The LSTM learns bijection (a static sufficient statistic)", "0.009 bits",
        "secondary", "entropy_mae_curve (bits), lstm, 3 seeds",
-       f"agree if below {LEARNED_FRACTION:.0%} of the context-blind floor", TABLE,
-       threshold="below 10% of the context-blind floor (in place of 0.009 bits)")
+       LEARNS, TABLE, threshold="below 10% of the context-blind floor (in place of 0.009 bits)")
 def _a14(ev: Evidence) -> Verdict:
     return _learns(ev, "bijection", "lstm", "entropy_mae_curve", 0.009)
 
 
+MAMBA_BELOW = Ordered("Mamba", "the transformer")
+
+
 def _lower(a: Measure, b: Measure) -> str:
-    """Whether ``a`` lies below ``b``, judged symmetrically: AGREE when ``a``'s interval lies wholly below ``b``'s,
-    DISAGREE when it lies wholly above, INCONCLUSIVE when the intervals overlap, whichever way the means are
-    ordered.  Without intervals (one seed) the means decide."""
-    if a.ci is None or b.ci is None:
-        return AGREE if a.value < b.value else DISAGREE
-    if a.ci[1] < b.ci[0]:
-        return AGREE
-    if a.ci[0] > b.ci[1]:
-        return DISAGREE
-    return INCONCLUSIVE
+    """Whether ``a`` lies below ``b``: :class:`~windtunnel.claims.rules.Ordered`'s symmetric judgement."""
+    return Ordered("a", "b").kind(a, b)
 
 
 @claim("A15", "I", "v3", "primitives table", "Mamba beats the transformer on HMM filtering", "0.024 vs 0.049 bits",
        "secondary", "kl (bits) at K=20, mamba vs transformer, 3 seeds",
-       "agree if Mamba's interval lies below the transformer's, disagree if above, inconclusive if they overlap; "
-       "the same comparison trained four times as long (hmm_long) reported beside it", TABLE,
+       MAMBA_BELOW, TABLE, rule_note="the same comparison trained four times as long (hmm_long) reported beside it",
        cells=reads("hmm_long") + reads("hmm_long", arch="mamba"))
 def _a15(ev: Evidence) -> Verdict:
     ma, tr = ev.table("hmm", "mamba", "kl"), ev.table("hmm", "transformer", "kl")
@@ -585,8 +586,8 @@ def _a15(ev: Evidence) -> Verdict:
 
 @claim("A16", "I", "v3", "primitives table", "Mamba's HMM error", "0.024 bits", "secondary",
        "kl (bits), mamba, 3 seeds; control: the same cell trained four times as long",
-       f"agree if our mean is at most {ERROR_FACTOR}× 0.024; closes under the longer-run control if its mean reaches it",
-       f"{TABLE}; {REPRO}",
+       AtMost(0.024),
+       f"{TABLE}; {REPRO}", rule_note="closes under the longer-run control if its mean reaches it",
        cells=reads("hmm_long", arch="mamba"))
 def _a16(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "mamba", "kl")
@@ -599,28 +600,30 @@ def _a16(ev: Evidence) -> Verdict:
 
 
 @claim("A17", "I", "v3", "primitives table", "The LSTM fails HMM filtering", "0.411 bits", "secondary",
-       "kl (bits), lstm, 3 seeds", f"agree if at least {FLOOR_FRACTION:.0%} of the context-blind floor", TABLE,
+       "kl (bits), lstm, 3 seeds", FAILS, TABLE,
        asserts_failure=True,
        threshold="≥ 90% of the context-blind floor (in place of 0.411 bits)")
 def _a17(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "lstm", "kl")
 
 
+A18_RULE = AtLeast(0.99, "the mean accuracy")
+
+
 @claim("A18", "I", "v3", "primitives table", "The transformer solves associative recall", "100%", "secondary",
-       "accuracy, transformer, 3 seeds (8 pairs over 16 tokens)", "agree if mean accuracy ≥ 0.99", TABLE)
+       "accuracy, transformer, 3 seeds (8 pairs over 16 tokens)", A18_RULE, TABLE)
 def _a18(ev: Evidence) -> Verdict:
     m = ev.table("recall", "transformer", "accuracy")
     if m is None:
         return missing("table cell")
-    return Verdict(AGREE if m.value >= 0.99 else DISAGREE, m, "at 8 pairs, not the papers' 64 over 256 tokens")
+    return Verdict(A18_RULE.kind(m), m, "at 8 pairs, not the papers' 64 over 256 tokens")
 
 
 @claim("A19", "I", "v3", "abstract / primitives table", "Mamba struggles with random-access binding (recall limited)",
        "97.8%", "secondary", "accuracy, mamba vs transformer, 3 seeds, at the largest store both are measured at (the "
        "binding ladder, 8 pairs over 16 keys up to the papers' 64 over 256; the recall column's 8 pairs beside it)",
-       "agree if Mamba's interval lies below the transformer's, disagree if above, inconclusive if they overlap — the direction "
-       "is judged, at the largest store measured (the nearest to the papers' recall), not the 97.8% figure, which "
-       "is compared beside it", f"{TABLE}; {REPRO}",
+       MAMBA_BELOW, f"{TABLE}; {REPRO}", rule_note="the direction is judged, at the largest store measured (the "
+       "nearest to the papers' recall), not the 97.8% figure, which is compared beside it",
        cells=reads("recall", "recall_p16", "recall_p32", "recall_p64") +
              reads("recall", "recall_p16", "recall_p16_sched64", "recall_p32", "recall_p64", arch="lstm") +
              reads("recall", "recall_p16", "recall_p16_sched64", "recall_p16_state64", "recall_p32", "recall_p64",
@@ -1208,11 +1211,16 @@ def _b4(ev: Evidence) -> Verdict:
     return _with_size_controls(ev, rule, "main-job geometry")
 
 
+B5_RULE = EverySeed(10, what="the least damaging layer's fold")
+ON_PAPER_CELL = ("judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the "
+                 "head width or the task's size if that control agrees")
+"""What a claim on the main job judged by :func:`_with_size_controls` adds to its rule."""
+
+
 @claim("B5", "I", "v1", "geometry and ablation", "Removing any single layer raises the error more than 10×", "> 10×",
        "secondary", "layer_ablation.min_fold (the least damaging layer's ablated / intact entropy error); controls: the "
        "main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if the least damaging layer's fold is ≥ 10 on every seed; judged on the papers' own cell "
-       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       B5_RULE, REPRO, rule_note=ON_PAPER_CELL,
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b5(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1220,7 +1228,7 @@ def _b5(ev: Evidence) -> Verdict:
         mx = ev.geometry(column, "transformer", SEEDS, "layer_ablation.max_fold")
         if m is None or mx is None:
             return None
-        return min(m.values) >= 10, m, f"most damaging layer's fold {mx.text()}"
+        return B5_RULE.kind(m), m, f"most damaging layer's fold {mx.text()}"
 
     return _with_size_controls(ev, rule, "main-job geometry")
 
@@ -1385,11 +1393,13 @@ def _b10(ev: Evidence) -> Verdict:
     return Verdict(AGREE if ok else DISAGREE, best, f"position-only {pos.text()}, untrained {un.text()} bits")
 
 
+B11_RULE = EverySeed(1, strict=True, what="the MLP's fold over the attention's")
+
+
 @claim("B11", "I", "v1", "abstract", "The feed-forward networks perform the posterior update; attention routes",
        "qualitative", "paper", "sublayer_ablation on the main job: geometric mean over layers ≥ 1 of the MLP ablation's "
        "fold over the attention ablation's; controls: the main job at the papers' head width (main_dh32), task "
-       "(main_v20) and size (main_paper_size)", "agree if it exceeds 1 on every seed; closes under the head width, the task's size or the model's "
-       "size if its control agrees", REPRO,
+       "(main_v20) and size (main_paper_size)", B11_RULE, REPRO, rule_note=ON_PAPER_CELL,
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b11(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1397,7 +1407,7 @@ def _b11(ev: Evidence) -> Verdict:
         allm = ev.geometry(column, "transformer", SEEDS, "sublayer_ablation.all_mlp_fold")
         if m is None:
             return None
-        return min(m.values) > 1, m, "removing a later block's MLP vs its attention" + (
+        return B11_RULE.kind(m), m, "removing a later block's MLP vs its attention" + (
             f"; every MLP at once ×{allm.text()}" if allm else "")
 
     return _with_size_controls(ev, rule, "main-job sublayer ablation")
@@ -1494,7 +1504,7 @@ def _token_confound(ev: Evidence, column: str, ari: Measure, untrained: Measure)
 
 @claim("B15", "I", "v3", "Mamba geometry", "Linear entropy R² of the last layer: Mamba well above the LSTM",
        "0.40 vs 0.004", "secondary", "probes.final_entropy_r2 (held out), mamba vs lstm, 3 seeds",
-       "agree if Mamba's interval lies above the LSTM's; inconclusive if only its mean does", REPRO,
+       Ordered("the LSTM", "Mamba"), REPRO,
        cells=reads("hmm", arch="lstm", geometry=True) + reads("hmm", arch="mamba", geometry=True))
 def _b15(ev: Evidence) -> Verdict:
     return _mamba_vs_lstm(ev, "probes.final_entropy_r2", mamba_lower=False)
@@ -1502,7 +1512,7 @@ def _b15(ev: Evidence) -> Verdict:
 
 @claim("B16", "I", "v3", "Mamba geometry", "PC1 variance share of the last layer: Mamba well below the LSTM",
        "21.9% vs 92.3%", "secondary", "value_manifold.final_resid_pc1_var, mamba vs lstm, 3 seeds",
-       "agree if Mamba's interval lies below the LSTM's; inconclusive if only its mean does", REPRO,
+       Ordered("Mamba", "the LSTM"), REPRO,
        cells=reads("hmm", arch="lstm", geometry=True) + reads("hmm", arch="mamba", geometry=True))
 def _b16(ev: Evidence) -> Verdict:
     return _mamba_vs_lstm(ev, "value_manifold.final_resid_pc1_var", mamba_lower=True)

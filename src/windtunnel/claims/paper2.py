@@ -13,7 +13,8 @@ from ..reproduce import SEEDS
 from ..routing.em import seed_steps
 from .base import AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
-from .paper1 import _with_size_controls
+from .paper1 import ON_PAPER_CELL, _with_size_controls
+from .rules import EverySeed, IntervalAbove
 
 REPRO = "windtunnel reproduce paper1 --preset quick"
 EM = "routing/em.json"
@@ -23,27 +24,28 @@ TIMESCALES = "routing/timescales/timescales.json"
 TIMESCALES_CONSTANT = "routing/timescales-constant/timescales.json"
 LAW_TOL = 1e-4
 """Relative error below which the closed-form gradient equals autograd's in float32."""
+LAW_RULE = EverySeed(LAW_TOL, above=False, what="the largest relative error")
+C3_RULE = EverySeed(0.1, above=False, what="the median over heads")
 
 
 def _law(ev: Evidence, key: str) -> Verdict:
     m = ev.geometry("main", "transformer", SEEDS, key)
     if m is None:
         return missing("main-job geometry")
-    return Verdict(AGREE if max(m.values) < LAW_TOL else DISAGREE, m,
+    return Verdict(LAW_RULE.kind(m), m,
                    "largest relative error of the closed form against autograd, over every head, on trained float32 models")
 
 
 @claim("C1", "II", "v1–v3", "abstract", "The advantage-based routing law ∂L/∂s_ij = α_ij (b_ij − E_α[b])", "identity",
        "paper", "routing_law.max_score_rel_error on the trained main job, 3 seeds",
-       f"agree if below {LAW_TOL:g} on every seed (the tests check it to 1e-10 in float64)", REPRO,
+       LAW_RULE, REPRO, rule_note="the tests check it to 1e-10 in float64",
        cells=reads("main", geometry=True))
 def _c1(ev: Evidence) -> Verdict:
     return _law(ev, "routing_law.max_score_rel_error")
 
 
 @claim("C2", "II", "v1–v3", "abstract", "Responsibility-weighted value update ∂L/∂v_j = Σ_i α_ij u_i", "identity", "paper",
-       "routing_law.max_value_rel_error on the trained main job, 3 seeds", f"agree if below {LAW_TOL:g} on every seed",
-       REPRO,
+       "routing_law.max_value_rel_error on the trained main job, 3 seeds", LAW_RULE, REPRO,
        cells=reads("main", geometry=True))
 def _c2(ev: Evidence) -> Verdict:
     return _law(ev, "routing_law.max_value_rel_error")
@@ -52,8 +54,7 @@ def _c2(ev: Evidence) -> Verdict:
 @claim("C3", "III", "v1", "§2", "Late in training the routing (frame) gradient is small beside the value gradient",
        "qualitative", "secondary", "routing_law.routing_to_value_grad_norm over every head of the trained main job; "
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if the median over heads is below 0.1 on every seed; judged on the papers' own cell "
-       "at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       C3_RULE, REPRO, rule_note=ON_PAPER_CELL,
        threshold="a median ratio below 0.1",
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _c3(ev: Evidence) -> Verdict:
@@ -63,7 +64,7 @@ def _c3(ev: Evidence) -> Verdict:
 
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure, str] | None:
         m = ratio(column)
-        return None if m is None else (max(m.values) < 0.1, m, "median over heads of |∂L/∂scores| / |∂L/∂values|")
+        return None if m is None else (C3_RULE.kind(m), m, "median over heads of |∂L/∂scores| / |∂L/∂values|")
 
     return _with_size_controls(ev, rule, "main-job geometry")
 
@@ -76,15 +77,17 @@ def _speedup(ev: Evidence, arm: str) -> Measure | None:
     return Measure(s["geometric_mean"], tuple(s["ci95"]) if s.get("ci95") else None, s["n"], (), (EM,))
 
 
+C4_RULE = IntervalAbove(1.5)
+
+
 @claim("C4", "II", "v2", "abstract; §5.2 (code)", "EM-like training (10× the learning rate on W_V) converges faster than SGD",
        "≈ 2.3× (430 vs 1000 steps)", "code", "steps to SGD's final loss, speed-up over SGD (geometric mean, 5 seeds)",
-       "agree if the speed-up's interval lies above 1.5", "windtunnel routing em --seeds 5")
+       C4_RULE, "windtunnel routing em --seeds 5")
 def _c4(ev: Evidence) -> Verdict:
     m = _speedup(ev, "em_like")
     if m is None:
         return missing(EM)
-    lo = m.ci[0] if m.ci else m.value
-    return Verdict(AGREE if lo > 1.5 else INCONCLUSIVE if m.value > 1.5 else DISAGREE, m,
+    return Verdict(C4_RULE.kind(m), m,
                    "SGD is censored at the budget on some seeds, so these are lower bounds")
 
 
