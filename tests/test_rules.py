@@ -94,3 +94,26 @@ def test_a_claims_verdict_is_its_rule_applied_to_its_number(cid: str) -> None:
     assert isinstance(v.ours, Measure)
     want = claim.rule_object.kind(v.ours)
     assert v.kind == want or (v.kind == claims.DISAGREE_CLOSES and want == D), (cid, v.kind, want)
+
+
+def _rows() -> list[claims.Claim]:
+    return [c for c in claims.CLAIMS.values() if c.assess.__qualname__.startswith("row.")]
+
+
+def test_rows_are_claims_of_one_number_and_one_rule(tmp_path: Path) -> None:
+    """A row (:func:`windtunnel.claims.rows.row`) has no function of its own: its rule object judges the number its
+    reader gives, the cells it reads are its reader's, and where nothing is committed it says what is missing."""
+    rows = _rows()
+    assert {"A1", "A3", "A18", "C1", "C2"} <= {c.id for c in rows}
+    empty = claims.Evidence(tmp_path)
+    for c in rows:
+        assert c.rule_object is not None, c.id
+        v = c.assess(empty)
+        assert v.kind == claims.NOT_MEASURED and v.why.startswith("no committed "), c.id
+    a3 = claims.CLAIMS["A3"].assess(claims.Evidence(RESULTS))
+    a1 = claims.CLAIMS["A1"].assess(claims.Evidence(RESULTS))
+    if a3.kind != claims.NOT_MEASURED:  # the same cells read in bits (A1 reads entropy_mae_curve, A3 the kl)
+        kl = claims.Evidence(RESULTS).eval_metric("main", "transformer", (0, 1, 2), "kl")
+        assert a3.ours.value == pytest.approx(kl.value * 0.6931471805599453)
+        assert a3.ours.values == pytest.approx([v * 0.6931471805599453 for v in kl.values])
+    assert a1.kind in (claims.AGREE, claims.INCONCLUSIVE, claims.DISAGREE)

@@ -17,7 +17,8 @@ from ..reproduce import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
-from .rules import ERROR_FACTOR, AtLeast, AtMost, EverySeed, FloorShare, IntervalBelow, Ordered
+from .rows import eval_of, row, table_of
+from .rules import ERROR_FACTOR, AtLeast, AtMost, EachSeed, EverySeed, FloorShare, IntervalBelow, Ordered
 
 TABLE = "windtunnel table --preset quick --seeds 3"
 REPRO = "windtunnel reproduce paper1 --preset quick"
@@ -66,20 +67,11 @@ def _floor(ev: Evidence, task: str, metric: str) -> float | None:
 
 # --- A: behaviour -------------------------------------------------------------------------------
 
-A1_RULE = IntervalBelow(0.01, "bits")
-
-
-@claim("A1", "I", "v1, v3", "abstract",
-       "Small transformers reproduce the Bayesian posterior with 10⁻³–10⁻⁴ bit accuracy (bijection elimination)",
-       "10⁻³–10⁻⁴ bits", "paper", "entropy_mae_curve (bits), main job, 3 seeds",
-       A1_RULE, REPRO, rule_note="0.01 bits is the 10⁻³ decade or better",
-       cells=reads("main"))
-def _a1(ev: Evidence) -> Verdict:
-    m = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
-    if m is None:
-        return missing("main-job cells")
-    hi = m.ci[1] if m.ci else m.value
-    return Verdict(A1_RULE.kind(m), m, f"upper bound {hi:.2g} bits; V=10, 200k parameters")
+row("A1", "I", "v1, v3", "abstract",
+    "Small transformers reproduce the Bayesian posterior with 10⁻³–10⁻⁴ bit accuracy (bijection elimination)",
+    "10⁻³–10⁻⁴ bits", "paper", "entropy_mae_curve (bits), main job, 3 seeds", IntervalBelow(0.01, "bits"), REPRO,
+    read=eval_of("main", "entropy_mae_curve", what="main-job cells"), rule_note="0.01 bits is the 10⁻³ decade or better",
+    why=lambda m: f"upper bound {(m.ci[1] if m.ci else m.value):.2g} bits; V=10, 200k parameters")
 
 
 @claim("A2", "I", "v1 / v3", "Table 1",
@@ -113,20 +105,9 @@ def _a2(ev: Evidence) -> Verdict:
                    f"of 6 heads) on the V=20 recipe{beside}", scale=PAPER_SCALE)
 
 
-A3_RULE = IntervalBelow(0.01, "nats")
-
-
-@claim("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "secondary",
-       "kl (bits → nats), main job, 3 seeds", A3_RULE, REPRO,
-       cells=reads("main"))
-def _a3(ev: Evidence) -> Verdict:
-    m = ev.eval_metric("main", "transformer", SEEDS, "kl")
-    if m is None:
-        return missing("main-job cells")
-    ln2 = math.log(2)
-    nats = Measure(m.value * ln2, (m.ci[0] * ln2, m.ci[1] * ln2) if m.ci else None, m.seeds, (), m.files)
-    hi = nats.ci[1] if nats.ci else nats.value
-    return Verdict(A3_RULE.kind(nats), nats, f"upper bound {hi:.2g} nats")
+row("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "secondary", "kl (bits → nats), main job, 3 seeds",
+    IntervalBelow(0.01, "nats"), REPRO, read=eval_of("main", "kl", factor=math.log(2), what="main-job cells"),
+    why=lambda m: f"upper bound {(m.ci[1] if m.ci else m.value):.2g} nats")
 
 
 @claim("A4", "I", "v1 / v3", "Table 1", "The MLP's bijection entropy error", "≈ 1.85 bits", "secondary",
@@ -607,16 +588,9 @@ def _a17(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "lstm", "kl")
 
 
-A18_RULE = AtLeast(0.99, "the mean accuracy")
-
-
-@claim("A18", "I", "v3", "primitives table", "The transformer solves associative recall", "100%", "secondary",
-       "accuracy, transformer, 3 seeds (8 pairs over 16 tokens)", A18_RULE, TABLE)
-def _a18(ev: Evidence) -> Verdict:
-    m = ev.table("recall", "transformer", "accuracy")
-    if m is None:
-        return missing("table cell")
-    return Verdict(A18_RULE.kind(m), m, "at 8 pairs, not the papers' 64 over 256 tokens")
+row("A18", "I", "v3", "primitives table", "The transformer solves associative recall", "100%", "secondary",
+    "accuracy, transformer, 3 seeds (8 pairs over 16 tokens)", AtLeast(0.99, "the mean accuracy"), TABLE,
+    read=table_of("recall", "transformer", "accuracy"), why="at 8 pairs, not the papers' 64 over 256 tokens")
 
 
 @claim("A19", "I", "v3", "abstract / primitives table", "Mamba struggles with random-access binding (recall limited)",
@@ -1152,24 +1126,29 @@ def _learned(ev: Evidence, column: str, arch: str) -> bool:
     return m.value < 0.5 * floor.value
 
 
-def _frame_head(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
-    """The B3 rule on ``column``: on every seed the most damaging head is in layer 0, its fold ≥ 10 and
-    its increase ≥ 2× the runner-up's."""
+ON_PAPER_CELL = ("judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the "
+                 "head width or the task's size if that control agrees")
+"""What a claim on the main job judged by :func:`_with_size_controls` adds to its rule."""
+B3_RULE = EachSeed("the most damaging head is in layer 0, its fold ≥ 10 and its increase ≥ 2× the runner-up's")
+
+
+def _frame_head(ev: Evidence, column: str) -> tuple[str, Measure | str, str] | None:
+    """:data:`B3_RULE` on ``column``'s seeds: its raw verdict, the fold, what it read."""
     heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
     fold = ev.geometry(column, "transformer", SEEDS, "head_ablation.frame_head_fold")
     ratio = ev.geometry(column, "transformer", SEEDS, "head_ablation.ratio_to_runner_up")
     if heads is None or fold is None or ratio is None:
         return None
-    ok = all(isinstance(h, str) and h.startswith("L0") for h in heads) and min(fold.values) >= 10 and min(ratio.values) >= 2
-    return ok, fold, f"heads {', '.join(map(str, heads))}; ratio to runner-up {ratio.text()}"
+    met = [isinstance(h, str) and h.startswith("L0") and f >= 10 and r >= 2
+           for h, f, r in zip(heads, fold.values, ratio.values)]
+    return B3_RULE.kind(met), fold, f"heads {', '.join(map(str, heads))}; ratio to runner-up {ratio.text()}"
 
 
 @claim("B3", "I", "v1", "geometry and ablation", "One layer-0 'hypothesis-frame head' whose ablation collapses "
        "calibration (> 10×); other heads matter little", "> 10×, one head", "secondary",
        "head_ablation: the most damaging head, its fold (ablated / intact entropy error) and its ratio to the runner-up; "
        "controls: the main job at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if on every seed the most damaging head is in layer 0, its fold ≥ 10 and it is ≥ 2× the runner-up's "
-       "increase; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       B3_RULE, REPRO, rule_note=ON_PAPER_CELL,
        threshold="the top head at least 2× the runner-up",
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b3(ev: Evidence) -> Verdict:
@@ -1184,20 +1163,23 @@ def _b3(ev: Evidence) -> Verdict:
 
 @claim("B3b", "I", "v1", "geometry and ablation", "The single layer-0 frame head on Paper I's own layout (one vocabulary, "
        "a query token before each key)", "> 10×, one head", "code",
-       "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", "as B3", REPRO,
+       "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", B3_RULE, REPRO,
        cells=reads("main_query", geometry=True))
 def _b3b(ev: Evidence) -> Verdict:
     r = _frame_head(ev, "main_query")
     if r is None:
         return missing("query-layout geometry")
-    ok, fold, said = r
-    return Verdict(AGREE if ok else DISAGREE, fold, said)
+    kind, fold, said = r
+    return Verdict(kind, fold, said)
+
+
+B4_RULE = EachSeed("the frame head is the most orthogonal layer-0 head")
 
 
 @claim("B4", "I", "—", "authors' code", "The frame head is the most-orthogonal layer-0 head", "implied", "not-a-claim",
        "head_ablation.hypothesis_frame_head vs key_orthogonality.layer0_most_orthogonal_head; controls: the main job "
        "at the papers' head width (main_dh32), task (main_v20) and size (main_paper_size)",
-       "agree if they coincide on every seed; judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       B4_RULE, REPRO, rule_note=ON_PAPER_CELL,
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b4(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
@@ -1206,15 +1188,13 @@ def _b4(ev: Evidence) -> Verdict:
         if heads is None or orth is None:
             return None
         same = [h == f"L0H{o}" for h, o in zip(heads, orth)]
-        return all(same), f"{sum(same)} of {len(same)} seeds", f"frame heads {heads}, most orthogonal L0 heads {orth}"
+        return B4_RULE.kind(same), f"{sum(same)} of {len(same)} seeds", f"frame heads {heads}, most orthogonal L0 heads {orth}"
 
     return _with_size_controls(ev, rule, "main-job geometry")
 
 
 B5_RULE = EverySeed(10, what="the least damaging layer's fold")
-ON_PAPER_CELL = ("judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the "
-                 "head width or the task's size if that control agrees")
-"""What a claim on the main job judged by :func:`_with_size_controls` adds to its rule."""
+
 
 
 @claim("B5", "I", "v1", "geometry and ablation", "Removing any single layer raises the error more than 10×", "> 10×",
@@ -1233,16 +1213,17 @@ def _b5(ev: Evidence) -> Verdict:
     return _with_size_controls(ev, rule, "main-job geometry")
 
 
-def _qk_progressive(ev: Evidence, column: str) -> tuple[bool, Measure, str] | None:
-    """The B6 rule on ``column``: on every seed the last layer's query–key contrast on the task's main region (best
-    head) exceeds the first layer's, 0 and the untrained model's; ``(ok, last layer's contrast, what was read)``."""
+def _qk_progressive(ev: Evidence, column: str) -> tuple[list[bool], Measure, str] | None:
+    """The B6 condition on each seed of ``column``: the last layer's query–key contrast on the task's main region
+    (best head) exceeds the first layer's, 0 and the untrained model's; ``(met per seed, last layer's contrast, what
+    was read)``."""
     a = _all_seeds(ev, column, "transformer", "qk_alignment.alignment_by_layer")
     u = _all_seeds(ev, column, "transformer", "qk_alignment.untrained_alignment_by_layer")
     if a is None or u is None or any(x is None for x in a) or any(x is None for x in u):
         return None
     ok = [x[-1] > x[0] and x[-1] > 0 and x[-1] > y[-1] for x, y in zip(a, u)]
     last = pooled([x[-1] for x in a], _files(ev, column, "transformer"))
-    return all(ok), last, (f"first → last layer {', '.join(f'{x[0]:.2f} → {x[-1]:.2f}' for x in a)} (untrained "
+    return ok, last, (f"first → last layer {', '.join(f'{x[0]:.2f} → {x[-1]:.2f}' for x in a)} (untrained "
                            f"last layer {', '.join(f'{y[-1]:.3f}' for y in u)}); progressive on {sum(ok)} of {len(ok)} seeds")
 
 
@@ -1251,26 +1232,28 @@ FEASIBLE_IN_CONTEXT = (("bijection_replacement", "the sawtooth (the earlier answ
 """The tasks whose feasible hypothesis is a token of the context, where B6's alignment can be read on it."""
 
 
+B6_RULE = EachSeed("the last layer's alignment exceeds the first layer's, 0 and the untrained model's (both tasks)")
+
+
 @claim("B6", "I", "v1", "abstract", "Progressive query–key alignment: queries single out the relevant keys more with "
        "depth", "qualitative", "paper", "qk_alignment: cos(q_t, k) on the keys of the posterior's support minus on the "
        "whole context, best head per layer, where that support is in the context — the sawtooth's earlier answer of a "
        "repeated key and recall's stored value, 3 seeds each; the main job beside it (on bijection the feasible values "
        "are the ones not yet shown, so no key holds them: its contrast is read on the shown, eliminated values)",
-       "agree if on every seed of both tasks the last layer's alignment exceeds the first layer's, 0 and the untrained "
-       "model's", REPRO,
+       B6_RULE, REPRO,
        cells=reads("bijection_replacement", "main", "recall", geometry=True))
 def _b6(ev: Evidence) -> Verdict:
     readings = [(name, _qk_progressive(ev, column)) for column, name in FEASIBLE_IN_CONTEXT]
     if any(r is None for _, r in readings):
         return missing("sawtooth and recall geometry")
-    ok = all(r[0] for _, r in readings)
+    kind = B6_RULE.kind([met for _, r in readings for met in r[0]])
     said = "; ".join(f"{name}: last layer {r[1].text()}, {r[2]}" for name, r in readings)
     main = _qk_progressive(ev, "main")
     if main is not None:  # the eliminated values: what attention can single out on bijection
         said += f"; the main job on its shown (eliminated) values: last layer {main[1].text()}, {main[2]}"
     first = readings[0][1][1]
     files = tuple(f for _, r in readings for f in r[1].files) + (main[1].files if main is not None else ())
-    return Verdict(AGREE if ok else DISAGREE, Measure(first.value, first.ci, first.seeds, first.values, files), said)
+    return Verdict(kind, Measure(first.value, first.ci, first.seeds, first.values, files), said)
 
 
 @claim("B7", "I", "v1", "abstract; P3 §4.4", "A low-dimensional value manifold parameterised by posterior entropy",
@@ -1348,14 +1331,15 @@ def _settle_readings(ev: Evidence, column: str) -> list[tuple[int | None, int | 
     return out
 
 
+B9_RULE = EachSeed("attention settles before the error")
+
+
 @claim("B9", "I", "v1", "abstract", "Frame–precision dissociation: attention settles before the error does",
        "qualitative", "paper", "frame_precision on the main job, from its committed series: the step attention settles "
        "(JS to the final pattern) vs the step the KL settles, settled meaning the change still to come is at most a "
        "tenth of the run's total (in decades for the KL); controls: the main job at the papers' head width (main_dh32), "
        "task (main_v20) and size (main_paper_size)",
-       "agree if attention settles first on every seed (a KL still falling at the end has not settled); judged on the "
-       "papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the "
-       "task's size if that control agrees", REPRO,
+       B9_RULE, REPRO, rule_note="a KL still falling at the end has not settled; " + ON_PAPER_CELL,
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b9(ev: Evidence) -> Verdict:
     from ..geometry.dynamics import frame_first
@@ -1371,16 +1355,18 @@ def _b9(ev: Evidence) -> Verdict:
         if old != first:  # the first-checkpoint reading says the opposite: both are reported
             said += (f"; read as 'the KL stays below 10% of its first value' the KL settles at {[r[2] for r in readings]}"
                      f" and attention comes first on {sum(old)} of {len(old)} seeds")
-        return all(first), f"frame first on {sum(first)} of {len(first)} seeds", said
+        return B9_RULE.kind(first), f"frame first on {sum(first)} of {len(first)} seeds", said
 
     return _with_size_controls(ev, rule, "main-job geometry")
+
+
+B10_RULE = EachSeed("the best probe's KL is at most half the position-only probe's and below the untrained model's")
 
 
 @claim("B10", "I", "v1", "abstract", "The residual stream is the belief substrate (the posterior is linearly decodable)",
        "qualitative", "paper", "probes: held-out KL (bits) of a linear posterior probe at the best layer vs the "
        "position-only probe and the untrained model's",
-       "agree if on every seed the best probe's KL is at most half the position-only probe's and below the untrained model's",
-       REPRO,
+       B10_RULE, REPRO,
        threshold="probe KL at most half the position-only probe's",
        cells=reads("main", geometry=True))
 def _b10(ev: Evidence) -> Verdict:
@@ -1389,8 +1375,8 @@ def _b10(ev: Evidence) -> Verdict:
     un = ev.geometry("main", "transformer", SEEDS, "probes.final_untrained_posterior_kl_bits")
     if best is None or pos is None or un is None:
         return missing("main-job geometry")
-    ok = all(b <= 0.5 * p and b < u for b, p, u in zip(best.values, pos.values, un.values))
-    return Verdict(AGREE if ok else DISAGREE, best, f"position-only {pos.text()}, untrained {un.text()} bits")
+    met = [b <= 0.5 * p and b < u for b, p, u in zip(best.values, pos.values, un.values)]
+    return Verdict(B10_RULE.kind(met), best, f"position-only {pos.text()}, untrained {un.text()} bits")
 
 
 B11_RULE = EverySeed(1, strict=True, what="the MLP's fold over the attention's")
@@ -1526,12 +1512,14 @@ def _mamba_vs_lstm(ev: Evidence, key: str, mamba_lower: bool) -> Verdict:
     return Verdict(_lower(ma, ls) if mamba_lower else _lower(ls, ma), ma, f"LSTM {ls.text()}")
 
 
+B17_RULE = EachSeed("the largest |ρ| is ≥ 0.3 and above the untrained model's")
+
+
 @claim("B17", "I", "v3 (secondary)", "Mamba geometry", "Mamba realises the geometry through input-dependent Δ, B, C "
        "selection", "qualitative", "secondary", "selection on HMM: per layer, the mean over channels of |Spearman ρ| "
        "between Mamba's step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1); its largest "
        "value over layers; control: the HMM cell trained four times as long (hmm_long)",
-       "agree if it is ≥ 0.3 on every seed and above the untrained model's; closes under the budget if the control agrees",
-       REPRO,
+       B17_RULE, REPRO, rule_note="closes under the budget if the control agrees",
        threshold="|ρ| ≥ 0.3",
        cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _b17(ev: Evidence) -> Verdict:
@@ -1540,6 +1528,6 @@ def _b17(ev: Evidence) -> Verdict:
         un = ev.geometry(column, "mamba", SEEDS, "selection.untrained_best_abs_delta_info_rho")
         if m is None or un is None:
             return None
-        return all(v >= 0.3 and v > u for v, u in zip(m.values, un.values)), m, f"untrained {un.text()}"
+        return B17_RULE.kind([v >= 0.3 and v > u for v, u in zip(m.values, un.values)]), m, f"untrained {un.text()}"
 
     return _with_controls(ev, rule, "HMM Mamba selection", "hmm", BUDGET_CONTROLS[:1], arch="mamba")

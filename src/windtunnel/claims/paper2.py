@@ -14,6 +14,7 @@ from ..routing.em import seed_steps
 from .base import AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
 from .paper1 import ON_PAPER_CELL, _with_size_controls
+from .rows import geometry_of, row
 from .rules import EverySeed, IntervalAbove
 
 REPRO = "windtunnel reproduce paper1 --preset quick"
@@ -28,27 +29,15 @@ LAW_RULE = EverySeed(LAW_TOL, above=False, what="the largest relative error")
 C3_RULE = EverySeed(0.1, above=False, what="the median over heads")
 
 
-def _law(ev: Evidence, key: str) -> Verdict:
-    m = ev.geometry("main", "transformer", SEEDS, key)
-    if m is None:
-        return missing("main-job geometry")
-    return Verdict(LAW_RULE.kind(m), m,
-                   "largest relative error of the closed form against autograd, over every head, on trained float32 models")
+LAW_WHY = "largest relative error of the closed form against autograd, over every head, on trained float32 models"
 
-
-@claim("C1", "II", "v1–v3", "abstract", "The advantage-based routing law ∂L/∂s_ij = α_ij (b_ij − E_α[b])", "identity",
-       "paper", "routing_law.max_score_rel_error on the trained main job, 3 seeds",
-       LAW_RULE, REPRO, rule_note="the tests check it to 1e-10 in float64",
-       cells=reads("main", geometry=True))
-def _c1(ev: Evidence) -> Verdict:
-    return _law(ev, "routing_law.max_score_rel_error")
-
-
-@claim("C2", "II", "v1–v3", "abstract", "Responsibility-weighted value update ∂L/∂v_j = Σ_i α_ij u_i", "identity", "paper",
-       "routing_law.max_value_rel_error on the trained main job, 3 seeds", LAW_RULE, REPRO,
-       cells=reads("main", geometry=True))
-def _c2(ev: Evidence) -> Verdict:
-    return _law(ev, "routing_law.max_value_rel_error")
+row("C1", "II", "v1–v3", "abstract", "The advantage-based routing law ∂L/∂s_ij = α_ij (b_ij − E_α[b])", "identity", "paper",
+    "routing_law.max_score_rel_error on the trained main job, 3 seeds", LAW_RULE, REPRO,
+    read=geometry_of("main", "routing_law.max_score_rel_error", what="main-job geometry"), why=LAW_WHY,
+    rule_note="the tests check it to 1e-10 in float64")
+row("C2", "II", "v1–v3", "abstract", "Responsibility-weighted value update ∂L/∂v_j = Σ_i α_ij u_i", "identity", "paper",
+    "routing_law.max_value_rel_error on the trained main job, 3 seeds", LAW_RULE, REPRO,
+    read=geometry_of("main", "routing_law.max_value_rel_error", what="main-job geometry"), why=LAW_WHY)
 
 
 @claim("C3", "III", "v1", "§2", "Late in training the routing (frame) gradient is small beside the value gradient",

@@ -10,7 +10,8 @@ drift apart.  The conventions are stated here, once, for every rule:
   bound, disagree when it lies wholly on the other, inconclusive when it holds the bound (:class:`IntervalBelow`,
   :class:`IntervalAbove`); without an interval (one seed) the mean decides;
 * **a share of seeds** — agree when every seed meets the bound, disagree when none does, inconclusive when the
-  seeds straddle it (:class:`EverySeed`): a mean never decides a claim its seeds split on;
+  seeds straddle it (:class:`EverySeed` for a bound, :class:`EachSeed` for any condition): a mean never decides a
+  claim its seeds split on;
 * **an ordered pair** — agree when one quantity's interval lies below the other's, disagree when above,
   inconclusive when they overlap, whichever way the means fall (:class:`Ordered`);
 * **a share of the context-blind floor** — what "learns" and "fails" mean for a model (:class:`FloorShare`).
@@ -19,6 +20,7 @@ drift apart.  The conventions are stated here, once, for every rule:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from .base import AGREE, DISAGREE, INCONCLUSIVE
 from .evidence import Measure
@@ -103,6 +105,26 @@ class IntervalAbove(Rule):
         return AGREE if lo > self.bound else DISAGREE if hi <= self.bound else INCONCLUSIVE
 
 
+def _share(met: Sequence[bool]) -> str:
+    """The share-of-seeds convention: every seed → agree, none → disagree, some → inconclusive."""
+    return AGREE if all(met) else DISAGREE if not any(met) else INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class EachSeed(Rule):
+    """A condition judged seed by seed (``condition`` says it): agree when every seed meets it, disagree when none
+    does, inconclusive when the seeds split."""
+
+    condition: str
+
+    @property
+    def sentence(self) -> str:
+        return f"agree if {self.condition} on every seed, disagree if on none, inconclusive if the seeds split"
+
+    def kind(self, met: Sequence[bool]) -> str:
+        return _share(list(met))
+
+
 @dataclass(frozen=True)
 class EverySeed(Rule):
     """A bound every seed must meet: ``above`` (``value ≥ bound``, or ``>`` when ``strict``) or below (``value <
@@ -125,9 +147,7 @@ class EverySeed(Rule):
         return x < self.bound
 
     def kind(self, m: Measure) -> str:
-        values = m.values or (m.value,)
-        met = sum(self.meets(v) for v in values)
-        return AGREE if met == len(values) else DISAGREE if met == 0 else INCONCLUSIVE
+        return _share([self.meets(v) for v in (m.values or (m.value,))])
 
 
 @dataclass(frozen=True)
@@ -186,5 +206,5 @@ class AtLeast(Rule):
         return AGREE if m.value >= self.bound else DISAGREE
 
 
-RULES = (AtMost, IntervalBelow, IntervalAbove, EverySeed, Ordered, FloorShare, AtLeast)
+RULES = (AtMost, IntervalBelow, IntervalAbove, EachSeed, EverySeed, Ordered, FloorShare, AtLeast)
 """The vocabulary, for the tests that check each rule on hand-computed cases."""
