@@ -49,6 +49,7 @@ is compared directly with ``sgd_matched``, the question the paper's experiment c
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -236,25 +237,40 @@ def _record_key(setup: EMSetup) -> dict[str, Any]:
 
 def _load_partial(path: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     """The state in ``path`` if it is this run's; ``None`` for another run's leftover or a damaged file (the
-    run then starts over: the file only ever saves time)."""
-    import pickle
+    run then starts over: the file only ever saves time).  Tensors and JSON only: nothing in the file can run code."""
+    from safetensors import SafetensorError, safe_open
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError):
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = json.loads((f.metadata() or {}).get("state", "null"))
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except (OSError, SafetensorError, ValueError, json.JSONDecodeError):
         return None
-    return state if isinstance(state, dict) and state.get("key") == key else None
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return None
+    model = {name.removeprefix("model."): t for name, t in tensors.items() if name.startswith("model.")}
+    adam = meta.pop("adam_t")
+    if adam is not None:
+        n = sum(name.startswith("adam.m.") for name in tensors)
+        adam = {"t": adam, "m": [tensors[f"adam.m.{i}"] for i in range(n)], "v": [tensors[f"adam.v.{i}"] for i in range(n)]}
+    return {**meta, "model": model, "adam": adam}
 
 
 def _save_partial(path: Path, state: dict[str, Any]) -> None:
-    """One file, replaced atomically: a kill while writing leaves the previous one whole."""
-    import io
+    """One safetensors file — the weights and Adam moments as tensors, the rest as JSON in its header — replaced
+    atomically: a kill while writing leaves the previous one whole."""
+    from safetensors.torch import save
 
     from ..checkpoint import write_bytes_atomic
 
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    write_bytes_atomic(path, buf.getvalue())
+    tensors = {f"model.{k}": v.contiguous() for k, v in state["model"].items()}
+    adam = state["adam"]
+    if adam is not None:
+        tensors.update({f"adam.m.{i}": m.contiguous() for i, m in enumerate(adam["m"])})
+        tensors.update({f"adam.v.{i}": v.contiguous() for i, v in enumerate(adam["v"])})
+    meta = {k: v for k, v in state.items() if k not in ("model", "adam")}
+    meta["adam_t"] = None if adam is None else adam["t"]
+    write_bytes_atomic(path, save(tensors, metadata={"state": json.dumps(meta)}))
 
 
 def train_arm(arm: str, seed: int, setup: EMSetup, partial: Path | None = None) -> dict[str, Any]:
@@ -539,7 +555,7 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
         for arm in setup.arms:
             if (arm, seed) in done:
                 continue
-            r = train_arm(arm, seed, setup, partial=out / f"partial-{arm}-s{seed}.pt")
+            r = train_arm(arm, seed, setup, partial=out / f"partial-{arm}-s{seed}.safetensors")
             r["setup"] = key
             with log.open("a") as f:  # one line per finished (arm, seed); a run in progress resumes from its partial file
                 f.write(json.dumps(json_safe(r)) + "\n")
