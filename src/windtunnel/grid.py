@@ -63,6 +63,8 @@ class Experiment:
     model: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+SEEDS = (0, 1, 2)
+"""The training seeds of every grid cell the claims read (``windtunnel reproduce`` trains each cell at each)."""
 EVAL_N = {"quick": 1000, "paper": 2000}
 """Evaluation sequences of a cell (and of ``windtunnel run``) under each preset."""
 CELLS_PER_GPU = 3

@@ -40,7 +40,7 @@ TARGETS = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
 GEOMETRY = "geometry.json"
 REFERENCES = "references.json"
-SEEDS = (0, 1, 2)
+SEEDS = grid.SEEDS
 """Every claim is measured on at least three training seeds."""
 ANALYZE_N = grid.ANALYZE_N
 """Episodes every diagnostic of a cell is computed on (``windtunnel analyze``'s default)."""
@@ -73,22 +73,6 @@ PAPERS = {"paper1": "I", "paper2": "II", "paper3": "III"}
 """The reproduction targets that are one paper's claims, and the paper each stands for."""
 
 
-def declared(papers: Sequence[str], fixed: str | None = None) -> dict[tuple[str, str], bool]:
-    """The cells the claims of ``papers`` declare they read (``Claim.cells``), as (column, architecture) → whether
-    any of them reads the cell's geometry, in the claims' order.  ``fixed``: the cells the claims read at that
-    preset whatever preset they are judged at (``main_paper_size@paper``) instead of those read at the judged
-    preset."""
-    from .claims import ordered
-
-    out: dict[tuple[str, str], bool] = {}
-    for claim in ordered():
-        if claim.paper in papers:
-            for need in claim.cells:
-                if need.preset == fixed:
-                    out[need.name, need.arch] = out.get((need.name, need.arch), False) or need.analysed
-    return out
-
-
 def plan(target: str, preset: str = "quick") -> list[Job]:
     """The cells ``target`` needs under ``preset``, in the order the claims read them.
 
@@ -103,6 +87,8 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     beyond = {**{c: False for c in DIVERSITY_CELLS + HMM_DIVERSITY_CELLS}, **{c: True for c in BELIEF_CELLS}}
+    from .claims import declared
+
     if target in PAPERS:
         cells = declared((PAPERS[target],))
     elif target == "scale":

@@ -9,7 +9,6 @@ the files each verdict names.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,26 +16,16 @@ from typing import Any
 from . import paper1, paper2, paper3  # noqa: F401  (each registers its claims)
 from . import pages as _render
 from .base import (AGREE, CLAIMS, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE,
-                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS, Claim, Verdict)
+                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS, Claim, Verdict, declared, ordered)
 from .evidence import Evidence, Measure, NullEvidence
 from .judge import Judgement, judge
 
 __all__ = ["CLAIMS", "Claim", "Verdict", "Evidence", "NullEvidence", "Measure", "Judgement", "VERDICTS", "judge",
-           "judge_all", "assess_all", "render", "render_details", "write", "ordered", "AGREE", "INCONCLUSIVE",
+           "judge_all", "assess_all", "declared", "render", "render_details", "write", "ordered", "AGREE", "INCONCLUSIVE",
            "DISAGREE_CLOSES", "DISAGREE_PERSISTS", "DISAGREE_UNCONTROLLED", "UNINFORMATIVE", "DISAGREE", "NOT_MEASURED",
            "NOT_MEASURABLE", "PROVENANCE"]
 
 SECTIONS = _render.SECTIONS
-
-
-def _key(cid: str) -> tuple[str, int, str]:
-    m = re.fullmatch(r"([A-Z])(\d+)(\w*)", cid)
-    return (m.group(1), int(m.group(2)), m.group(3)) if m else (cid, 0, "")
-
-
-def ordered() -> list[Claim]:
-    """Every claim, by section and number."""
-    return [CLAIMS[k] for k in sorted(CLAIMS, key=_key)]
 
 
 def judge_all(results: str | Path = "results", preset: str = "quick") -> dict[str, Judgement]:

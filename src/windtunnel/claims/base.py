@@ -9,6 +9,7 @@ the rule, returning a :class:`Verdict`.  Claims register themselves with :func:`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -178,6 +179,30 @@ def claim(id: str, paper: str, version: str, section: str, statement: str, numbe
         return fn
 
     return register
+
+
+def _key(cid: str) -> tuple[str, int, str]:
+    m = re.fullmatch(r"([A-Z])(\d+)(\w*)", cid)
+    return (m.group(1), int(m.group(2)), m.group(3)) if m else (cid, 0, "")
+
+
+def ordered() -> list[Claim]:
+    """Every claim, by section and number."""
+    return [CLAIMS[k] for k in sorted(CLAIMS, key=_key)]
+
+
+def declared(papers: tuple[str, ...], fixed: str | None = None) -> dict[tuple[str, str], bool]:
+    """The cells the claims of ``papers`` (``"I"``, ``"II"``, ``"III"``) declare they read (``Claim.cells``), as
+    (column, architecture) → whether any of them reads the cell's geometry, in the claims' order: those read at the
+    preset the claims are judged at, or with ``fixed`` those read at that preset whatever preset they are judged at
+    (``main_paper_size@paper``) — what ``windtunnel reproduce`` plans."""
+    out: dict[tuple[str, str], bool] = {}
+    for c in ordered():
+        if c.paper in papers:
+            for need in c.cells:
+                if need.preset == fixed:
+                    out[need.name, need.arch] = out.get((need.name, need.arch), False) or need.analysed
+    return out
 
 
 def fixed(kind: str, why: str) -> Callable[[Evidence], Verdict]:

@@ -112,7 +112,7 @@ def _span(values: list[float]) -> str:
 
 def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     """The text of fact ``key`` (see the module docstring); :class:`UserError` for a key that reads nothing."""
-    from ..reproduce import SEEDS
+    from ..grid import SEEDS
 
     kind, _, rest = key.partition(":")
     spread, first = kind == "range", kind == "first"

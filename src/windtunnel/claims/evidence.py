@@ -111,7 +111,7 @@ class Evidence:
         """A table cell's metric over its seeds (mean, t-interval across seeds), read from the committed
         cells where every seed is committed — they are the table's own cells (``windtunnel table`` takes
         them) — else from ``table.json``.  ``metric`` is a table metric name (``kl``, ``kl@K=30`` …)."""
-        from ..reproduce import SEEDS
+        from ..grid import SEEDS
 
         name, _, length = metric.partition("@K=")
         meta = (self.json(f"{self.preset}/table.json") or {}).get("meta") or {}

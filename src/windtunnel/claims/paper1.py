@@ -13,9 +13,9 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import grid
-from ..reproduce import SEEDS
+from ..grid import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
-                   claim, fixed, missing, reads)
+                   claim, declared, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
 from .rows import eval_of, row, table_of
 from .rules import ERROR_FACTOR, AtLeast, AtMost, EachSeed, EverySeed, FloorShare, IntervalBelow, Ordered
@@ -36,10 +36,8 @@ SCALE = "windtunnel reproduce scale --preset paper"
 
 def _cells_control(ev: Evidence, column: str, file: str, arch: str = "transformer") -> str:
     """How a verdict names a control made of grid cells: the first seed's file, then the seeds and command."""
-    from ..reproduce import PAPERS, declared
-
     name, _, preset = column.partition("@")
-    at_scale = (preset or ev.preset) == "paper" and (name, arch) in declared(tuple(PAPERS.values()), fixed="paper")
+    at_scale = (preset or ev.preset) == "paper" and (name, arch) in declared(("I", "II", "III"), fixed="paper")
     command = SCALE if at_scale else f"windtunnel reproduce paper1 --preset {ev.preset}"
     return (f"{ev.folder(column, arch, SEEDS[0])}/{file} (and seeds "
             f"{', '.join(map(str, SEEDS[1:]))}; {command})")

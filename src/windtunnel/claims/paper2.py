@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..reproduce import SEEDS
+from ..grid import SEEDS
 from ..routing.em import seed_steps
 from .base import AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
