@@ -174,9 +174,9 @@ def refresh(text: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
 
 
 def documents(repo: Path) -> list[Path]:
-    """The Markdown files whose facts are kept: README.md and everything under results/."""
+    """The Markdown files whose facts are kept: README.md, the pages of docs/ and everything under results/."""
     docs = [repo / "README.md"] if (repo / "README.md").is_file() else []
-    return docs + sorted((repo / "results").rglob("*.md"))
+    return docs + sorted((repo / "docs").glob("*.md")) + sorted((repo / "results").rglob("*.md"))
 
 
 def stale(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[tuple[str, str, str, str]]:
