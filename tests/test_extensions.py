@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from windtunnel import models, tasks
+from windtunnel.errors import InvalidValue
 from windtunnel.geometry import registry as geometry_registry
 from windtunnel.models import catalog
 from windtunnel.tasks import base as task_base
@@ -116,7 +118,7 @@ def _interpret(r):
                     "any", None, "X1", "a demonstration")]
 
 
-register(Diagnostic("state_norm_demo", state_norm, None, _interpret, order=999, requires=("hook_state",)))
+register(Diagnostic("state_norm_demo", state_norm, None, _interpret, order=999, requires=("blocks.{l}.hook_state",)))
 '''
 
 
@@ -168,10 +170,24 @@ def test_every_registered_task_has_a_small_instance_or_a_contract_entry() -> Non
 
 
 def test_diagnostics_declare_what_they_need() -> None:
+    """Every diagnostic has readings and claims, and its declaration is in the requirement grammar: the
+    per-layer hooks an LSTM has (its residual stream) are met, the attention ones are not."""
+    model = models.make("lstm", tasks.make("bijection", V=5, L=5), d_model=8, n_layers=1)
     for name, d in geometry_registry.discover().items():
         assert d.interpret is not None and d.claims, name
-        model = models.make("lstm", tasks.make("bijection", V=5, L=5), d_model=8, n_layers=1)
-        assert d.applies(model) == all(any(n.endswith(r) for n in model.hook_names()) for r in d.requires)
+        for r in d.requires:
+            geometry_registry.check_requirement(r)
+        if d.requires:
+            assert d.checkpoints or d.compute.requires == d.requires, name  # the body's gate is the declaration
+    assert geometry_registry.missing(model, ["blocks.{l}.hook_resid_post", "blocks.{l}.attn.hook_pattern",
+                                             "unembed()", "bypass_layer()", "unrotated_keys()", "norm", "head"]) \
+        == ["blocks.{l}.attn.hook_pattern", "unrotated_keys()"]
+
+
+@pytest.mark.parametrize("requirement", ["attn.hook_k", "hook_resid_post.x", "blocks.{l}.", "keys()", "blocks.0.hook_k"])
+def test_a_requirement_outside_the_grammar_is_refused_at_registration(requirement: str) -> None:
+    with pytest.raises(InvalidValue, match="invalid requirement"):
+        geometry_registry.Diagnostic("bad_demo", lambda model, task, **kw: {}, requires=(requirement,))
 
 
 class _Hookless(torch.nn.Module):
@@ -212,5 +228,13 @@ def test_a_diagnostic_whose_hooks_a_model_lacks_says_not_applicable(arch: str) -
 
 
 def test_the_capabilities_table_in_the_docs_is_the_registrys() -> None:
-    doc = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
+    """``docs/extending.md``'s table of what each diagnostic reads is generated from the declarations
+    (``WINDTUNNEL_REGEN_DOCS=1`` rewrites it); any drift between the two fails here."""
+    path = Path(__file__).parents[1] / "docs" / "extending.md"
+    doc = path.read_text()
+    generated = geometry_registry.with_capabilities_table(doc)
+    if os.environ.get("WINDTUNNEL_REGEN_DOCS"):
+        path.write_text(generated)
+        doc = generated
+    assert doc == generated, "docs/extending.md's capabilities table differs from the declarations: regenerate it"
     assert geometry_registry.capabilities_markdown() in doc

@@ -3,22 +3,21 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from .. import metrics as M
 from ..evaluation import predict
-from ..models.base import WindTunnelModel
 from ..tasks.base import Episodes, Task
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import GEOMETRY_SEED, arch_of, ci, clean, episodes_for, n_layers, not_applicable, resample_weights
+from .registry import Diagnostic, Reading, needs, register
+from ._common import GEOMETRY_SEED, ci, clean, device_of, episodes_for, eval_mode, inputs_on, n_layers, resample_weights
 from ..errors import InvalidValue
 
-__all__ = ["ablation_effects", "head_ablation", "layer_ablation", "ablation_figure", "head_ablation_figure", "layer_ablation_figure"]
+__all__ = ["ablation_effects", "heads_per_layer", "zero_head", "head_ablation", "layer_ablation", "ablation_figure", "head_ablation_figure", "layer_ablation_figure"]
 
 METRICS = ("entropy_mae", "kl")
 
@@ -96,6 +95,30 @@ def ablation_effects(model: torch.nn.Module, task: Task, ep: Episodes,
     return out
 
 
+def heads_per_layer(model: torch.nn.Module, ep: Episodes) -> list[int]:
+    """The number of heads of each layer: the third axis of ``blocks.{l}.attn.hook_z`` ``[B, T, H, d_head]``
+    on one episode."""
+    names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers(model))]
+    with eval_mode(model):
+        _, cache = model.run_with_cache(**inputs_on(ep[:1], device_of(model)), names=names)
+    return [int(cache[name].shape[2]) for name in names]
+
+
+@contextmanager
+def zero_head(model: torch.nn.Module, layer: int, head: int) -> Iterator[torch.nn.Module]:
+    """Inside the ``with`` block, head ``head``'s output ``z`` in layer ``layer`` (``blocks.{layer}.attn.hook_z``,
+    ``[B, T, H, d_head]``, before the output projection) is set to 0."""
+
+    def zero(z: torch.Tensor, _name: str) -> torch.Tensor:
+        z = z.clone()
+        z[:, :, head] = 0
+        return z
+
+    with model.hooks([(f"blocks.{layer}.attn.hook_z", zero)]):
+        yield model
+
+
+@needs("blocks.{l}.attn.hook_z")
 def head_ablation(
     model: torch.nn.Module,
     task: Task,
@@ -107,8 +130,8 @@ def head_ablation(
     metric: str = "entropy_mae",
     layers: list[int] | None = None,
 ) -> dict[str, Any]:
-    r"""Zero each attention head (``model.ablate_head``: its ``z`` is multiplied by 0 before ``W_O``;
-    no renormalisation, no mean ablation) and measure the change in ``entropy_mae`` and ``kl``
+    r"""Zero each attention head (:func:`zero_head`: its ``z`` at ``blocks.{l}.attn.hook_z`` is set to 0
+    before ``W_O``, what ``Transformer.ablate_head`` does; no renormalisation, no mean ablation) and measure the change in ``entropy_mae`` and ``kl``
     (bits; :mod:`windtunnel.metrics`, pooled over scored positions) on the same ``n`` episodes.
 
     ``delta = metric(ablated) − metric(intact)``; ``delta_ci`` is a paired 95% percentile bootstrap
@@ -120,16 +143,14 @@ def head_ablation(
     top-two ratio and ``top_share``, the fraction of resamples in which the same head is the top.
 
     **Null.**  An inert head has ``delta = 0``: the interval tests it; for the ratio, exchangeable
-    heads give 1.  Architectures that implement ``ablate_head`` only.
+    heads give 1.  Models exposing ``blocks.{l}.attn.hook_z`` on every layer.
     """
-    if getattr(type(model), "ablate_head", None) in (None, WindTunnelModel.ablate_head):  # no heads to ablate
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention heads to ablate (needs ablate_head: this package's transformer, or a model that implements it)")
     if metric not in METRICS:
         raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)
-    L, H = n_layers(model), model.config.n_heads
-    ls = list(range(L)) if layers is None else layers
-    variants = [({"layer": l, "head": h}, (lambda l=l, h=h: model.ablate_head(l, h))) for l in ls for h in range(H)]
+    heads = heads_per_layer(model, ep)
+    ls = list(range(len(heads))) if layers is None else layers
+    variants = [({"layer": l, "head": h}, (lambda l=l, h=h: zero_head(model, l, h))) for l in ls for h in range(heads[l])]
     out = ablation_effects(model, task, ep, variants, n_boot, seed, metric)
     rows = out.pop("rows")
     out = {"applicable": True,
@@ -152,6 +173,7 @@ def head_ablation(
     return clean(out)
 
 
+@needs("bypass_layer()")
 def layer_ablation(
     model: torch.nn.Module,
     task: Task,
@@ -165,10 +187,10 @@ def layer_ablation(
     r"""Bypass each block (``model.bypass_layer``: the block returns its input, so the residual
     stream skips it) and measure the change in ``entropy_mae`` and ``kl`` as in :func:`head_ablation`
     (paired bootstrap, ``fold = ablated / intact``; Paper I claims > 10× per middle layer).
-    ``min_fold`` is the smallest fold over layers.  Null: ``delta = 0``.  Every architecture.
+    ``min_fold`` is the smallest fold over layers.  Null: ``delta = 0``.  Every model that implements
+    ``bypass_layer`` (each of this package's architectures built of blocks; a model of one's own through its
+    ``blocks.{l}.hook_resid_pre`` and ``hook_resid_post``).
     """
-    if not hasattr(model, "bypass_layer") or n_layers(model) == 0:
-        return not_applicable(f"architecture {arch_of(model)!r} has no bypassable layers (needs blocks and bypass_layer)")
     if metric not in METRICS:
         raise InvalidValue(f"invalid metric: must be one of {', '.join(METRICS)}")
     ep = episodes_for(task, n, seed, episodes)
@@ -257,6 +279,6 @@ def _interpret_layers(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("head_ablation", head_ablation, head_ablation_figure, _interpret_heads, resamples=True, order=40,
-                    claims=("B3", "B13"), requires=("attn.hook_z",)))
+                    claims=("B3", "B13")))
 register(Diagnostic("layer_ablation", layer_ablation, layer_ablation_figure, _interpret_layers, resamples=True,
                     order=50, claims=("B5",)))

@@ -9,9 +9,8 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
-                      not_applicable)
+from .registry import Diagnostic, Reading, needs, register
+from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, inputs_on, n_layers
 
 __all__ = ["attention_focusing", "attention_focusing_figure", "attention_regions"]
 
@@ -31,7 +30,7 @@ from the task's own anatomy (``Task.attention_regions``, described in ``Task.reg
 
 def _pattern_stats(model: torch.nn.Module, task: Task, ep: Episodes, chunk: int) -> dict[str, Any]:
     """Sums over scored queries: per layer/head entropy and region masses, plus the uniform nulls."""
-    L = len(model.blocks)
+    L = n_layers(model)
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
     dev = device_of(model)
     ent = None
@@ -85,6 +84,7 @@ def _pattern_stats(model: torch.nn.Module, task: Task, ep: Episodes, chunk: int)
             "n_q": n_q, "spread": spread, "n_spread": n_spread}
 
 
+@needs("blocks.{l}.attn.hook_pattern")
 def attention_focusing(
     model: torch.nn.Module,
     task: Task,
@@ -117,10 +117,8 @@ def attention_focusing(
     **Nulls.**  Uniform causal attention: entropy ``log2(t+1)`` and mass ``|R_t|/(t+1)``, averaged
     over the same queries; ``value_spread`` null is 1; the same statistics for ``untrained``.
     Any model whose layers expose ``blocks.{l}.attn.hook_pattern`` (our transformer, ``hf:``
-    attention families).
+    attention families, a model of one's own that names its layers' hooks so).
     """
-    if not has_hooks(model, "attn.hook_pattern"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention patterns (needs blocks.{{l}}.attn.hook_pattern)")
     ep = episodes_for(task, n, seed, episodes)
     st = _pattern_stats(model, task, ep, chunk)
     ust = _pattern_stats(untrained, task, ep, chunk) if untrained is not None else None
@@ -239,4 +237,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("attention_focusing", attention_focusing, attention_focusing_figure, _interpret, untrained=True,
-                    order=20, claims=("B6",), requires=("attn.hook_pattern",)))
+                    order=20, claims=("B6",)))

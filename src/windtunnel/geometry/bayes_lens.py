@@ -32,11 +32,10 @@ from typing import Any
 import torch
 
 from ..metrics import kl_bits
-from ..models.base import WindTunnelModel
 from ..tasks.base import Episodes, Task, entropy_bits
 from . import _plot
-from ._common import GEOMETRY_SEED, arch_of, collect_scored, episodes_for, has_layer_hooks, n_layers, not_applicable
-from .registry import Diagnostic, Reading, register
+from ._common import GEOMETRY_SEED, collect_scored, episodes_for, n_layers
+from .registry import Diagnostic, Reading, missing, needs, register
 
 __all__ = ["bayes_lens", "bayes_lens_figure", "lens_layers"]
 
@@ -44,14 +43,6 @@ __all__ = ["bayes_lens", "bayes_lens_figure", "lens_layers"]
 def lens_layers(model: torch.nn.Module) -> list[tuple[str, str]]:
     """``(label, hook name)`` of every stream the lens reads: the input to block 0, then each block's output."""
     return [("embed", "blocks.0.hook_resid_pre")] + [(f"L{l}", f"blocks.{l}.hook_resid_post") for l in range(n_layers(model))]
-
-
-def _readable(model: torch.nn.Module) -> bool:
-    if not (has_layer_hooks(model, "hook_resid_pre") and has_layer_hooks(model, "hook_resid_post")):
-        return False
-    if isinstance(model, WindTunnelModel) and type(model).unembed is WindTunnelModel.unembed:
-        return all(isinstance(getattr(model, part, None), torch.nn.Module) for part in ("norm", "head"))
-    return callable(getattr(model, "unembed", None))
 
 
 @torch.no_grad()
@@ -125,13 +116,11 @@ def _tuned_lens(model: torch.nn.Module, episodes: Episodes, seed: int) -> dict[s
             "n_held_out_episodes": len(episodes) - half, "max_iterations": TUNED_STEPS}
 
 
+@needs("blocks.{l}.hook_resid_pre", "blocks.{l}.hook_resid_post", "unembed()")
 def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEOMETRY_SEED,
                episodes: Episodes | None = None, untrained: torch.nn.Module | None = None) -> dict[str, Any]:
     """The KL and entropy error to the exact posterior of every layer's readout (see the module
     docstring), on at most ``n`` episodes, beside the untrained model's."""
-    if not _readable(model):
-        return not_applicable(f"architecture {arch_of(model)!r} has no residual stream to read through a final "
-                              "norm and head (needs model.unembed and blocks.{l}.hook_resid_pre / hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     ep = ep[: min(n, len(ep))]
     trained = _lens(model, ep)
@@ -152,7 +141,7 @@ def bayes_lens(model: torch.nn.Module, task: Task, n: int = 256, seed: int = GEO
             "flat": flat,
         },
     }
-    if untrained is not None and _readable(untrained):
+    if untrained is not None and not missing(untrained, bayes_lens.requires):
         null = _lens(untrained, ep)
         out["untrained"] = null
         out["summary"]["kl_by_layer_untrained"] = null["kl_by_layer"]
@@ -199,4 +188,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("bayes_lens", bayes_lens, bayes_lens_figure, _interpret, untrained=True, order=65, version=4,
-                    claims=("B10",), requires=("hook_resid_pre", "hook_resid_post")))
+                    claims=("B10",)))

@@ -32,9 +32,9 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from ._common import GEOMETRY_SEED, arch_of, clean, collect_scored, episodes_for, has_layer_hooks, n_layers, not_applicable
+from ._common import GEOMETRY_SEED, clean, collect_scored, episodes_for, n_layers, not_applicable
 from .readouts import TRAIN_FRAC, r2, residualise_on_position, ridge_fit, split_rows
-from .registry import Diagnostic, Reading, register
+from .registry import Diagnostic, Reading, needs, register
 
 __all__ = ["belief_geometry", "belief_geometry_figure", "belief_readout", "simplex_xy"]
 
@@ -82,15 +82,13 @@ def _best(layers: list[dict[str, Any]]) -> dict[str, Any]:
     return max(layers, key=lambda r: -math.inf if r["r2"] is None else r["r2"])
 
 
+@needs("blocks.{l}.hook_resid_pre", "blocks.{l}.hook_resid_post")
 def belief_geometry(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Module | None = None, n: int = 256,
                     seed: int = GEOMETRY_SEED, episodes: Episodes | None = None,
                     train_frac: float = TRAIN_FRAC) -> dict[str, Any]:
     """Held-out linear readouts of the exact belief from every layer and from all layers together,
     beside the untrained model's, the position-only and shuffled nulls and the model's own output (see
     the module docstring)."""
-    if not has_layer_hooks(model, "hook_resid_post") or not has_layer_hooks(model, "hook_resid_pre"):
-        return not_applicable(f"architecture {arch_of(model)!r} exposes no per-layer residual stream "
-                              "(blocks.{l}.hook_resid_pre / hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     belief = task.belief(ep.tokens, ep.features)
     if belief is None:
@@ -204,4 +202,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("belief_geometry", belief_geometry, belief_geometry_figure, _interpret, untrained=True, order=62, version=2,
-                    claims=("B10",), requires=("hook_resid_pre", "hook_resid_post")))
+                    claims=("B10",)))

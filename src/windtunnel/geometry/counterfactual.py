@@ -42,9 +42,8 @@ import torch
 
 from ..metrics import _kl_from_log
 from . import _plot
-from ._common import (GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, has_layer_hooks, n_layers,
-                      not_applicable)
-from .registry import Diagnostic, Reading, register
+from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
+from .registry import Diagnostic, Reading, needs, register
 
 __all__ = ["counterfactual", "counterfactual_figure", "CONDITIONS"]
 
@@ -86,14 +85,12 @@ def _run(model: torch.nn.Module, tokens: torch.Tensor, chunk: int, names: list[s
     return torch.cat(outs), {n: torch.cat(v) for n, v in caches.items()}
 
 
+@needs("blocks.{l}.hook_resid_pre", "blocks.{l}.hook_resid_post")
 def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n: int = 256,
                    seed: int = GEOMETRY_SEED, chunk: int = 128) -> dict[str, Any]:
     """The input counterfactual and the layer-by-layer patching profile with its four controls (module
     docstring), on ``episodes`` (or ``n`` sampled with ``seed``)."""
     L = n_layers(model)
-    if not has_layer_hooks(model, "hook_resid_pre") or not has_layer_hooks(model, "hook_resid_post"):
-        return not_applicable("model lacks blocks.{l}.hook_resid_pre / hook_resid_post on every block "
-                              "(the residual stream the patch replaces)")
     if task.n_features:
         return not_applicable(f"task {task.name!r} has real-valued inputs (the edits change a token)")
     ep = episodes_for(task, n, seed, episodes)
@@ -272,4 +269,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96, version=3,
-                    claims=("A27", "B11"), requires=("hook_resid_pre", "hook_resid_post")))
+                    claims=("A27", "B11")))

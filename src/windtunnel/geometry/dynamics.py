@@ -14,10 +14,15 @@ from .. import models, tasks
 from ..runs import RunDir
 from ..tasks.base import Episodes
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, has_hooks, inputs_on, n_layers,
-                      spearman, evenly_spaced)
+from .registry import Diagnostic, Reading, lacks, missing, register
+from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, inputs_on, n_layers, spearman,
+                      evenly_spaced)
 from .readouts import pca
+
+REQUIRES = ("blocks.{l}.hook_resid_post",)
+"""What :func:`frame_precision` reads from the model: each layer's output (the last one's is the state it
+follows); the attention patterns ``blocks.{l}.attn.hook_pattern``, where every layer has them, add the frame
+change."""
 
 __all__ = ["frame_precision", "frame_precision_figure", "first_below", "frame_first", "settle_step",
            "settle_step_first10pct", "js_bits"]
@@ -190,14 +195,14 @@ def frame_precision(
     paths = evenly_spaced(paths, max_checkpoints)
     steps = [ckpt.step_of(p) for p in paths]
     model = models.build(record["model"])
+    gap = lacks(model, REQUIRES)
+    if gap is not None:
+        return gap
     L = n_layers(model)
-    if L == 0:
-        return {"applicable": False, "reason": f"architecture {record['model']['arch']!r} has no windtunnel blocks "
-                                               "(no final residual stream to follow)"}
     if device is not None:
         model.to(device)
     ep = task.sample(n, seed)
-    attn = has_hooks(model, "attn.hook_pattern")
+    attn = not missing(model, ("blocks.{l}.attn.hook_pattern",))
     last_name = f"blocks.{L - 1}.hook_resid_post"
 
     ckpt.load(paths[-1], model)
@@ -352,4 +357,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("frame_precision", frame_precision, frame_precision_figure, _interpret, checkpoints=True,
-                    order=90, claims=("B8", "B9", "C12")))
+                    order=90, claims=("B8", "B9", "C12"), requires=REQUIRES))

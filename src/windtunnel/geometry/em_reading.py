@@ -24,10 +24,9 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
-                      n_layers, not_applicable)
+from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, inputs_on, n_layers, not_applicable
 from .attention import attention_regions
-from .registry import Diagnostic, Reading, register
+from .registry import Diagnostic, Reading, needs, register
 
 __all__ = ["em_reading", "em_reading_figure", "SUPPORT_REGIONS"]
 
@@ -36,17 +35,16 @@ SUPPORT_REGIONS = ("repeat_answer", "stored_value")
 
 
 def _stats(model: torch.nn.Module, task: Task, ep: Episodes, region: str, hyp: list[int], chunk: int = 64) -> dict[str, Any]:
-    L, H = n_layers(model), model.config.n_heads
-    dh = model.config.d_model // H
+    L = n_layers(model)
     names = [f"blocks.{l}.attn.hook_{x}" for l in range(L) for x in ("pattern", "v")]
     dev = device_of(model)
     cls_of = torch.full((max(hyp) + 1,), -1, dtype=torch.long)
     cls_of[torch.tensor(hyp)] = torch.arange(len(hyp))
     readout = (model.head.weight.detach().double() * model.norm.weight.detach().double()[None]).cpu()  # [C, d]
-    mass = torch.zeros(L, H, dtype=torch.float64)
+    mass: torch.Tensor | None = None
+    hits: torch.Tensor | None = None
     uniform = 0.0
     n_q = 0
-    hits = torch.zeros(L, H, dtype=torch.float64)
     n_v = 0
     with eval_mode(model):
         for part in ep.chunks(chunk):
@@ -65,23 +63,27 @@ def _stats(model: torch.nn.Module, task: Task, ep: Episodes, region: str, hyp: l
             n_v += len(pb)
             for l in range(L):
                 P = cache[f"blocks.{l}.attn.hook_pattern"].double().cpu()  # [B,H,T,T]
+                H = P.shape[1]
+                if mass is None or hits is None:
+                    mass = torch.zeros(L, H, dtype=torch.float64)
+                    hits = torch.zeros(L, H, dtype=torch.float64)
                 mass[l] += (P[b_q, :, t_q] * Rq[:, None, :]).sum(-1).sum(0)
                 V = cache[f"blocks.{l}.attn.hook_v"].double().cpu()[pb, pt]  # [N,H,dh]
-                W = model.blocks[l].attn.out_proj.weight.detach().double().cpu().view(-1, H, dh)  # [d,H,dh]
+                W = model.blocks[l].attn.out_proj.weight.detach().double().cpu()
+                W = W.view(W.shape[0], H, V.shape[-1])  # [d,H,dh]: the columns that head h's z meets
                 write = torch.einsum("dhe,nhe->nhd", W, V)  # [N,H,d]
                 logits = write @ readout.T  # [N,H,C]
                 hits[l] += (logits.argmax(-1) == target[:, None]).double().sum(0)
+    if mass is None or hits is None:  # no episodes
+        mass = hits = torch.zeros(L, 0, dtype=torch.float64)
     return {"responsibility": (mass / max(n_q, 1)).tolist(), "uniform_responsibility": uniform / max(n_q, 1),
             "prototype_accuracy": (hits / max(n_v, 1)).tolist(), "n_queries": n_q, "n_values": n_v}
 
 
+@needs("blocks.{l}.attn.hook_pattern", "blocks.{l}.attn.hook_v", "blocks.{l}.attn.out_proj", "norm", "head")
 def em_reading(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Module | None = None, n: int = 256,
                seed: int = GEOMETRY_SEED, episodes: Episodes | None = None) -> dict[str, Any]:
     """Responsibilities and prototypes per layer and head (module docstring), with their nulls."""
-    if not (has_hooks(model, "attn.hook_pattern") and has_hooks(model, "attn.hook_v")) or not all(
-            hasattr(model, a) for a in ("head", "norm")) or not hasattr(getattr(model.blocks[0], "attn", None), "out_proj"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention values and output projection "
-                              "to read (needs attn.hook_pattern, attn.hook_v, out_proj, a norm and a head)")
     ep = episodes_for(task, n, seed, episodes)
     regions = attention_regions(task, ep.tokens)
     region = next((r for r in SUPPORT_REGIONS if r in regions and bool(regions[r].any())), None)
@@ -144,5 +146,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                     f"write favours its own class on {max(proto):.0%} of hypothesis positions (chance {s['chance']:.0%})")]
 
 
-register(Diagnostic("em_reading", em_reading, em_reading_figure, _interpret, untrained=True, order=68, claims=("C9",),
-                    requires=("attn.hook_pattern", "attn.hook_v")))
+register(Diagnostic("em_reading", em_reading, em_reading_figure, _interpret, untrained=True, order=68, claims=("C9",)))

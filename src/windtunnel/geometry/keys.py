@@ -10,9 +10,8 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
-                      not_applicable)
+from .registry import Diagnostic, Reading, needs, register
+from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, inputs_on, not_applicable
 
 __all__ = ["hypothesis_tokens", "key_orthogonality", "key_orthogonality_figure", "gaussian_abs_cos"]
 
@@ -84,6 +83,7 @@ def token_keys(model: torch.nn.Module, episodes: Episodes, token_ids: list[int],
     return keys, [int(i) for i in ids[present]]
 
 
+@needs("unrotated_keys()")
 def key_orthogonality(
     model: torch.nn.Module,
     task: Task,
@@ -115,11 +115,9 @@ def key_orthogonality(
     95% interval of ``S``).  ``p_gaussian`` is the one-sided Monte Carlo test of "more orthogonal
     than random": :math:`p = (1 + \#\{S_\text{null} \le S\}) / (1 + n_\text{null})`.
 
-    Models with ``unrotated_keys`` and attention (our transformer, ``hf:`` attention families); the
-    others have no keys: a "not applicable" entry.
+    Models that implement ``unrotated_keys`` (our transformer, ``hf:`` attention families, a model of
+    one's own that defines it); the others have no keys: a "not applicable" entry.
     """
-    if not hasattr(model, "unrotated_keys") or not has_hooks(model, "attn.hook_pattern"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention keys (needs blocks.{{l}}.attn.hook_pattern and unrotated_keys)")
     hyp = hypothesis_tokens(task)
     if hyp is None:
         return not_applicable(f"task {getattr(task, 'name', '?')!r} has no hypothesis tokens")
@@ -260,4 +258,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("key_orthogonality", key_orthogonality, key_orthogonality_figure, _interpret, untrained=True,
-                    order=10, claims=("B1", "B2", "B4"), requires=("attn.hook_k",)))
+                    order=10, claims=("B1", "B2", "B4")))

@@ -9,9 +9,8 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, Scored, arch_of, clean, collect_scored, episodes_for, has_layer_hooks, n_layers,
-                      not_applicable, spearman)
+from .registry import Diagnostic, Reading, needs, register
+from ._common import GEOMETRY_SEED, Scored, clean, collect_scored, episodes_for, has_layer_hooks, n_layers, spearman
 from .readouts import (TRAIN_FRAC, pca, position_onehot, r2, residualise_on_position, ridge_r2, split_rows,
                        variance_stats)
 
@@ -82,6 +81,7 @@ def _collect(model: torch.nn.Module, ep: Episodes, srcs: dict[str, str]) -> Scor
     return collect_scored(model, ep, names)
 
 
+@needs("blocks.{l}.hook_resid_post")
 def value_manifold(
     model: torch.nn.Module,
     task: Task,
@@ -117,9 +117,6 @@ def value_manifold(
     ``untrained``.  Works for every architecture (``attn_out`` only where it exists).
     """
     srcs = sources(model)
-    if not srcs:
-        return not_applicable(f"architecture {arch_of(model)!r} exposes no per-layer residual stream hooks "
-                              "(blocks.{l}.hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     sc = _collect(model, ep, srcs)
     train, test = split_rows(sc.seq, train_frac)
@@ -255,4 +252,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("value_manifold", value_manifold, value_manifold_figure, _interpret, untrained=True, order=30,
-                    version=2, claims=("B7", "B16"), requires=("hook_resid_post",)))
+                    version=2, claims=("B7", "B16")))

@@ -12,9 +12,8 @@ import torch
 from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import (GEOMETRY_SEED, Scored, arch_of, clean, collect_scored, episodes_for, has_hooks, has_layer_hooks,
-                      n_layers, not_applicable)
+from .registry import Diagnostic, Reading, needs, register
+from ._common import GEOMETRY_SEED, Scored, clean, collect_scored, episodes_for, has_hooks, n_layers
 from .readouts import (TRAIN_FRAC, adjusted_rand_index, kmeans, r2, residualise_on_position, ridge_fit, ridge_r2,
                        split_rows)
 
@@ -88,6 +87,7 @@ def _probe_layers(sc: Scored, names: list[str], train: torch.Tensor, test: torch
     return out
 
 
+@needs("blocks.{l}.hook_resid_post")
 def probes(
     model: torch.nn.Module,
     task: Task,
@@ -128,9 +128,6 @@ def probes(
     untrained null).  ``entropy_within_cluster_std``
     vs ``entropy_std``: entropy still varies inside each cluster (the papers' observation).
     """
-    if not has_layer_hooks(model, "hook_resid_post"):
-        return not_applicable(f"architecture {arch_of(model)!r} exposes no per-layer residual stream hooks "
-                              "(blocks.{l}.hook_resid_post)")
     ep = episodes_for(task, n, seed, episodes)
     do_clusters = task.discrete_latent_state if clusters is None else clusters
     names = _layer_names(model)
@@ -282,5 +279,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     return out
 
 
-register(Diagnostic("probes", probes, probes_figure, _interpret, untrained=True, order=60, claims=("B10", "B14", "B15"),
-                    requires=("hook_resid_post",)))
+register(Diagnostic("probes", probes, probes_figure, _interpret, untrained=True, order=60, claims=("B10", "B14", "B15")))

@@ -23,10 +23,9 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from ._common import (GEOMETRY_SEED, arch_of, clean, device_of, episodes_for, eval_mode, has_hooks, inputs_on,
-                      n_layers, not_applicable)
+from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, inputs_on, n_layers, not_applicable
 from .attention import attention_regions
-from .registry import Diagnostic, Reading, register
+from .registry import Diagnostic, Reading, needs, register
 
 __all__ = ["qk_alignment", "qk_alignment_figure"]
 
@@ -67,14 +66,13 @@ def _contrast(model: torch.nn.Module, task: Task, ep: Episodes, region: str, chu
     return None if total is None else total / count
 
 
+@needs("blocks.{l}.attn.hook_q", "blocks.{l}.attn.hook_k")
 def qk_alignment(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Module | None = None, n: int = 256,
                  seed: int = GEOMETRY_SEED, episodes: Episodes | None = None, chunk: int = 64) -> dict[str, Any]:
     r"""Per layer and head, the contrast :math:`\overline{\cos}(q_t, k_{R_t}) - \overline{\cos}(q_t, k_{j<t})`
     on the task's main region (module docstring); ``alignment_by_layer`` is the largest over heads.
     Nulls: 0 (a query blind to the region) and the untrained model.  Models exposing
     ``blocks.{l}.attn.hook_q`` and ``hook_k``."""
-    if not (has_hooks(model, "attn.hook_q") and has_hooks(model, "attn.hook_k")):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention queries and keys (needs blocks.{{l}}.attn.hook_q and hook_k)")
     ep = episodes_for(task, n, seed, episodes)
     regions = attention_regions(task, ep.tokens[:2])
     region = task.main_region(regions) if hasattr(task, "main_region") else None
@@ -130,4 +128,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("qk_alignment", qk_alignment, qk_alignment_figure, _interpret, untrained=True, order=25,
-                    claims=("B6",), requires=("attn.hook_q", "attn.hook_k")))
+                    claims=("B6",)))

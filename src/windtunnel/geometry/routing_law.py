@@ -13,23 +13,23 @@ from typing import Any
 import torch
 
 from . import _plot
-from .registry import Diagnostic, Reading, register
-from ._common import GEOMETRY_SEED, arch_of, episodes_for, has_hooks, not_applicable
+from .registry import Diagnostic, Reading, needs, register
+from ._common import GEOMETRY_SEED, episodes_for, n_layers
 from ..tasks.base import Episodes, Task
 
 
+@needs("blocks.{l}.attn.hook_scores", "blocks.{l}.attn.hook_pattern", "blocks.{l}.attn.hook_v",
+       "blocks.{l}.attn.hook_z")
 def routing_law(model: torch.nn.Module, task: Task, n: int = 64, seed: int = GEOMETRY_SEED,
                 episodes: Episodes | None = None) -> dict[str, Any]:
     """Per head: max relative error of the law against autograd (∂L/∂s and ∂L/∂v), the share of
     attended pairs with positive advantage ``b_ij > E_α[b]``, and the norms of ∂L/∂s and ∂L/∂v, on
     at most ``n`` episodes.  ``summary``: the largest errors over heads (float32: ~1e-6 expected)."""
-    from ..routing import check_all_heads
+    from ..routing.law import layer_gradients
 
-    if not has_hooks(model, "attn.hook_scores"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no attention scores to differentiate (needs blocks.{{l}}.attn.hook_scores)")
     ep = episodes_for(task, n, seed, episodes)
     ep = ep[: min(n, len(ep))]
-    rows = check_all_heads(model, ep)
+    rows = [g.summary() for layer in range(n_layers(model)) for g in layer_gradients(model, ep, layer)]
     return {
         "applicable": True,
         "n_episodes": len(ep),
@@ -69,5 +69,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                     e < 1e-4, "C1", "the closed-form routing gradient equals autograd's on every head")]
 
 
-register(Diagnostic("routing_law", routing_law, routing_law_figure, _interpret, order=70, claims=("C1", "C2", "C3"),
-                    requires=("attn.hook_scores",)))
+register(Diagnostic("routing_law", routing_law, routing_law_figure, _interpret, order=70, claims=("C1", "C2", "C3")))

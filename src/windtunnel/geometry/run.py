@@ -15,7 +15,7 @@ from .. import models
 from ..runs import RunDir
 from ..evaluation import refuse_non_finite
 from ._common import GEOMETRY_SEED, arch_of, clean, eval_mode, inputs_on
-from .registry import Diagnostic, Reading, discover, interpret
+from .registry import Diagnostic, Reading, discover, interpret, lacks
 
 __all__ = ["diagnose", "failed_diagnostics", "untrained_model", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
 
@@ -86,6 +86,8 @@ def diagnose(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_
     applicable diagnostic's figure, drawn into ``figures`` (``geometry_{name}.png``) when given;
     :func:`windtunnel.stages.analyze_run` writes the record.
 
+    A diagnostic runs only on a model that exposes what it declares it reads (``Diagnostic.requires``);
+    for any other it records "not applicable" naming what is missing, without calling it.
     All diagnostics share ``n`` episodes sampled with :data:`GEOMETRY_SEED`; the untrained null is
     :func:`untrained_model`.  A diagnostic over checkpoints (``frame_precision``) runs on
     ``dynamics_n`` (default ``min(n, 256)``) episodes, and is skipped with ``dynamics=False``.
@@ -112,7 +114,10 @@ def diagnose(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_
             continue
         t0 = time.perf_counter()
         try:
-            if diag.checkpoints:
+            gap = lacks(model, diag.requires)  # what it declares it reads, the one test of whether it applies
+            if gap is not None:
+                results[name] = gap
+            elif diag.checkpoints:
                 results[name] = diag.compute(rd.path, n=dynamics_n or min(n, 256), device=dev)
             else:
                 kw: dict[str, Any] = {"episodes": episodes}

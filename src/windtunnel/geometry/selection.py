@@ -31,9 +31,8 @@ import torch
 from ..metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
-from ._common import (GEOMETRY_SEED, arch_of, clean, collect_scored, episodes_for, has_hooks, n_layers,
-                      not_applicable, pearson, rankdata, spearman)
-from .registry import Diagnostic, Reading, register
+from ._common import GEOMETRY_SEED, clean, collect_scored, episodes_for, n_layers, pearson, rankdata, spearman
+from .registry import Diagnostic, Reading, missing, needs, register
 
 __all__ = ["selection", "selection_figure", "information_gain"]
 
@@ -87,11 +86,10 @@ def _stats(model: torch.nn.Module, ep: Episodes) -> dict[str, list[float | None]
     return out
 
 
+@needs("blocks.{l}.hook_delta", "blocks.{l}.hook_B", "blocks.{l}.hook_C")
 def selection(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Module | None = None, n: int = 256,
               seed: int = GEOMETRY_SEED, episodes: Episodes | None = None) -> dict[str, Any]:
     """The selection statistics of the module docstring, per layer, with the untrained model's."""
-    if not has_hooks(model, "hook_delta"):
-        return not_applicable(f"architecture {arch_of(model)!r} has no selective step sizes (blocks.{{l}}.hook_delta)")
     ep = episodes_for(task, n, seed, episodes)
     trained = _stats(model, ep)
     out: dict[str, Any] = {
@@ -106,7 +104,7 @@ def selection(model: torch.nn.Module, task: Task, *, untrained: torch.nn.Module 
                       "delta_channel_abs_info_rho_by_layer": trained["delta_channel_abs_info_rho"],
                       "delta_entropy_rho_by_layer": trained["delta_entropy_rho"],
                       "delta_token_eta2_by_layer": trained["delta_token_eta2"], "best_abs_delta_info_rho": best}
-    if untrained is not None and has_hooks(untrained, "hook_delta"):
+    if untrained is not None and not missing(untrained, selection.requires):
         un = _stats(untrained, ep)
         out["untrained"] = un
         out["summary"]["untrained_best_abs_delta_info_rho"] = max(
@@ -151,4 +149,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("selection", selection, selection_figure, _interpret, untrained=True, order=65, claims=("B17",),
-                    requires=("hook_delta",), version=2))
+                    version=2))

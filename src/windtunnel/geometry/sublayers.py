@@ -25,9 +25,9 @@ import torch
 
 from ..tasks.base import Episodes, Task
 from . import _plot
-from ._common import GEOMETRY_SEED, arch_of, clean, episodes_for, has_hooks, n_layers, not_applicable
+from ._common import GEOMETRY_SEED, clean, episodes_for, n_layers
 from .ablation import ablation_effects
-from .registry import Diagnostic, Reading, register
+from .registry import Diagnostic, Reading, needs, register
 
 __all__ = ["sublayer_ablation", "sublayer_ablation_figure"]
 
@@ -38,6 +38,7 @@ def _zeroed(model: torch.nn.Module, names: list[str]) -> Iterator[None]:
         yield
 
 
+@needs("blocks.{l}.hook_attn_out", "blocks.{l}.hook_mlp_out")
 def sublayer_ablation(model: torch.nn.Module, task: Task, *, n: int = 256, seed: int = GEOMETRY_SEED,
                       episodes: Episodes | None = None, n_boot: int = 1000, metric: str = "entropy_mae") -> dict[str, Any]:
     r"""Zero each block's attention output and each block's MLP output in turn (and all later attention
@@ -45,9 +46,6 @@ def sublayer_ablation(model: torch.nn.Module, task: Task, *, n: int = 256, seed:
     intervals.  ``mlp_over_attn`` = :math:`\exp(\mathrm{mean}_{l \ge 1} \log(\mathrm{fold}^{mlp}_l /
     \mathrm{fold}^{attn}_l))`, > 1 when the feed-forward halves matter more.  Null: ``delta = 0``
     (an inert sublayer).  Models with both ``hook_attn_out`` and ``hook_mlp_out``."""
-    if not (has_hooks(model, "hook_attn_out") and has_hooks(model, "hook_mlp_out")) or n_layers(model) == 0:
-        return not_applicable(f"architecture {arch_of(model)!r} has no separate attention and MLP sublayers "
-                              "(needs blocks.{l}.hook_attn_out and blocks.{l}.hook_mlp_out)")
     ep = episodes_for(task, n, seed, episodes)
     L = n_layers(model)
     variants = []
@@ -115,4 +113,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("sublayer_ablation", sublayer_ablation, sublayer_ablation_figure, _interpret, resamples=True,
-                    order=55, claims=("B11",), requires=("hook_attn_out", "hook_mlp_out")))
+                    order=55, claims=("B11",)))

@@ -304,6 +304,24 @@ class WindTunnelModel(nn.Module):
         for m in self.hook_points().values():
             m._forward_hooks.clear()
 
+    # --- capabilities ------------------------------------------------------------------
+    def capabilities(self) -> frozenset[str]:
+        """The optional methods this model really implements (the diagnostics' ``NAME()`` requirements,
+        ``windtunnel.geometry.registry.METHODS``): ``unembed`` when it has a final ``norm`` and ``head`` (or
+        overrides :meth:`unembed`), ``bypass_layer`` when it has at least one layer and every layer is a
+        :class:`Block`, ``unrotated_keys`` when it defines that method.  A subclass whose methods differ
+        from these rules overrides this."""
+        caps = set()
+        readout = all(isinstance(getattr(self, part, None), nn.Module) for part in ("norm", "head"))
+        if readout or type(self).unembed is not WindTunnelModel.unembed:
+            caps.add("unembed")
+        blocks = getattr(self, "blocks", None)
+        if blocks is not None and len(blocks) > 0 and all(isinstance(b, Block) for b in blocks):
+            caps.add("bypass_layer")
+        if callable(getattr(self, "unrotated_keys", None)):
+            caps.add("unrotated_keys")
+        return frozenset(caps)
+
     # --- ablations -----------------------------------------------------------------------
     def _layer(self, layer: int) -> Block:
         n = len(self.blocks)
@@ -327,6 +345,25 @@ class WindTunnelModel(nn.Module):
             yield self
         finally:
             block.bypass = old
+
+
+@contextmanager
+def bypass_by_hooks(model: WindTunnelModel, layer: int) -> Iterator[WindTunnelModel]:
+    """Make layer ``layer`` the identity inside the ``with`` block by hooks alone: what leaves it at
+    ``blocks.{layer}.hook_resid_post`` is replaced by what entered it at ``blocks.{layer}.hook_resid_pre``
+    (for models whose layers are not this package's :class:`Block`)."""
+    n = len(model.blocks)
+    if not isinstance(layer, int) or not -n <= layer < n:
+        raise InvalidValue(f"invalid layer: must be an integer in [0, {n - 1}], got {layer!r}")
+    layer %= n
+    entering: dict[str, torch.Tensor] = {}
+
+    def remember(x: torch.Tensor, _name: str) -> None:
+        entering["x"] = x
+
+    with model.hooks([(f"blocks.{layer}.hook_resid_pre", remember),
+                      (f"blocks.{layer}.hook_resid_post", lambda _x, _name: entering["x"])]):
+        yield model
 
 
 def _adapter(fn: HookFn, name: str) -> Callable[[nn.Module, Any, torch.Tensor], Any]:

@@ -18,10 +18,24 @@ The returned module maps ``tokens [B,T] long`` — and, for tasks with real-valu
 ``features [B,T,F] float32`` as a second argument — to logits ``[B,T,C]``, ``C = task.n_classes``.
 The logits at position ``t`` may depend on inputs ``0..t`` only.  Both are *checked* when the model
 is built (one forward pass on sampled episodes, then the second half of the inputs resampled: the
-first half's logits must not move), not assumed.  Modules of type
-:class:`~windtunnel.models.HookPoint` inside the user's module are found and named like ours
-(``net.<path>``), so ``hooks`` and ``run_with_cache`` work on them; analyses that need our block
-structure say they do not apply.
+first half's logits must not move), not assumed.
+
+**Hooks and layers.**  Modules of type :class:`~windtunnel.models.HookPoint` inside the user's module
+are found, so ``hooks`` and ``run_with_cache`` work on them.  A module that keeps its layers in an
+``nn.ModuleList`` (or ``nn.Sequential``) named ``blocks`` has layers in the wind tunnel's sense: its hook
+points under ``blocks`` keep their own paths as names (``blocks.0.attn.hook_pattern``, exactly as in this
+package's transformer), as do ``hook_embed`` and ``hook_final`` at its top level; every other hook point is
+named ``net.<path>``.  The diagnostics read these names, so a user's transformer whose layers expose
+``blocks.{l}.hook_resid_pre``, ``hook_resid_post``, ``hook_attn_out``, ``hook_mlp_out`` and
+``attn.hook_q|k|v|scores|pattern|z`` gets every diagnostic our transformer gets
+(``windtunnel.geometry.registry.capabilities_markdown`` lists what each one reads).
+
+**Parts and methods.**  ``norm`` and ``head`` of the user's module (the final norm and the output head,
+``logits = head(norm(x))``) are the model's readout (``unembed``, a readout learning rate); a module
+without them may define ``unembed(x)`` itself.  ``unrotated_keys(tokens)`` (keys before any rotary
+embedding, per layer) is forwarded when the module defines it.  A layer is bypassed
+(``bypass_layer``) by hooks: what leaves it at ``hook_resid_post`` is replaced by what entered at
+``hook_resid_pre``.  :meth:`ExternalModel.capabilities` says which of these the module has.
 
 The factory is found by importing ``package.module`` (the current folder is searched first, as a
 user running ``windtunnel`` from their project expects) and reading the attribute ``factory``.  The
@@ -38,10 +52,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from torch import nn
 
-from .base import ModelConfig, WindTunnelModel
+from .base import HookPoint, ModelConfig, WindTunnelModel, bypass_by_hooks
 from .contract import check_contract
 from .sizing import TOLERANCE
 from ..errors import InvalidValue
@@ -129,7 +146,6 @@ class ExternalModel(WindTunnelModel):
         if not isinstance(net, nn.Module):
             raise InvalidValue(f"invalid arch {config.arch!r}: the factory returned {type(net).__name__}, not a torch.nn.Module")
         self.net = net
-        self.blocks = nn.ModuleList()  # no windtunnel blocks: block-level analyses do not apply
         self.with_features = task.n_features > 0
         self._finish_init()
         n = self.n_params()
@@ -144,6 +160,90 @@ class ExternalModel(WindTunnelModel):
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(tokens, features) if self.with_features else self.net(tokens)
+
+    # --- the user's layers, hooks, readout and methods ----------------------------------------------
+    @property
+    def blocks(self) -> nn.Module:  # type: ignore[override]
+        """The user's layers: their module's ``blocks`` when it is an ``nn.ModuleList`` or ``nn.Sequential``,
+        else no layers (an empty list).  Not registered a second time: the parameters live under ``net``."""
+        layers = getattr(self.net, "blocks", None)
+        return layers if isinstance(layers, (nn.ModuleList, nn.Sequential)) else nn.ModuleList()
+
+    def __getattr__(self, name: str) -> Any:
+        """``norm`` and ``head`` are the user's module's, when it has them (the readout of the skeleton)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ("norm", "head"):
+                part = getattr(self._modules.get("net"), name, None)
+                if isinstance(part, nn.Module):
+                    return part
+            raise
+
+    def _public_name(self, name: str) -> str:
+        """The hook name of the hook point at module path ``name`` (``net.<path>``): the user's own path for
+        hook points under their ``blocks`` and for a top-level ``hook_embed`` / ``hook_final``."""
+        inner = name[len("net."):]
+        if inner in ("hook_embed", "hook_final") or (inner.startswith("blocks.") and len(self.blocks) > 0):
+            return inner
+        return name
+
+    def _finish_init(self) -> None:
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = self._public_name(name)
+
+    def hook_points(self) -> dict[str, HookPoint]:
+        """All hook points of the user's module by hook name (see the module docstring)."""
+        return {self._public_name(name): m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+
+    def _net_capabilities(self) -> frozenset[str]:
+        if isinstance(self.net, WindTunnelModel):
+            return self.net.capabilities()
+        return frozenset(m for m in ("unembed", "unrotated_keys") if callable(getattr(self.net, m, None)))
+
+    def capabilities(self) -> frozenset[str]:
+        """``unembed`` when the user's module has ``norm`` and ``head`` or defines ``unembed``;
+        ``unrotated_keys`` when it defines that; ``bypass_layer`` when every layer exposes
+        ``blocks.{l}.hook_resid_pre`` and ``blocks.{l}.hook_resid_post``."""
+        own = self._net_capabilities()
+        caps = {m for m in ("unembed", "unrotated_keys") if m in own}
+        if all(isinstance(getattr(self.net, part, None), nn.Module) for part in ("norm", "head")):
+            caps.add("unembed")
+        names = set(self.hook_names())
+        L = len(self.blocks)
+        if L > 0 and all(f"blocks.{l}.hook_resid_{x}" in names for l in range(L) for x in ("pre", "post")):
+            caps.add("bypass_layer")
+        return frozenset(caps)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """The user's readout of a residual-stream state: their ``unembed(x)`` if they define one, else
+        ``head(norm(x))`` (float32 logits).  ``InvalidValue`` for a module with neither."""
+        if "unembed" in self._net_capabilities() and callable(getattr(self.net, "unembed", None)):
+            return self.net.unembed(x).float()
+        if "unembed" not in self.capabilities():
+            raise InvalidValue(f"invalid unembed: the {self.config.arch} model has no readout (define unembed(x), "
+                               "or submodules norm and head)")
+        return super().unembed(x)
+
+    def unrotated_keys(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The user's ``unrotated_keys(tokens[, features])``: per layer, keys before any rotary embedding,
+        ``[B, T, key heads, d_head]``.  ``InvalidValue`` when their module does not define it."""
+        if "unrotated_keys" not in self._net_capabilities():
+            raise InvalidValue(f"invalid unrotated_keys: the {self.config.arch} model does not define "
+                               "unrotated_keys(tokens)")
+        with torch.no_grad():
+            keys = self.net.unrotated_keys(tokens, features) if self.with_features else self.net.unrotated_keys(tokens)
+        return list(keys)
+
+    @contextmanager
+    def bypass_layer(self, layer: int) -> Iterator["ExternalModel"]:
+        """Make layer ``layer`` the identity by hooks (:func:`~windtunnel.models.base.bypass_by_hooks`)."""
+        if "bypass_layer" not in self.capabilities():
+            raise InvalidValue(f"invalid bypass_layer: the {self.config.arch} model does not expose "
+                               "blocks.{l}.hook_resid_pre and hook_resid_post on every layer")
+        with bypass_by_hooks(self, layer):
+            yield self
 
 
 

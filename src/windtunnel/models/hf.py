@@ -216,6 +216,14 @@ class HFModel(WindTunnelModel):
                 h.remove()
         return [k for k in keys if k is not None]
 
+    def capabilities(self) -> frozenset[str]:
+        """``unembed`` and ``bypass_layer`` for every family; ``unrotated_keys`` where every decoder layer
+        has attention (an attention-free or hybrid family has no key per layer to read)."""
+        caps = {"unembed", "bypass_layer"}
+        if all(block.attn is not None for block in self.blocks):
+            caps.add("unrotated_keys")
+        return frozenset(caps)
+
     @contextmanager
     def bypass_layer(self, layer: int) -> Iterator["HFModel"]:
         """Make decoder layer ``layer`` the identity: its output is replaced by its input."""
