@@ -75,6 +75,19 @@ def wrong_shape(task):
 
 def not_a_module(task):
     return 3
+
+
+from windtunnel.models import Transformer, TransformerConfig
+
+
+class Scaled(Transformer):  # the package's skeleton, subclassed in the user's own file
+    def forward(self, tokens, features=None):
+        return 2.0 * super().forward(tokens, features)
+
+
+def skeleton(task):
+    return Scaled(TransformerConfig(vocab_size=task.vocab_size, n_classes=task.n_classes, d_model=16, n_layers=2,
+                                    n_heads=2, max_len=4 * task.seq_len))
 '''
 
 
@@ -156,7 +169,7 @@ def test_train_resume_and_table_through_the_cli(third_party: Path, capsys: pytes
     assert main(["eval", str(out), "--n", "64"]) == 0
     result = json.loads((out / "eval.json").read_text())
     assert 0 <= result["metrics"]["kl"]["value"] < 10
-    assert main(["analyze", str(out), "--n", "32"]) == 0  # our diagnostics need our blocks: each says so
+    assert main(["analyze", str(out), "--n", "32"]) == 0  # a GRU without layers under blocks: each says what it lacks
     geometry = json.loads((out / "geometry.json").read_text())
     outputs_only = {"reference_predictors"}  # reads nothing but the model's outputs over its checkpoints
     assert all(str(v).startswith("not applicable") for k, v in geometry["summary"].items()
@@ -208,3 +221,20 @@ def test_the_authors_transformer_enters_as_a_factory_at_its_published_size(monke
     net(ep.tokens)
     handle.remove()
     torch.testing.assert_close(logits, hidden["x"] @ net.tok_emb.weight[task.V:].T)
+
+
+def test_a_skeleton_subclass_from_the_users_file_gets_what_the_transformer_gets(third_party: Path) -> None:
+    """A ``Transformer`` subclass defined in the user's module and returned by a factory keeps its layers'
+    hook names and methods: every diagnostic that applies to the built-in transformer applies to it."""
+    from windtunnel.geometry import registry
+
+    task = tasks.make("bijection", V=4, L=4)
+    model = models.make("thirdparty:skeleton", task)
+    builtin = models.make("transformer", task, d_model=16, n_layers=2, n_heads=2)
+    assert set(builtin.hook_names()) <= set(model.hook_names())
+    assert model.capabilities() == builtin.capabilities()
+    diagnostics = registry.discover().values()
+    assert {d.name for d in diagnostics if d.applies(model)} == {d.name for d in diagnostics if d.applies(builtin)}
+    ep = task.sample(2, 0)
+    keys = model.unrotated_keys(ep.tokens)
+    assert len(keys) == 2 and keys[0].shape == (2, task.seq_len, 2, 8)

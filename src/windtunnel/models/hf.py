@@ -26,8 +26,9 @@ repeated, sliding windows applied; read-only, and computed with the eager attent
 while hooked) and ``hook_final`` (the normalised state the output head reads).  ``bypass_layer``
 works (a layer's output replaced by its input), ``unrotated_keys`` reads each layer's key
 projection (key orthogonality), and ``unembed`` applies the family's final norm and head to any layer's
-state (the Bayes lens); head ablation and the routing law need our transformer's
-projections and report "not applicable".  Causality and the output shape
+state (the Bayes lens); head ablation (``attn.hook_z``), the routing law (``attn.hook_scores``, ``hook_v``,
+``hook_z``) and the EM reading read hooks and parts an ``hf:`` model does not expose, and report "not
+applicable" naming them.  Causality and the output shape
 are checked at build time, as for every model from outside the package.
 """
 
