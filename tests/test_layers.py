@@ -9,7 +9,7 @@ from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
 LAYERS = [("errors", "stats", "trackers"), ("tasks", "metrics", "references"), ("models",), ("checkpoint", "runs", "train_config"),
-          ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training",),
+          ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training", "stacked"),
           ("stages", "report", "grid", "table", "timescales", "claims", "reproduce", "compare", "diversity"),
           ("cli", "__main__", "__init__")]
 """Bottom to top: foundations; tasks and metrics; models; the run folder and what a run is; what

@@ -1,0 +1,84 @@
+"""Stacked seeds against separate processes: per-member training throughput of one cell's seeds.
+
+    python benchmarks/stacked_cpu.py [--column main] [--arch transformer] [--seeds 3] [--steps 150]
+                                     [--cores 2] [--device cpu] [--json benchmarks/results/stacked_cpu.json]
+
+The same ``--seeds`` runs of a grid cell (its quick recipe, ``--steps`` steps, no evaluation or checkpoint on the
+way) trained two ways on the same machine in the same invocation: as one stacked model (``windtunnel.stacked``,
+one process on all ``--cores``) and as separate processes started together, the cores shared out among them (each
+``max(1, cores // seeds)`` torch threads) — what ``windtunnel reproduce --workers`` does today.  The figure is each
+way's wall time for the whole set and their ratio (separate / stacked: above 1, stacking is faster per member), with
+the steps per second each member made.  Every run writes its own run folder under a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from windtunnel import grid
+from windtunnel.stacked import train_stacked
+from windtunnel.training import TrainConfig, train
+
+
+def _configs(column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:
+    cfgs = []
+    for s in range(seeds):
+        c = grid.Cell("quick", column, arch, s).config()
+        c.update(steps=steps, eval_every=10**9, ckpt_every=10**9, ckpt_minutes=0, log_checkpoints=False,
+                 log_every=steps, progress=False, device=device)
+        cfgs.append(TrainConfig(**{k: v for k, v in c.items() if k in TrainConfig.__dataclass_fields__}))
+    return cfgs
+
+
+def _alone(args: tuple[dict, str, int]) -> float:
+    cfg, out, threads = args
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    train(TrainConfig(**cfg), out)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--column", default="main")
+    ap.add_argument("--arch", default="transformer")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    cfgs = _configs(args.column, args.arch, args.seeds, args.steps, args.device)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        torch.set_num_threads(args.cores)
+        t0 = time.perf_counter()
+        train_stacked(cfgs, [root / f"stacked-s{c.seed}" for c in cfgs])
+        stacked = time.perf_counter() - t0
+        threads = max(1, args.cores // args.seeds)
+        jobs = [(c.to_dict(), str(root / f"alone-s{c.seed}"), threads) for c in cfgs]
+        t0 = time.perf_counter()
+        with mp.get_context("spawn").Pool(len(jobs)) as pool:
+            each = pool.map(_alone, jobs)
+        separate = time.perf_counter() - t0
+    out = {"column": args.column, "arch": args.arch, "seeds": args.seeds, "steps": args.steps, "cores": args.cores,
+           "device": args.device, "batch_size": cfgs[0].batch_size, "params": cfgs[0].params,
+           "stacked_wall_s": stacked, "separate_wall_s": separate, "separate_each_s": each,
+           "speedup_stacked_over_separate": separate / stacked,
+           "member_steps_per_s": {"stacked": args.steps / stacked, "separate": args.steps / separate}}
+    print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

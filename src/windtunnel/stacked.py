@@ -1,0 +1,260 @@
+"""Several runs of one shape trained as one model: the seeds of a cell stacked along a leading member dimension.
+
+``train_stacked(configs, run_dirs)`` trains ``M`` runs whose configs differ only in ``seed`` as one model whose every
+parameter carries a leading dimension of size ``M`` (``torch.func.stack_module_state``), the forward pass vmapped over
+the members (``torch.func.functional_call`` under ``torch.func.vmap``; a model whose forward does not vmap — an
+``nn.LSTM``, a compiled scan — is run member by member inside the same step).  Each member keeps what it would have
+alone:
+
+* its own data stream (``streams.step_batch`` with its own seed) and its own held-out batch;
+* its own loss, summed over members for one backward pass (the members share no parameter, so the gradient of the
+  sum is each member's own gradient in its own slice);
+* its own gradient clipping: ``g_m ← g_m · min(1, c / (‖g_m‖ + 10⁻⁶))`` with ``‖g_m‖`` over the member's parameters
+  only, as ``clip_grad_norm_`` computes it for a run alone;
+* AdamW, which is elementwise, on the stacked parameters: the same update as each member's own optimizer, with the
+  same parameter groups (weight decay on matrices, the readout's learning-rate multiplier);
+* its own run folder, written exactly as a run trained alone writes it — ``config.json``, checkpoints (the member's
+  slice of the weights and of the optimizer's moments, in the single-run format), ``metrics.jsonl`` — so it can be
+  resumed, evaluated or analysed alone, and a stacked run resumes from its members' checkpoints.
+
+A member's trajectory equals the same seed trained alone up to floating-point summation order (the tests hold the
+two together over hundreds of steps).  Stacking pays where one model is too small to keep the hardware busy: its
+steps are bound by per-operation overhead, which the members now share (``benchmarks/stacked_cpu.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from . import checkpoint as ckpt
+from .errors import UserError
+from .evaluation import held_out_metrics
+from .metrics import bayes_gap
+from .optim import log_spaced_steps, loss_fn, lr_at, param_groups, pick_device
+from .runs import RunDir
+from .streams import eval_seed, resolve_shards, step_batch
+from .training import LOG2E, TrainingDiverged, build
+from .train_config import ConfigError, TrainConfig
+
+__all__ = ["train_stacked", "stackable"]
+
+
+def stackable(configs: Sequence[TrainConfig]) -> None:
+    """Raise :class:`ConfigError` unless ``configs`` differ only in their seeds (distinct ones) and describe a run
+    the stacked loop trains (one process, no ``torch.compile``, no experiment trackers)."""
+    if not configs:
+        raise ConfigError("no runs to stack")
+    seeds = [c.seed for c in configs]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"invalid seeds: stacked runs need distinct seeds, got {seeds}")
+    base = {k: v for k, v in configs[0].to_dict().items() if k != "seed"}
+    for c in configs[1:]:
+        other = {k: v for k, v in c.to_dict().items() if k != "seed"}
+        diff = sorted(k for k in base.keys() | other.keys() if base.get(k) != other.get(k))
+        if diff:
+            raise ConfigError(f"stacked runs must differ only in their seed; these differ: {', '.join(diff)}")
+    if configs[0].compile:
+        raise ConfigError("stacked runs are not compiled (torch.compile): drop compile")
+    if configs[0].trackers:
+        raise ConfigError("stacked runs log to metrics.jsonl only: drop trackers")
+
+
+def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path | RunDir], resume: bool = False,
+                  until: int | None = None, log_lines: bool = False) -> list[Path]:
+    """Train (or resume) the runs ``configs`` into ``run_dirs`` as one stacked model (see the module docstring);
+    returns the run folders.  ``until`` and ``log_lines`` as :func:`windtunnel.training.train`."""
+    stackable(configs)
+    if len(run_dirs) != len(configs):
+        raise ConfigError(f"{len(configs)} configs but {len(run_dirs)} run folders")
+    runs = [d if isinstance(d, RunDir) else RunDir(d) for d in run_dirs]
+    if len({r.path.resolve() for r in runs}) != len(runs):
+        raise ConfigError("stacked runs need a run folder each")
+    built = [build(c) for c in configs]  # every user error is raised here, before anything is written
+    shards = [resolve_shards(c, r, resume, 1) for c, r in zip(configs, runs)]
+    for r in runs:
+        r.prepare()
+    with ExitStack() as stack:
+        for r in runs:
+            stack.enter_context(r.lock())
+        return _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
+                      log_lines)
+
+
+def _clip_per_member(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale each member's slice of ``grads`` so that its norm over all parameters is at most ``max_norm``; returns
+    the members' norms before clipping (``clip_grad_norm_``'s rule, member by member)."""
+    sq = torch.stack([g.reshape(g.shape[0], -1).double().pow(2).sum(1) for g in grads]).sum(0)
+    norms = sq.sqrt()
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.to(g.dtype).reshape(-1, *([1] * (g.dim() - 1))))
+    return norms
+
+
+def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], members: list[torch.nn.Module],
+           shards: list[int], resume: bool, until: int | None, log_lines: bool) -> list[Path]:
+    from torch.func import functional_call, stack_module_state, vmap
+
+    cfg, M = cfgs[0], len(cfgs)
+    device = pick_device(cfg.device)
+    soft = cfg.loss == "posterior" or (cfg.loss == "auto" and task_list[0].soft_targets)
+    for m in members:
+        m.to(device)
+    optimizers = [torch.optim.AdamW(param_groups(m, c), lr=c.lr, betas=(0.9, c.beta2)) for m, c in zip(members, cfgs)]
+    starts = []
+    for m, o, r in zip(members, optimizers, runs):
+        step, elapsed = (r.restore(m, o, first_checkpoint=0 if cfg.log_checkpoints else min(cfg.ckpt_every, cfg.steps))
+                         if resume else (0, 0.0))
+        starts.append((step, elapsed))
+        if resume:
+            r.truncate_metrics(step)
+    if len({s for s, _ in starts}) != 1:
+        raise UserError("stacked runs resume together: their newest checkpoints are at steps "
+                        f"{[s for s, _ in starts]}; resume each alone (windtunnel train --resume) to one step first")
+    start, elapsed = starts[0][0], max(e for _, e in starts)
+    for m, r, task in zip(members, runs, task_list):
+        r.write_config({"train": cfgs[runs.index(r)].to_dict(), "task": {"name": task.name, "params": task.params()},
+                        "model": m.config_dict(), "n_params": m.n_params()})
+
+    # the stacked parameters, and AdamW over them with each member's parameter groups
+    names = [n for n, _ in members[0].named_parameters()]
+    params, buffers = stack_module_state(members)
+    params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+    of = {id(p): n for n, p in members[0].named_parameters()}
+    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [params[of[id(p)]] for p in g["params"]]}
+              for g in param_groups(members[0], cfg)]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
+    _load_moments(optimizer, optimizers, members, params)
+    base = members[0]
+
+    def forward_one(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return functional_call(base, (p, b), (), inputs)
+
+    vmapped = vmap(forward_one, in_dims=(0, 0, 0), randomness="different")
+
+    def forward(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        nonlocal vmapped
+        if vmapped is not None:
+            try:
+                return vmapped(params, buffers, inputs)
+            except (RuntimeError, NotImplementedError, ValueError):
+                vmapped = None  # a forward without a vmap rule: member by member, the same step otherwise
+        return torch.stack([forward_one({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in buffers.items()},
+                                        {k: v[i] for k, v in inputs.items()}) for i in range(M)])
+
+    use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
+    eval_batches = [t.sample(c.eval_n, eval_seed(c.seed)).to(device) for t, c in zip(task_list, cfgs)]
+    keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
+
+    def on_schedule(step: int) -> bool:
+        return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
+
+    def unstack() -> None:
+        """Each member model and optimizer holds its slice of the stacked state."""
+        with torch.no_grad():
+            for i, m in enumerate(members):
+                for n, p in m.named_parameters():
+                    p.copy_(params[n][i])
+        _store_moments(optimizer, optimizers, members, params)
+        for o in optimizers:  # the rates a run alone would have saved
+            for g, sg in zip(o.param_groups, optimizer.param_groups):
+                g["lr"] = sg["lr"]
+
+    def save(step: int, now: float, timed: bool = False) -> None:
+        unstack()
+        for i, (m, o, r, c) in enumerate(zip(members, optimizers, runs, cfgs)):
+            bad = next((n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())), None)
+            if bad is not None:
+                if timed:
+                    return
+                raise TrainingDiverged(f"weights of seed {c.seed} became non-finite ({bad}) by step {step}; stopped, "
+                                       f"last good checkpoints kept in {', '.join(str(x.checkpoints) for x in runs)}")
+        for i, (m, o, r, c) in enumerate(zip(members, optimizers, runs, cfgs)):
+            ckpt.save(r.checkpoints, step, m, o, {"elapsed": now, "config": c.to_dict(), "data_shards": shards[i]})
+            for p in ckpt.list_checkpoints(r.checkpoints):
+                if ckpt.step_of(p) < step and not on_schedule(ckpt.step_of(p)):
+                    shutil.rmtree(p, ignore_errors=True)
+            if on_schedule(step):
+                ckpt.prune(r.checkpoints, c.keep_last, keep_steps)
+
+    if start == 0 and cfg.log_checkpoints and all(r.latest_checkpoint() is None for r in runs):
+        save(0, 0.0)
+
+    for m in members:
+        m.train()
+    t0 = last_save = time.perf_counter()
+    stop = cfg.steps if until is None else min(cfg.steps, until)
+    lines = log_lines or not sys.stderr.isatty()
+    for step in range(start, stop):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
+        batches = [step_batch(c, t, step, s).to(device) for c, t, s in zip(cfgs, task_list, shards)]
+        inputs = {k: torch.stack([b.inputs[k] for b in batches]) for k in batches[0].inputs}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            logits = forward(inputs)
+        losses = torch.stack([loss_fn(logits[i], b, soft) for i, b in enumerate(batches)])
+        if not bool(torch.isfinite(losses).all()):
+            bad = [c.seed for c, x in zip(cfgs, losses.tolist()) if x != x or abs(x) == float("inf")]
+            raise TrainingDiverged(f"loss became non-finite at step {step} for seed(s) {bad}; stopped, last good "
+                                   "checkpoints kept")
+        optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        grads = [params[n].grad for n in names]
+        norms = _clip_per_member(grads, cfg.grad_clip)
+        optimizer.step()
+        done = step + 1
+        now = elapsed + time.perf_counter() - t0
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            for i, (r, b) in enumerate(zip(runs, batches)):
+                r.append_metrics({"step": done, "loss": float(losses[i].detach()) * LOG2E,
+                                  "bayes_gap": bayes_gap(logits[i].detach(), b), "lr": lr_at(step, cfg),
+                                  "grad_norm": float(norms[i]), "time": now})
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            unstack()
+            for m, r, e in zip(members, runs, eval_batches):
+                r.append_metrics({"step": done, "eval": held_out_metrics(m, e)})
+                m.train()
+            if lines:
+                print(f"{cfg.arch}/{task_list[0].name} seeds {[c.seed for c in cfgs]} step {done}/{cfg.steps}: loss "
+                      f"{', '.join(f'{float(x) * LOG2E:.4f}' for x in losses.detach())} bits, {now:.0f} s", flush=True)
+        scheduled = on_schedule(done) or done == stop
+        timed = cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
+        if scheduled or timed:
+            elapsed, t0 = now, time.perf_counter()
+            save(done, now, timed=not scheduled)
+            last_save = time.perf_counter()
+    return [r.path for r in runs]
+
+
+def _load_moments(optimizer: torch.optim.Optimizer, optimizers: list[torch.optim.Optimizer],
+                  members: list[torch.nn.Module], params: dict[str, torch.Tensor]) -> None:
+    """The stacked optimizer's state from the members' (after a resume: each member's AdamW moments in its slice)."""
+    per = [{id(p): n for n, p in m.named_parameters()} for m in members]
+    states = [{per[i][id(p)]: s for p, s in o.state.items()} for i, o in enumerate(optimizers)]
+    if not any(states):
+        return
+    for n, p in params.items():
+        member = [s.get(n) for s in states]
+        if any(s is None for s in member):
+            continue
+        optimizer.state[p] = {"step": member[0]["step"].clone(),
+                              "exp_avg": torch.stack([s["exp_avg"] for s in member]),
+                              "exp_avg_sq": torch.stack([s["exp_avg_sq"] for s in member])}
+
+
+def _store_moments(optimizer: torch.optim.Optimizer, optimizers: list[torch.optim.Optimizer],
+                   members: list[torch.nn.Module], params: dict[str, torch.Tensor]) -> None:
+    """Each member's AdamW state from its slice of the stacked optimizer's (what its checkpoint saves)."""
+    for i, (o, m) in enumerate(zip(optimizers, members)):
+        for n, p in m.named_parameters():
+            s = optimizer.state.get(params[n])
+            if s:
+                o.state[p] = {"step": s["step"].clone(), "exp_avg": s["exp_avg"][i].clone(),
+                              "exp_avg_sq": s["exp_avg_sq"][i].clone()}
