@@ -53,6 +53,7 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
     from .training import load
 
     rd = _rundir(run)
+    rd.read_config()  # a clear error for a folder that is not a run, before anything is written there
     with rd.lock():  # not while the run is being trained: the evaluation would be of a moving checkpoint
         if not force:
             _keep_better_eval(rd, n, seed, lengths or [])
