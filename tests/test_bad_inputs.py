@@ -553,3 +553,20 @@ def test_a_model_whose_outputs_overflow_is_refused_not_scored(tmp_path: Path, ca
     assert "not finite" in user_error(["eval", str(run), "--n", "8"], capsys)
     assert "not finite" in user_error(["analyze", str(run), "--n", "8"], capsys)
     assert snapshot(run) == before
+
+
+def test_a_misspelt_name_is_answered_with_the_closest_one(tmp_path, capsys) -> None:
+    """Unknown task, architecture and model-option names say which known name is closest; a name close to none
+    gets no guess."""
+    from windtunnel.cli import main
+
+    out = str(tmp_path / "run")
+    for argv, want in ((["train", "--task", "bijectoin", "--out", out], "(did you mean 'bijection'?)"),
+                       (["train", "--task", "bijection", "--arch", "transfomer", "--out", out],
+                        "(did you mean 'transformer'?)"),
+                       (["train", "--task", "hmm", "--kk", "3", "--out", out], "(did you mean 'K'?)")):
+        assert main(argv) == 2
+        assert want in capsys.readouterr().err
+    assert main(["train", "--task", "zzzzzz", "--out", out]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -40,19 +40,68 @@ def _label(rd: RunDir, names: list[str]) -> str:
     return rd.path.name if names.count(rd.path.name) == 1 else str(rd.path)
 
 
+RECIPE = ("steps", "batch_size", "lr", "readout_lr_mult", "weight_decay", "warmup", "train_set", "curriculum")
+"""The training settings ``compare`` sets beside each other: where two runs differ in one, it says so."""
+
+
+def describe(run: str | Path | RunDir) -> dict[str, Any]:
+    """What a run is: its task and parameters, architecture, parameter count, the step its newest checkpoint
+    reached against the recipe's steps, the recipe's settings (:data:`RECIPE`) and the evaluation's size."""
+    rd = run if isinstance(run, RunDir) else RunDir(run)
+    cfg = rd.read_config()
+    train = cfg.get("train") or {}
+    ev = rd.read_eval()
+    prov = ev.get("provenance") if isinstance(ev.get("provenance"), dict) else {}
+    params = {k: v for k, v in ((cfg.get("task") or {}).get("params") or {}).items() if v is not None}
+    return {"task": (cfg.get("task") or {}).get("name"), "task_params": params,
+            "arch": train.get("arch"), "n_params": cfg.get("n_params"), "step": prov.get("step"),
+            "steps": train.get("steps"), "recipe": {k: train.get(k) for k in RECIPE}, "eval_n": ev.get("n")}
+
+
+def differences(infos: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
+    """What makes the runs' numbers not comparable as they stand, one sentence each: another task or other task
+    parameters, another recipe setting, a run stopped before its recipe's end."""
+    out = []
+    tasks = {(i["task"], tuple(sorted((k, str(v)) for k, v in i["task_params"].items()))) for i in infos}
+    if len(tasks) > 1:
+        out.append("the runs are on different tasks: " + "; ".join(
+            f"{lab}: {i['task']} {i['task_params']}" for lab, i in zip(labels, infos)))
+    for key in RECIPE:
+        values = [i["recipe"].get(key) for i in infos]
+        if any(v != values[0] for v in values[1:]):
+            out.append(f"their recipes differ in {key}: " + ", ".join(f"{lab} {v}" for lab, v in zip(labels, values)))
+    for lab, i in zip(labels, infos):
+        if i["step"] is not None and i["steps"] is not None and i["step"] < i["steps"]:
+            out.append(f"{lab} was evaluated at step {i['step']} of its {i['steps']}: unfinished")
+    return out
+
+
+def default_figure(runs: Sequence[str | Path]) -> Path:
+    """Where the overlay goes when no ``--out`` is given: ``compare.png`` in the folder the runs share (the first
+    run's parent where they share none), never the current folder."""
+    import os
+
+    parents = [str(Path(r).resolve().parent) for r in runs]
+    common = Path(os.path.commonpath(parents)) if parents else Path(".")
+    return common / "compare.png"
+
+
 def compare(runs: Sequence[str | Path], out: str | Path | None = None, length: int | None = None) -> dict[str, Any]:
-    """The headline metrics of every run (value and interval) and, with ``out``, one PNG overlaying
-    each curve of :data:`CURVES` against the episode step.  Returns ``{"runs", "metrics", "figure"}``."""
+    """The headline metrics of every run (value and interval), what each run is (:func:`describe`) and what keeps
+    their numbers from comparing directly (:func:`differences`); with ``out``, one PNG overlaying each curve of
+    :data:`CURVES` against the episode step.  Returns ``{"runs", "about", "differences", "metrics", "figure"}``."""
     if len(runs) < 1:
         raise InvalidValue("compare needs at least one run folder")
     rds = [RunDir(r) for r in runs]
     evals = [rd.read_eval() for rd in rds]
     names = [rd.path.name for rd in rds]
     labels = [_label(rd, names) for rd in rds]
+    about = [describe(rd) for rd in rds]
     metrics = sorted({k for ev in evals for k in ev["metrics"]}, key=lambda k: list(evals[0]["metrics"]).index(k)
                      if k in evals[0]["metrics"] else 99)
     table = {m: [ev["metrics"].get(m) for ev in evals] for m in metrics}
-    result: dict[str, Any] = {"runs": labels, "metrics": table, "figure": None}
+    result: dict[str, Any] = {"runs": labels, "about": about, "differences": differences(about, labels),
+                              "metrics": table, "figure": None}
     if out is not None:
         import matplotlib
 

@@ -34,3 +34,13 @@ def is_int(x: Any) -> bool:
 def is_real(x: Any) -> bool:
     """Whether ``x`` is an int or a float and not a bool (finiteness is the caller's test)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """``" (did you mean 'bijection'?)"`` when one of ``choices`` is close to ``word`` (difflib's ratio ≥ 0.6),
+    else ``""``: the end of a refusal that names an unknown name."""
+    import difflib
+
+    by_lower = {str(c).lower(): str(c) for c in choices}  # case is a slip too: 'k' for 'K'
+    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

@@ -39,7 +39,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 from . import grid
-from .errors import InvalidValue, is_int
+from .errors import InvalidValue, did_you_mean, is_int
 
 COLUMNS: dict[str, dict[str, Any]] = {
     name: {"primitive": e.primitive, "metric": e.metric, "unit": e.unit,
@@ -386,7 +386,8 @@ def run_table(
         if models.is_external(a):
             models.load_factory(a)
         elif a not in models.names():
-            raise InvalidValue(f"unknown arch {a!r}: choose from {', '.join(models.names())} or package.module:factory")
+            raise InvalidValue(f"unknown arch {a!r}{did_you_mean(a, models.names())}: choose from "
+                               f"{', '.join(models.names())} or package.module:factory")
     for c in columns:
         if c not in COLUMNS:
             raise InvalidValue(f"unknown table column {c!r}: choose from {', '.join(COLUMNS)}")

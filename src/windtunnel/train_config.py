@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from . import models
-from .errors import UserError, is_int, is_real
+from .errors import UserError, did_you_mean, is_int, is_real
 
 
 class ConfigError(UserError, ValueError):
@@ -86,7 +86,8 @@ class TrainConfig:
         need(isinstance(self.task, str), "task", "a task name")
         need(isinstance(self.task_params, dict), "task_params", "a table of task parameters")
         need(isinstance(self.arch, str) and (self.arch in models.names() or models.is_external(self.arch)), "arch",
-             f"one of {', '.join(models.names())} or package.module:factory")
+             f"one of {', '.join(models.names())} or package.module:factory"
+             + (did_you_mean(self.arch, models.names()) if isinstance(self.arch, str) else ""))
         if models.is_external(self.arch):
             models.load_factory(self.arch)  # importable now, not after the run folder is written
         need(self.params is None or (isinstance(self.params, int) and self.params >= 1000), "params", "an integer ≥ 1000")

@@ -13,7 +13,7 @@ from .sizing import count_params, fit_width  # noqa: F401  (re-exported as model
 from .catalog import get as _arch, names
 from .external import build_external, is_external, make_external
 from .hf import build_hf, is_hf, make_hf
-from ..errors import InvalidValue
+from ..errors import InvalidValue, did_you_mean
 
 _NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "hf_layout", "attention_layer", "sizing",
                "contract"}
@@ -37,7 +37,8 @@ def _check_keys(arch: str, keys: Sequence[str]) -> None:
     unknown = sorted(set(keys) - allowed)
     if unknown:
         raise InvalidValue(
-            f"unknown parameter {unknown[0]!r} for model {arch!r}: allowed {', '.join(sorted(allowed))}"
+            f"unknown parameter {unknown[0]!r} for model {arch!r}{did_you_mean(unknown[0], allowed)}: allowed "
+            f"{', '.join(sorted(allowed))}"
         )
 
 

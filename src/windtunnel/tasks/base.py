@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch
-from ..errors import InvalidValue, is_int
+from ..errors import InvalidValue, did_you_mean, is_int
 
 IGNORE = -100
 """Target value at unscored positions (the ``ignore_index`` of ``torch.nn.functional.cross_entropy``)."""
@@ -326,7 +326,7 @@ def get(name: str) -> type[Task]:
     if name in _PRESETS:
         return _REGISTRY[_PRESETS[name]["task"]]
     if name not in _REGISTRY:
-        raise InvalidValue(f"unknown task {name!r}: choose from {', '.join(names())}")
+        raise InvalidValue(f"unknown task {name!r}{did_you_mean(name, names())}: choose from {', '.join(names())}")
     return _REGISTRY[name]
 
 
@@ -340,7 +340,8 @@ def make(name: str, **params: Any) -> Task:
     unknown = sorted(set(params) - allowed)
     if unknown:
         raise InvalidValue(
-            f"unknown parameter {unknown[0]!r} for task {cls.name!r}: allowed {', '.join(sorted(allowed)) or 'none'}"
+            f"unknown parameter {unknown[0]!r} for task {cls.name!r}{did_you_mean(unknown[0], allowed)}: allowed "
+            f"{', '.join(sorted(allowed)) or 'none'}"
         )
     for f in fields(cls):  # a flag value "true" must not pass as the integer 1
         if f.name in params and isinstance(params[f.name], bool) and "bool" not in str(f.type):
