@@ -18,7 +18,7 @@ from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABL
                    claim, declared, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
 from .rows import eval_of, row, table_of
-from .rules import ERROR_FACTOR, AtLeast, AtMost, EachSeed, EverySeed, FloorShare, IntervalBelow, Ordered
+from .rules import ERROR_FACTOR, AtLeast, AtMost, EachSeed, EverySeed, FloorShare, IntervalBelow, Ordered, Within
 
 TABLE = "windtunnel table --preset quick --seeds 3"
 REPRO = "windtunnel reproduce paper1 --preset quick"
@@ -346,15 +346,18 @@ def _a8(ev: Evidence) -> Verdict:
     return _fails(ev, "hmm", "mlp_pointwise", "kl")
 
 
+A9_RULE = AtLeast(547, "our ratio")
+
+
 @claim("A9", "I", "v1", "Table 1", "MLP / transformer separation on HMM", "≈ 5,467×", "secondary",
-       "ratio of kl: mlp_pointwise / transformer (table)", "agree if our ratio is within one decade of 5,467 (≥ 547)",
-       TABLE, derived="A6")
+       "ratio of kl: mlp_pointwise / transformer (table)", A9_RULE, TABLE, derived="A6",
+       rule_note="547 is one decade below the papers' 5,467")
 def _a9(ev: Evidence) -> Verdict:
     mlp, tr = ev.table("hmm", "mlp_pointwise", "kl"), ev.table("hmm", "transformer", "kl")
     if mlp is None or tr is None:
         return missing("table cells")
     r = Measure(mlp.value / tr.value, None, tr.seeds, (), _cited(mlp, tr))
-    return Verdict(AGREE if r.value >= 547 else DISAGREE, r, "follows from A6: the transformer's HMM error is the gap")
+    return Verdict(A9_RULE.kind(r), r, "follows from A6: the transformer's HMM error is the gap")
 
 
 @claim("A10", "I", "v1", "§ results", "The MLP collapses to a position-averaged answer (its error is flat)",
@@ -710,28 +713,35 @@ def _a20(ev: Evidence) -> Verdict:
                    f"steps to bind: transformer {out['transformer']}, mamba {out['mamba']}")
 
 
+A21_RULE = Within(1 / 8, 0.05, "chance (1 / 8 stored values)")
+
+
 @claim("A21", "I", "v3", "primitives table", "The LSTM's recall is at chance", "0.5%", "secondary",
        "accuracy, lstm, 3 seeds, against chance = 1 / pairs (8)",
-       "agree if |accuracy − chance| ≤ 0.05; the papers' 0.5% is chance at their size", TABLE, asserts_failure=True,
+       A21_RULE, TABLE, asserts_failure=True, rule_note="the papers' 0.5% is chance at their size",
        threshold="within 0.05 of chance (in place of 0.5%)")
 def _a21(ev: Evidence) -> Verdict:
     m = ev.table("recall", "lstm", "accuracy")
     if m is None:
         return missing("table cell")
-    chance = 1 / 8
-    ok = abs(m.value - chance) <= 0.05
-    return Verdict(AGREE if ok else DISAGREE, m, f"chance among the 8 stored values is {chance:.1%}")
+    return Verdict(A21_RULE.kind(m), m, f"chance among the 8 stored values is {A21_RULE.target:.1%}")
 
 
 @claim("A22", "I", "v3", "primitives table", "Recall ordering: transformer ≥ Mamba > LSTM", "100% ≥ 97.8% > 0.5%",
-       "secondary", "accuracy means, 3 seeds", "agree if the means are so ordered", TABLE)
+       "secondary", "accuracy, 3 seeds", Ordered("the LSTM", "Mamba"), TABLE,
+       rule_note="and the transformer ≥ Mamba, refuted only where Mamba's interval lies wholly above the "
+       "transformer's; agree if both hold, disagree if either is refuted, else inconclusive")
 def _a22(ev: Evidence) -> Verdict:
     t, m, l = (ev.table("recall", a, "accuracy") for a in ("transformer", "mamba", "lstm"))
     if t is None or m is None or l is None:
         return missing("table cells")
-    ok = t.value >= m.value > l.value
-    return Verdict(AGREE if ok else DISAGREE, f"{t.value:.1%} / {m.value:.1%} / {l.value:.1%}", "",
-                   files=_cited(t, m, l))
+    # transformer ≥ Mamba: refuted only where Mamba lies wholly above; Mamba > LSTM: the LSTM wholly below
+    first = DISAGREE if Ordered("the transformer", "Mamba").kind(t, m) == AGREE else AGREE
+    second = Ordered("the LSTM", "Mamba").kind(l, m)
+    kinds = (first, second)
+    kind = AGREE if kinds == (AGREE, AGREE) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+    return Verdict(kind, f"{t.value:.1%} / {m.value:.1%} / {l.value:.1%}",
+                   f"transformer ≥ Mamba: {first}; Mamba > LSTM: {second}", files=_cited(t, m, l))
 
 
 @claim("A23", "I", "v3", "abstract", "Mamba struggles with binding; only the transformer realises all three primitives",
@@ -936,9 +946,12 @@ A28 = claim("A28", "I", "—", "setup", "Paper-size models and recipes (2.67M / 
                           "2.68M (A6, A11, A12)"))
 
 
+A29_RULE = AtLeast(1, "V! / episodes")
+
+
 @claim("A29", "I", "v1", "§ tasks", "Memorisation is infeasible: the hypotheses outnumber the training episodes",
        "20! ≈ 2.4×10¹⁸ (Paper III: 10! = 3.6×10⁶)", "paper-p3", "V! against steps × batch of the main job",
-       "agree if V! exceeds the number of training episodes", REPRO,
+       A29_RULE, REPRO, rule_note="the hypotheses outnumber the episodes",
        cells=reads("main"))
 def _a29(ev: Evidence) -> Verdict:
     cfg = ev.json("quick/cells/main-transformer-s0/config.json")
@@ -947,8 +960,8 @@ def _a29(ev: Evidence) -> Verdict:
     V = cfg["task"]["params"]["V"]
     episodes = cfg["train"]["steps"] * cfg["train"]["batch_size"]
     hyp = math.factorial(V)
-    return Verdict(AGREE if hyp > episodes else DISAGREE, f"{V}! = {hyp:.2g} vs {episodes:,} episodes",
-                   f"{hyp / episodes:.1f}× more hypotheses than episodes", files=("quick/cells/main-transformer-s0/config.json",))
+    ratio = Measure(hyp / episodes, files=("quick/cells/main-transformer-s0/config.json",))
+    return Verdict(A29_RULE.kind(ratio), ratio, f"{V}! = {hyp:.2g} hypotheses against {episodes:,} training episodes")
 
 
 # --- B: mechanism and geometry ------------------------------------------------------------------
@@ -1417,11 +1430,13 @@ def _b12(ev: Evidence) -> Verdict:
                    f"/ {full50.value:.3f}; context-blind floor {floor:.3f}")
 
 
+B13_RULE = EverySeed(2, above=False, what="the most damaging head's fold")
+
+
 @claim("B13", "I", "—", "authors' figure", "On HMM, single-head ablations change the error by only +5% to +37%",
        "+5…+37%", "code", "head_ablation on HMM: the most damaging head's fold, 3 seeds; controls: the HMM cell trained "
        "four times as long, on fresh episodes (hmm_long) and on the authors' fixed set (hmm_fixed)",
-       "agree if the most damaging head raises the error by less than 2× on every seed; closes under the budget if a "
-       "control agrees", REPRO,
+       B13_RULE, REPRO, rule_note="closes under the budget if a control agrees",
        threshold="below 2× (in place of +5…+37%)",
        cells=reads("hmm", "hmm_fixed", "hmm_long", geometry=True))
 def _b13(ev: Evidence) -> Verdict:
@@ -1430,7 +1445,7 @@ def _b13(ev: Evidence) -> Verdict:
         heads = _all_seeds(ev, column, "transformer", "head_ablation.hypothesis_frame_head")
         if fold is None:
             return None
-        return max(fold.values) < 2, fold, "ablated / intact error of the most damaging head" + (
+        return B13_RULE.kind(fold), fold, "ablated / intact error of the most damaging head" + (
             f" (heads {', '.join(map(str, heads))})" if heads else "")
 
     return _with_controls(ev, rule, "HMM transformer geometry", "hmm", BUDGET_CONTROLS)

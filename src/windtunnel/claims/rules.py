@@ -206,5 +206,21 @@ class AtLeast(Rule):
         return AGREE if m.value >= self.bound else DISAGREE
 
 
-RULES = (AtMost, IntervalBelow, IntervalAbove, EachSeed, EverySeed, Ordered, FloorShare, AtLeast)
+@dataclass(frozen=True)
+class Within(Rule):
+    """Our mean within ``tolerance`` of ``target`` (absolute): ``|mean − target| ≤ tolerance``."""
+
+    target: float
+    tolerance: float
+    what: str = ""
+
+    @property
+    def sentence(self) -> str:
+        return f"agree if our mean is within {_n(self.tolerance)} of {self.what or _n(self.target)}"
+
+    def kind(self, m: Measure) -> str:
+        return AGREE if abs(m.value - self.target) <= self.tolerance else DISAGREE
+
+
+RULES = (AtMost, IntervalBelow, IntervalAbove, EachSeed, EverySeed, Ordered, FloorShare, AtLeast, Within)
 """The vocabulary, for the tests that check each rule on hand-computed cases."""
