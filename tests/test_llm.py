@@ -439,6 +439,97 @@ def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Pa
     assert cut["one_at_a_time"]["3"]["entropy_axis"]["rho_downstream_after"] == {}
 
 
+def test_sula_cuts_the_papers_layers_at_the_same_relative_depth(tmp_path: Path) -> None:
+    """Paper III cuts layers of its 24-layer Pythia-410M (the Bayesian layers 12 and 23; the five layers 8, 12,
+    16, 20, 23); on a model of L layers each becomes the layer at the same relative depth, round(l·(L−1)/23),
+    and the artifact says which layer stands for which."""
+    assert sula.paper_layers(sula.PAPER_MULTI_LAYERS, 30) == {8: 10, 12: 15, 16: 20, 20: 25, 23: 29}  # SmolLM2
+    assert sula.paper_layers(sula.PAPER_MULTI_LAYERS, 18) == {8: 6, 12: 9, 16: 12, 20: 15, 23: 17}  # Gemma-3-270M
+    assert sula.paper_layers(list(range(24)), 24) == {l: l for l in range(24)}  # the paper's own depth: unchanged
+    with pytest.raises(InvalidValue):
+        sula.paper_layers([24], 30)
+    folder = sula_model(tmp_path / "llama", 0, layers=12)
+    five = tmp_path / "five.json"
+    assert main(["llm", "sula", str(folder), "--per-k", "2", "--n-boot", "10", "--paper-layers", "8", "12", "16", "20",
+                 "23", "--cut-only", "--out", str(five)]) == 0
+    doc = json.loads(five.read_text())
+    # 8·11/23 = 3.83, 12·11/23 = 5.74, 16·11/23 = 7.65, 20·11/23 = 9.57, 23·11/23 = 11
+    assert doc["cut"]["layers"] == [4, 6, 8, 10, 11]
+    m = doc["cut"]["layer_map"]
+    assert m["layers"] == {"8": 4, "12": 6, "16": 8, "20": 10, "23": 11}
+    assert (m["paper_depth"], m["model_depth"]) == (24, 12)
+    assert doc["source"]["arguments"]["paper_layers"] == [8, 12, 16, 20, 23]
+    # with no layers named: the paper's two Bayesian layers, mapped the same way
+    two = tmp_path / "two.json"
+    assert main(["llm", "sula", str(folder), "--per-k", "2", "--n-boot", "10", "--cut-only", "--out", str(two)]) == 0
+    cut = json.loads(two.read_text())["cut"]
+    assert cut["layers"] == [6, 11] and cut["layer_map"]["layers"] == {"12": 6, "23": 11}
+    # --layers names this model's own layers: nothing is mapped
+    own = tmp_path / "own.json"
+    assert main(["llm", "sula", str(folder), "--per-k", "2", "--n-boot", "10", "--layers", "2", "5", "--cut-only",
+                 "--out", str(own)]) == 0
+    cut = json.loads(own.read_text())["cut"]
+    assert cut["layers"] == [2, 5] and cut["layer_map"] is None
+    # one or the other
+    assert main(["llm", "sula", str(folder), "--layers", "2", "--paper-layers", "8", "--out", str(tmp_path / "x.json")]) != 0
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_sula_axis_only_and_shift_are_read_downstream_and_per_layer(tmp_path: Path) -> None:
+    """Claims D21 and D22.  Paper III projects and shifts "each of two Bayesian layers" on its own, and its
+    axis-only statement is about the axis–entropy correlation.  On the projected values themselves that
+    correlation is fixed by the projection (kept for the entropy axis, gone for a random one orthogonal to
+    it) whatever the model does, so it is read at the readout, downstream.  On a model whose layer 1 reaches
+    nothing downstream (its attention output projection is zero), projecting or shifting layer 1 alone
+    changes nothing the model computes: every reading after it equals the reading before, and neither
+    claim can agree on that layer."""
+    from windtunnel import claims
+    from windtunnel.claims.evidence import Evidence
+
+    folder = sula_model(tmp_path / "llama", 0, layers=4, silent=1)
+    results = tmp_path / "results"
+    out = results / "llm" / "smollm2-135m-instruct-q4-sula.json"  # the file the claims read
+    assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--layers", "1", "3",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    a, sh = doc["geometry"]["axis_only"], doc["geometry"]["shift"]
+    assert a["rho_readout_before"] == pytest.approx(doc["cut"]["rho_readout_before"], abs=1e-12)
+    assert set(a["one_at_a_time"]) == set(sh["one_at_a_time"]) == {"1", "3"}
+    inert = a["one_at_a_time"]["1"]
+    for name in ("entropy_axis", "random_axis"):
+        r = inert[name]
+        assert r["rho_readout_after"] == pytest.approx(a["rho_readout_before"], abs=1e-9), name
+        assert r["rho_model_bayes_entropy"] == pytest.approx(a["rho_model_bayes_entropy_before"], abs=1e-9), name
+        assert r["entropy_mae"] == pytest.approx(doc["conditions"]["normal"]["entropy_mae"], abs=1e-12), name
+    # on the projected values the random axis "destroys" the correlation by construction, the entropy axis keeps it
+    assert inert["random_axis"]["rho_axis_entropy_after"]["1"] in (None, pytest.approx(0.0, abs=0.35))
+    assert inert["entropy_axis"]["rho_axis_entropy_after"]["1"] == pytest.approx(a["rho_axis_entropy_before"]["1"],
+                                                                                 abs=1e-6)
+    for key in ("plus", "minus"):
+        assert sh["one_at_a_time"]["1"][key]["mean_model_entropy"] == pytest.approx(sh["mean_model_entropy_before"],
+                                                                                    abs=1e-12)
+    # layer 3 alone, recomputed through the same code path: the axis from the normal prompts, the projection
+    model, tk, _ = load_model(str(folder))
+    setup = sula.SulaSetup(per_k=6, n_boot=30)
+    pair = tuple(doc["labels"])
+    base = sula.prompts(setup, pair)
+    exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
+    p1, values = sula.model_posterior(model, tk, base, pair, [1, 3])
+    ent, _, _ = sula.entropy_axes(values, sula._binary_entropy(p1), setup.seed)
+    with sula.value_edit(model, {3: ent[3]}, lambda z, u: (z @ u) * u):
+        q, _ = sula.model_posterior(model, tk, base, pair)
+    Hq, Hb = sula._binary_entropy(q), sula._binary_entropy(exact)
+    alone = a["one_at_a_time"]["3"]["entropy_axis"]
+    assert alone["entropy_mae"] == pytest.approx(float((Hq - Hb).abs().mean()), abs=1e-9)
+    assert alone["rho_model_bayes_entropy"] == pytest.approx(sula._spearman(Hq, Hb), abs=1e-9)
+    # the verdicts: judged on each layer alone; the inert layer fails both rules, so neither claim agrees
+    d21 = claims.CLAIMS["D21"].assess(Evidence(results))
+    assert d21.kind == claims.DISAGREE and "L1 fails" in d21.why and "L3" in d21.ours_text
+    assert f"readout {a['rho_readout_before']:.2f}" in d21.ours_text
+    d22 = claims.CLAIMS["D22"].assess(Evidence(results))
+    assert d22.kind == claims.DISAGREE and "L1 fails" in d22.why and "L3" in d22.ours_text
+
+
 def test_gguf_dequantisation_bar_is_silenced_while_loading_and_restored_after(capsys: pytest.CaptureFixture) -> None:
     gguf_utils = pytest.importorskip("transformers.modeling_gguf_pytorch_utils")
     from windtunnel.llm.load import _quiet_gguf

@@ -621,8 +621,11 @@ def cmd_llm_sula(args: argparse.Namespace, extra: list[str]) -> int:
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     model, tokenizer, what = load_model(args.model)
-    result = run_sula(model, tokenizer, SulaSetup(per_k=args.per_k, n_boot=args.n_boot), args.layers, args.cut_only)
-    result["source"] = {"model": args.model, "loaded_from": what}
+    result = run_sula(model, tokenizer, SulaSetup(per_k=args.per_k, n_boot=args.n_boot), args.layers, args.cut_only,
+                      args.paper_layers)
+    result["source"] = {"model": args.model, "loaded_from": what,
+                        "arguments": {"per_k": args.per_k, "n_boot": args.n_boot, "layers": args.layers,
+                                      "paper_layers": args.paper_layers, "cut_only": args.cut_only}}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out, json.dumps(result, indent=1))
@@ -937,10 +940,15 @@ def make_parser() -> argparse.ArgumentParser:
     su = lm_sub.add_parser("sula", help="the two-label in-context task, its controls and the entropy-axis cut")
     su.add_argument("model", help=one_model)
     su.add_argument("--per-k", dest="per_k", **per_k)
-    su.add_argument("--layers", type=int, nargs="+", help="layers of the entropy-axis cut (default: middle and last)")
+    which = su.add_mutually_exclusive_group()
+    which.add_argument("--layers", type=int, nargs="+", help="this model's layers of the entropy-axis cut (default: "
+                       "Paper III's two Bayesian layers 12 and 23, at the same relative depth of this model)")
+    which.add_argument("--paper-layers", dest="paper_layers", type=int, nargs="+",
+                       help="Paper III's layer numbers (of its 24-layer Pythia-410M, 0-23), each cut at the layer of "
+                            "the same relative depth of this model: l -> round(l*(L-1)/23); e.g. 8 12 16 20 23")
     su.add_argument("--n-boot", dest="n_boot", **n_boot)
     su.add_argument("--cut-only", dest="cut_only", action="store_true",
-                    help="score the normal prompts and the cut at --layers together only (the paper's multi-layer "
+                    help="score the normal prompts and the cut at the layers together only (the paper's multi-layer "
                          "cut): no controls, one-layer cuts or geometry")
     su.add_argument("--out", help="JSON file (default results/llm/MODEL-sula.json)")
     su.add_argument("--force", action="store_true", help="replace an existing output file")

@@ -345,10 +345,29 @@ def _d16(d: dict, rel: str) -> Verdict:
     return Verdict(AGREE if ok else DISAGREE, m, f"original {a['entropy_mae']:.3f}")
 
 
+def _layers(c: dict) -> str:
+    """The edited layers, each with the Paper III layer it stands for where the run mapped the paper's layers
+    (of its 24-layer model) to the same relative depth (``cut.layer_map``)."""
+    m = c.get("layer_map")
+    if not m:
+        return "layers " + ", ".join(str(l) for l in c["layers"])
+    return ("layers " + ", ".join(f"{v} (paper {k})" for k, v in m["layers"].items())
+            + f" of {m['model_depth']} (the paper's of {m['paper_depth']}, at the same relative depth)")
+
+
+def _alone(section: dict) -> dict[str, dict]:
+    """Each layer's edit alone: ``one_at_a_time`` where several layers were edited; with one layer, the edit."""
+    if "one_at_a_time" in section:
+        return section["one_at_a_time"]
+    (layer,) = section["layers"]
+    return {str(layer): section}
+
+
 @claim("D19", "III", "v1", "§7.1", "Cutting the entropy axis drives ρ(v·u, H) to ≈ 0; a random cut does not; behaviour "
        "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", "ρ(entropy axis, model entropy) at the readout (the final token's "
        "hidden state the output head reads, against its axis in the uncut model) before the cut and after each layer is "
-       "cut alone; the cut layer's own values are not read, since the edit has just removed the axis from them",
+       "cut alone, at Paper III's two Bayesian layers 12 and 23 (of 24) mapped to the same relative depth of each model; "
+       "the cut layer's own values are not read, since the edit has just removed the axis from them",
        "agree if after every cut layer's cut the readout's ρ falls below 0.1 and the random cut leaves it within 0.05"
        + EACH, SULA_BOTH,
        threshold="ρ below 0.1 after the cut, the random cut within 0.05")
@@ -363,10 +382,10 @@ def _d19(d: dict, rel: str) -> Verdict:
     ok = all(abs(after[k]) < 0.1 and abs(rnd[k] - before) <= 0.05 for k in alone)
     txt = f"readout {before:.2f} → " + ", ".join(f"L{k} cut {after[k]:.2f}" for k in alone)
     check = ", ".join(f"L{k} {_rho_read(alone[k]['entropy_axis']['rho_axis_entropy_after']):.2f}" for k in alone)
-    return Verdict(AGREE if ok else DISAGREE, txt, "each layer cut alone, as in the paper; the random cut leaves the "
-                   "readout at " + ", ".join(f"{rnd[k]:.2f}" for k in alone) + f"; the cut layer's own values after "
-                   f"the edit (the axis removed by construction, so a check that the cut happened, not a result): {check}",
-                   files=(rel,))
+    return Verdict(AGREE if ok else DISAGREE, txt, f"{_layers(c)}; each layer cut alone, as in the paper; the random "
+                   "cut leaves the readout at " + ", ".join(f"{rnd[k]:.2f}" for k in alone) + f"; the cut layer's own "
+                   f"values after the edit (the axis removed by construction, so a check that the cut happened, not a "
+                   f"result): {check}", files=(rel,))
 
 
 def _rho_read(x: float | None) -> float:
@@ -376,16 +395,17 @@ def _rho_read(x: float | None) -> float:
 
 CUT5 = f"{LLM}-sula-5layers.json"
 CUT5_MODELS = (("SmolLM2", CUT5), ("Gemma-3-270M", f"{GEMMA}-sula-5layers.json"))
-"""The five-layer cuts: SmolLM2 at the paper's layers, Gemma-3-270M (18 layers) at the same depths
-(a third, half, two thirds, five sixths, the last)."""
+"""The five-layer cuts: Paper III's layers 8, 12, 16, 20, 23 of its 24 at the same relative depth of each model
+(SmolLM2's 30 layers: 10, 15, 20, 25, 29; Gemma-3-270M's 18: 6, 9, 12, 15, 17)."""
 
 
 @claim("D20", "III", "v1", "§6.2", "A multi-layer cut at layers 8, 12, 16, 20, 23: ρ 0.27 → 0.07, SULA changes < 1%",
-       "ρ 0.27 → 0.07; < 1%", "paper", "the entropy-axis cut at the five layers together: ρ(entropy axis, model entropy) "
-       "at the readout (downstream of every cut layer) before and after, and the relative change of the SULA entropy error",
+       "ρ 0.27 → 0.07; < 1%", "paper", "the entropy-axis cut at the five layers together, Paper III's layers 8, 12, 16, "
+       "20, 23 (of 24) mapped to the same relative depth of each model: ρ(entropy axis, model entropy) at the readout "
+       "(downstream of every cut layer) before and after, and the relative change of the SULA entropy error",
        "agree if the readout's ρ after the cut is ≤ 0.1 and the entropy error changes by at most 5%" + EACH,
-       SULA + " --layers 8 12 16 20 23 --out results/" + CUT5 + "; the same for gemma-3-270m-q4_k_m.gguf --layers 6 9 12 "
-       "15 17 --cut-only --out results/" + CUT5_MODELS[1][1],
+       SULA + " --paper-layers 8 12 16 20 23 --cut-only --out results/" + CUT5 + "; the same for "
+       "gemma-3-270m-q4_k_m.gguf --out results/" + CUT5_MODELS[1][1],
        threshold="ρ ≤ 0.1 and the error within 5% (in place of 0.07 and < 1%)")
 @_on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
 def _d20(d: dict, rel: str) -> Verdict:
@@ -398,7 +418,7 @@ def _d20(d: dict, rel: str) -> Verdict:
     ok = abs(after) <= 0.1 and abs(change) <= 0.05
     rnd = c["random_axis"]["behaviour"]["entropy_mae"]
     return Verdict(AGREE if ok else DISAGREE, f"readout ρ {before:.2f} → {after:.2f}; entropy error {change:+.1%}",
-                   f"layers {c['layers']}; the random-axis cut leaves the error at {rnd:.3f} (from {mae0:.3f}) and the "
+                   f"{_layers(c)}; the random-axis cut leaves the error at {rnd:.3f} (from {mae0:.3f}) and the "
                    f"readout's ρ at {_rho_read(c['random_axis']['rho_readout_after']):.2f}", files=(rel,))
 
 
@@ -417,8 +437,14 @@ def _d23(d: dict, rel: str) -> Verdict:
         readout = (f"; the readout's ρ with the model's entropy {c['rho_readout_before']:.2f} → "
                    f"{_rho_read(c['entropy_axis']['rho_readout_after']):.2f}: what the axis carried is still read "
                    "downstream")
+    alone = ""
+    if "one_at_a_time" in c:  # the paper cuts each Bayesian layer alone; both together is the larger edit judged
+        alone = "; each layer cut alone: " + ", ".join(
+            f"L{k} {(a['entropy_axis']['behaviour']['entropy_mae'] - before) / before:+.1%}"
+            for k, a in c["one_at_a_time"].items())
     return Verdict(AGREE if abs(change) <= 0.2 else DISAGREE, Measure(change, None, None, (), (rel,)),
-                   "relative change of the SULA entropy error under the cut" + readout)
+                   f"relative change of the SULA entropy error with the axis cut at {_layers(c)} together" + alone
+                   + readout)
 
 
 @claim("D14", "III", "v1", "§5.2", "SULA: PC1 in a PCA basis shared across k correlates with the Bayesian entropy",
@@ -474,36 +500,59 @@ def _d18(d: dict, rel: str) -> Verdict:
                         "evidence, so movement is what Bayes predicts here")
 
 
-@claim("D21", "III", "v1", "§7.1", "Axis-only projection along the entropy axis keeps ρ(model entropy, H_Bayes); a "
+@claim("D21", "III", "v1", "§7.1", "Axis-only projection along the entropy axis keeps the axis–entropy correlation; a "
        "random axis-only projection destroys it", "qualitative", "paper",
-       "ρ(model entropy, H_Bayes) over the normal prompts after keeping only the entropy-axis (or a random axis) "
-       "component of the cut layers' final-token values",
-       "agree if the entropy axis keeps ρ within 0.05 of before (or above) and the random axis lowers it by more than 0.1"
-       + EACH, SULA_BOTH,
-       threshold="within 0.05, and a drop above 0.1")
+       "ρ(entropy axis, model entropy) at the readout (the final token's hidden state the output head reads, against "
+       "its axis in the uncut model) before and after each Bayesian layer's final-token values are reduced to their "
+       "entropy-axis (or a random axis's) component alone, Paper III's layers 12 and 23 (of 24) mapped to the same "
+       "relative depth of each model; ρ(model entropy, H_Bayes) after the projection beside it",
+       "agree if at every layer the entropy axis keeps the readout's ρ within 0.05 of before (or above) and the random "
+       "axis lowers it by more than 0.1" + EACH, SULA_BOTH,
+       threshold="within 0.05, and a drop above 0.1, at every layer")
 @_on_each("SULA geometry")
 def _d21(d: dict, rel: str) -> Verdict:
     a = d["geometry"]["axis_only"]
-    before, ent, rnd = a["rho_model_bayes_entropy_before"], a["entropy_axis"]["rho_model_bayes_entropy"], \
-        a["random_axis"]["rho_model_bayes_entropy"]
-    ok = ent >= before - 0.05 and rnd <= before - 0.1
-    return Verdict(AGREE if ok else DISAGREE, f"{before:.2f} → {ent:.2f} (entropy axis), {rnd:.2f} (random axis)",
-                   f"layers {a['layers']}", files=(rel,))
+    if "rho_readout_before" not in a:  # a record of ρ(model entropy, H_Bayes) only, the layers projected together
+        raise KeyError("rho_readout_before")
+    before, alone = a["rho_readout_before"], _alone(a)
+    ent = {k: _rho_read(x["entropy_axis"]["rho_readout_after"]) for k, x in alone.items()}
+    rnd = {k: _rho_read(x["random_axis"]["rho_readout_after"]) for k, x in alone.items()}
+    ok = {k: ent[k] >= before - 0.05 and rnd[k] <= before - 0.1 for k in alone}
+    bayes = ", ".join(f"L{k} {_rho_read(x['entropy_axis']['rho_model_bayes_entropy']):.2f} / "
+                      f"{_rho_read(x['random_axis']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
+    return Verdict(AGREE if all(ok.values()) else DISAGREE,
+                   f"readout {before:.2f} → " + ", ".join(f"L{k} {ent[k]:.2f} (entropy axis) / {rnd[k]:.2f} (random)"
+                                                         for k in alone),
+                   f"{_layers(d['cut'])}; each layer projected alone, as in the paper: "
+                   + ", ".join(f"L{k} {'meets' if ok[k] else 'fails'} the rule" for k in alone)
+                   + f"; ρ(model entropy, H_Bayes) {_rho_read(a['rho_model_bayes_entropy_before']):.2f} → {bayes} "
+                   "(entropy axis / random)", files=(rel,))
 
 
 @claim("D22", "III", "v1", "§7.1", "A ±1σ shift along the entropy axis changes calibration slightly, in its direction",
-       "small, directional", "paper", "mean model entropy (bits) after shifting the cut layers' final-token values by "
-       "±1σ along the entropy axis", "agree if +1σ raises and −1σ lowers the mean entropy, each by at most 0.1 bits"
-       + EACH, SULA_BOTH,
-       threshold="each shift at most 0.1 bits")
+       "small, directional", "paper", "mean model entropy (bits) after shifting each Bayesian layer's final-token values "
+       "by ±1σ along the entropy axis, Paper III's layers 12 and 23 (of 24) mapped to the same relative depth of each "
+       "model and shifted one at a time; ρ(model entropy, H_Bayes) after each shift beside it",
+       "agree if at every layer +1σ raises and −1σ lowers the mean entropy, each by at most 0.1 bits" + EACH, SULA_BOTH,
+       threshold="each shift at most 0.1 bits, at every layer")
 @_on_each("SULA geometry")
 def _d22(d: dict, rel: str) -> Verdict:
     sh = d["geometry"]["shift"]
-    b, up, dn = sh["mean_model_entropy_before"], sh["plus"]["mean_model_entropy"], sh["minus"]["mean_model_entropy"]
-    ok = up > b > dn and max(up - b, b - dn) <= 0.1
-    return Verdict(AGREE if ok else DISAGREE, f"{dn:.3f} / {b:.3f} / {up:.3f} bits (−1σ / none / +1σ)",
-                   f"entropy MAE {sh['minus']['entropy_mae']:.3f} / {sh['entropy_mae_before']:.3f} / "
-                   f"{sh['plus']['entropy_mae']:.3f}", files=(rel,))
+    b, alone = sh["mean_model_entropy_before"], _alone(sh)
+    up = {k: x["plus"]["mean_model_entropy"] for k, x in alone.items()}
+    dn = {k: x["minus"]["mean_model_entropy"] for k, x in alone.items()}
+    ok = {k: up[k] > b > dn[k] and max(up[k] - b, b - dn[k]) <= 0.1 for k in alone}
+    why = (f"{_layers(d['cut'])}; each layer shifted alone, as in the paper: "
+           + ", ".join(f"L{k} {'meets' if ok[k] else 'fails'} the rule" for k in alone))
+    if "rho_model_bayes_entropy_before" in sh:
+        why += (f"; ρ(model entropy, H_Bayes) {_rho_read(sh['rho_model_bayes_entropy_before']):.2f} → "
+                + ", ".join(f"L{k} {_rho_read(x['minus']['rho_model_bayes_entropy']):.2f} / "
+                            f"{_rho_read(x['plus']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
+                + " (−1σ / +1σ)")
+    why += f"; entropy MAE before {sh['entropy_mae_before']:.3f}"
+    return Verdict(AGREE if all(ok.values()) else DISAGREE,
+                   f"none {b:.3f} bits; " + ", ".join(f"L{k} {dn[k]:.3f} / {up[k]:.3f} (−1σ / +1σ)" for k in alone),
+                   why, files=(rel,))
 
 
 GLOBAL = "llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json"

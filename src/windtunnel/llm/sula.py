@@ -22,6 +22,22 @@ before and after, for the layers cut together and (``one_at_a_time``, as the pap
 layer cut alone.  The edit is made where the values are computed, on every attention layout the
 signatures read (separate ``v_proj``; the value slice of GPT-NeoX's and GPT-2's fused projections).
 
+**The space the cut is made in.**  Paper III defines ``u_ent`` as "PC1 of the standardized final-token
+values" and the cut as :math:`\tilde v = v - \lambda (v\cdot u)u` with λ = 1 ("hard removal").  ``u``
+is a direction of the standardised coordinates :math:`z = (v - \mu)/\sigma` (per coordinate, μ and σ
+over the uncut prompts); only there is ``v·u`` the prompt's coordinate along PC1.  The cut is
+therefore :math:`z \leftarrow z - (z\cdot u)u`, mapped back as :math:`v \leftarrow \mu + \sigma \odot z`:
+after it every prompt sits at the prompts' mean along the axis (``z·u = 0``, the hard removal) and
+every other standardised coordinate is untouched.  The axis-only projection (``z ← (z·u)u``) and the
+shift (``z ← z ± σ_u u``) are made in the same coordinates.
+
+**Which layers.**  Paper III's interventions are on Pythia-410M, 24 layers numbered 0–23 (:data:`PAPER_DEPTH`):
+the two "Bayesian" layers 12 and 23 one at a time (§7.1, :data:`PAPER_BAYESIAN_LAYERS`) and the five
+layers 8, 12, 16, 20, 23 together (§6.2, :data:`PAPER_MULTI_LAYERS`).  On a model of ``L`` layers a
+paper layer ``l`` becomes the layer at the same relative depth, :math:`\lfloor l\,(L-1)/23 + 1/2\rfloor`
+(:func:`paper_layers`: the first layer stays the first, 23 becomes the last); the artifact records the
+mapping (``cut.layer_map``).
+
 **Where the geometry after a cut is read.**  Paper III §7.1 asks whether removing ``u`` at a layer
 removes the entropy signal the model goes on to use, and concludes that the axis is "a privileged
 readout ... rather than a bottleneck"; a correlation read on the very vector the cut just projected
@@ -114,6 +130,27 @@ def prompts(setup: SulaSetup, labels: tuple[str, str], condition: str = "normal"
                 shown = [f"{w}: {labels[0] if int(s) == 1 else labels[1]}" for w, s in zip(words[:k], seq)]
                 text = ", ".join(shown + [f"{words[-1]}:"])
             out.append({"text": text, "k": k, "p1": p1})
+    return out
+
+
+PAPER_DEPTH = 24
+"""The depth of the model Paper III intervenes on (Pythia-410M: layers 0–23)."""
+PAPER_BAYESIAN_LAYERS = (12, 23)
+"""Paper III §7.1: the two "Bayesian" layers, each cut, projected and shifted on its own."""
+PAPER_MULTI_LAYERS = (8, 12, 16, 20, 23)
+"""Paper III §6.2: the layers cut together."""
+
+
+def paper_layers(layers: Sequence[int], n_layers: int, depth: int = PAPER_DEPTH) -> dict[int, int]:
+    r"""Each of Paper III's layer numbers (of its ``depth``-layer model) mapped to the layer at the same
+    relative depth of a model with ``n_layers``: :math:`l \mapsto \lfloor l\,(L-1)/(D-1) + 1/2\rfloor`."""
+    if n_layers < 1:
+        raise InvalidValue(f"invalid model: needs at least one layer, got {n_layers}")
+    out = {}
+    for layer in layers:
+        if not isinstance(layer, int) or not 0 <= layer < depth:
+            raise InvalidValue(f"invalid paper layer: must be in [0, {depth - 1}], got {layer!r}")
+        out[layer] = int(layer * (n_layers - 1) / (depth - 1) + 0.5)
     return out
 
 
@@ -301,29 +338,98 @@ def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
     return {str(k): float(score[ks == k].mean()) for k in sorted(set(ks.tolist()))}
 
 
+READ_AT = {
+    "rho_readout_after": "the final token's hidden state read by the output head, against its uncut entropy axis: "
+                         "downstream of every edited layer (the reading to compare with rho_readout_before)",
+    "rho_downstream_after": "the values of each layer after the first edited layer and not itself edited, against "
+                            "that layer's uncut entropy axis (compare with rho_values_before)",
+    "rho_axis_entropy_after": "the edited layer's own values after the edit, against its uncut entropy axis: fixed by "
+                              "the edit itself (the cut: ~0 for the entropy axis, ~before for the random one; the "
+                              "axis-only projection: ~before for the entropy axis, ~0 for the random one); a check that "
+                              "the edit was made, not a measurement of its effect",
+    "rho_model_bayes_entropy": "rho(model entropy, H_Bayes) over the prompts after the edit: behaviour against the "
+                               "exact posterior, not the axis"}
+"""What each reading after an edit is (the artifact carries it as ``read_at``)."""
+
+
+class _Probe:
+    """The uncut run on the normal prompts, and the readings after an edit made against it.
+
+    Held fixed under every edit: each layer's entropy axis (``probes``, fitted on ``values``) and the readout's
+    (``readout_axis``), z-scoring included; each reading after an edit is against the model's entropy after it."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair: tuple[str, str],
+                 items: Sequence[dict[str, Any]], p1: torch.Tensor, values: dict[int, torch.Tensor],
+                 readout: torch.Tensor) -> None:
+        self.model, self.tokenizer, self.setup, self.pair, self.items = model, tokenizer, setup, pair, items
+        self.exact = torch.tensor([x["p1"] for x in items], dtype=torch.float64)
+        self.ks = torch.tensor([x["k"] for x in items])
+        self.H, self.H_bayes = _binary_entropy(p1), _binary_entropy(self.exact)
+        self.every = sorted(values)
+        self.probes = {m: _entropy_axis(values[m], self.H) for m in self.every}
+        self.readout_axis, self.rho_readout_before = _entropy_axis(readout, self.H)
+        self.rho_readout_before_ci = _rho_ci(_project(readout, self.readout_axis), self.H, setup.n_boot,
+                                             setup.seed)["ci"]
+
+    def after(self, axes: dict[int, tuple[torch.Tensor, ...]], edit: Any,
+              ent: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
+        """The readings (:data:`READ_AT`) and behaviour after ``edit`` at the layers of ``axes``; ``ent``: the
+        entropy axes the edited layers' own values are read against."""
+        with value_edit(self.model, axes, edit):
+            q, after, R = _forward(self.model, self.tokenizer, self.items, self.pair, self.every, readout=True)
+        Hq = _binary_entropy(q)
+        first, n_boot, seed = min(axes), self.setup.n_boot, self.setup.seed
+        return {"behaviour": score(self.exact, q, self.ks, n_boot), "mean_model_entropy": float(Hq.mean()),
+                "rho_model_bayes_entropy": _spearman(Hq, self.H_bayes),
+                "rho_axis_entropy_after": {str(l): _spearman(_project(after[l], ent[l]), Hq) for l in axes},
+                "rho_readout_after": _spearman(_project(R, self.readout_axis), Hq),
+                "rho_readout_after_ci": _rho_ci(_project(R, self.readout_axis), Hq, n_boot, seed)["ci"],
+                "rho_downstream_after": {str(m): _spearman(_project(after[m], self.probes[m][0]), Hq)
+                                         for m in self.every if m > first and m not in axes}}
+
+
+def _cut(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    return z - (z @ u) * u
+
+
+def _axis_only(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    return (z @ u) * u
+
+
 def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair: tuple[str, str],
                   cut_layers: Sequence[int]) -> dict[str, Any]:
-    """Paper III's SULA geometry at the last layer's final-token values, in one PCA basis shared by every k
-    (z-scored over the normal prompts; PC1 oriented to grow with the Bayesian entropy):
+    r"""Paper III's SULA geometry at the last layer's final-token values, in one PCA basis shared by every k
+    (z-scored over the normal prompts; PC1 oriented to grow with the Bayesian entropy), and the §7.1 edits
+    other than the cut at ``cut_layers``:
 
     * ``pc1_vs_bayes_entropy`` — |ρ(PC1, H_Bayes)| over all prompts (Paper III: 0.65–0.80);
     * ``movement`` — ρ(k, PC1): the state moving along the manifold as evidence accumulates (0.86 /
       0.60 / 0.32), and the same for the **shuffled** labels and the **masked** carriers projected on
       the normal basis (Paper III: little or no movement), with per-k means;
-    * ``axis_only`` — at ``cut_layers``, the values reduced to their component along the entropy axis
-      (``z ← (z·u)u``) or along a random axis: ρ(model entropy, H_Bayes) after, against before
-      (Paper III: the entropy axis keeps it, a random one destroys it);
-    * ``shift`` — ``z ← z ± σ u`` (σ: the spread of the prompts along ``u``): the change in mean model
-      entropy and entropy MAE (Paper III: a small change in the direction of the shift).
+    * ``axis_only`` — the values reduced to their component along the entropy axis (``z ← (z·u)u``) or
+      along a random axis orthogonal to it.  Paper III: the entropy axis "preserves or slightly sharpens
+      the correlation", a random one "almost completely destroys it" — the axis–entropy correlation
+      ρ(z·u, H_model).  Read as the cut is (:data:`READ_AT`): ``rho_readout_after``, the readout's ρ with the
+      model's entropy after the edit, against ``rho_readout_before``; on the edited values themselves that
+      ρ is fixed by the projection (kept, as ``rho_axis_entropy_after``).  Beside it
+      ``rho_model_bayes_entropy``: ρ(model entropy, H_Bayes) after, against
+      ``rho_model_bayes_entropy_before``;
+    * ``shift`` — ``z ← z ± σ_u u`` (σ_u: the spread of the prompts along ``u``): the mean model entropy,
+      entropy MAE and ρ(model entropy, H_Bayes) after (Paper III: a small change in the direction of the
+      shift, +1σ "slightly improving correlation with the Bayesian entropy curve"), with the same readings.
+
+    Both edits are made at the layers together and (``one_at_a_time``, where there are several: the paper
+    edits "each of two Bayesian layers") at each layer alone.
     """
     layout = attention_layout(model)
-    last = len(layout.layers) - 1
+    L = len(layout.layers)
+    last = L - 1
     out: dict[str, Any] = {"layer": last}
     items = {c: prompts(setup, pair, c) for c in ("normal", "shuffled", "masked")}
     p, V = {}, {}
-    for c, its in items.items():
-        p[c], vals = model_posterior(model, tokenizer, its, pair, sorted({last, *cut_layers}))
-        V[c] = vals
+    p["normal"], V["normal"], readout = _forward(model, tokenizer, items["normal"], pair, list(range(L)), readout=True)
+    for c in ("shuffled", "masked"):
+        p[c], V[c] = model_posterior(model, tokenizer, items[c], pair, [last])
     ks = {c: torch.tensor([x["k"] for x in its]) for c, its in items.items()}
     H_bayes = _binary_entropy(torch.tensor([x["p1"] for x in items["normal"]], dtype=torch.float64))
     Vn = V["normal"][last]
@@ -338,37 +444,65 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
         score_c = ((V[c][last] - mu) / sd) @ u
         out["movement"][c] = {**_rho_ci(ks[c].double(), score_c, setup.n_boot, setup.seed), "pc1_by_k": _by_k(score_c, ks[c])}
     # interventions at the cut layers, on the normal prompts
-    H_model = _binary_entropy(p["normal"])
-    ent, rnd, _ = entropy_axes({l: V["normal"][l] for l in cut_layers}, H_model, setup.seed)
+    probe = _Probe(model, tokenizer, setup, pair, items["normal"], p["normal"], V["normal"], readout)
+    H_model = probe.H
+    layers = list(cut_layers)
+    ent, rnd, rho = entropy_axes({l: V["normal"][l] for l in layers}, H_model, setup.seed)
+    several = len(layers) > 1
     before = _spearman(H_model, H_bayes)
-    out["axis_only"] = {"layers": list(cut_layers), "rho_model_bayes_entropy_before": before}
+    out["axis_only"] = {"layers": layers, "rho_model_bayes_entropy_before": before,
+                        "rho_axis_entropy_before": {str(l): rho[l] for l in layers},
+                        "rho_readout_before": probe.rho_readout_before,
+                        "rho_readout_before_ci": probe.rho_readout_before_ci, "read_at": READ_AT}
+
+    def axis_only(axes: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
+        r = probe.after(axes, _axis_only, ent)
+        return {**r, "entropy_mae": r["behaviour"]["entropy_mae"]}
+
     for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-        with value_edit(model, axes, lambda z, u: (z @ u) * u):
-            q, _ = model_posterior(model, tokenizer, items["normal"], pair)
-        out["axis_only"][name] = {"rho_model_bayes_entropy": _spearman(_binary_entropy(q), H_bayes),
-                                  "entropy_mae": float((_binary_entropy(q) - H_bayes).abs().mean())}
-    out["shift"] = {"layers": list(cut_layers), "mean_model_entropy_before": float(H_model.mean()),
-                    "entropy_mae_before": float((H_model - H_bayes).abs().mean())}
-    for sign in (+1, -1):
-        sig = {l: float((((V["normal"][l] - ent[l][1]) / ent[l][2]) @ ent[l][0]).std()) for l in cut_layers}
-        shifts = {l: (lambda z, u, c=sign * sig[l]: z + c * u) for l in cut_layers}
-        with value_edit(model, {l: ent[l] for l in cut_layers}, shifts):
-            q, _ = model_posterior(model, tokenizer, items["normal"], pair)
-        Hq = _binary_entropy(q)
-        out["shift"]["plus" if sign > 0 else "minus"] = {"mean_model_entropy": float(Hq.mean()),
-                                                        "entropy_mae": float((Hq - H_bayes).abs().mean())}
+        out["axis_only"][name] = axis_only(axes)
+    if several:
+        out["axis_only"]["one_at_a_time"] = {str(l): {name: axis_only({l: axes[l]})
+                                                      for name, axes in (("entropy_axis", ent), ("random_axis", rnd))}
+                                             for l in layers}
+    sig = {l: float(_project(V["normal"][l], ent[l]).std()) for l in layers}
+    out["shift"] = {"layers": layers, "sigma": {str(l): sig[l] for l in layers},
+                    "mean_model_entropy_before": float(H_model.mean()),
+                    "entropy_mae_before": float((H_model - H_bayes).abs().mean()),
+                    "rho_model_bayes_entropy_before": before, "rho_readout_before": probe.rho_readout_before,
+                    "read_at": READ_AT}
+
+    def shift(at: Sequence[int], sign: int) -> dict[str, Any]:
+        r = probe.after({l: ent[l] for l in at}, {l: (lambda z, u, c=sign * sig[l]: z + c * u) for l in at}, ent)
+        return {"entropy_mae": r["behaviour"]["entropy_mae"], **r}
+
+    for sign, key in ((+1, "plus"), (-1, "minus")):
+        out["shift"][key] = shift(layers, sign)
+    if several:
+        out["shift"]["one_at_a_time"] = {str(l): {key: shift([l], sign) for sign, key in ((+1, "plus"), (-1, "minus"))}
+                                         for l in layers}
     return out
 
 
 def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetup(),
-             cut_layers: Sequence[int] | None = None, cut_only: bool = False) -> dict[str, Any]:
-    """Every condition, and the entropy-axis cut against the random-axis cut at ``cut_layers``
-    (default: the middle and the last layer).  ``cut_only``: the normal prompts and the cut at the
-    layers together, nothing else — the multi-layer cut (Paper III §6.2), whose controls, one-layer
-    cuts and geometry the default run at the default layers already holds (a third of the model passes)."""
+             cut_layers: Sequence[int] | None = None, cut_only: bool = False,
+             paper: Sequence[int] | None = None) -> dict[str, Any]:
+    """Every condition, and the entropy-axis cut against the random-axis cut at ``cut_layers`` (this model's
+    layer numbers) or at ``paper`` (Paper III's layer numbers, mapped to the same relative depth here by
+    :func:`paper_layers`); with neither, the paper's two Bayesian layers (:data:`PAPER_BAYESIAN_LAYERS`).
+    ``cut_only``: the normal prompts and the cut at the layers together, nothing else — the multi-layer cut
+    (Paper III §6.2), whose controls, one-layer cuts and geometry the default run at the default layers
+    already holds (a third of the model passes)."""
     layout = attention_layout(model)
     L = len(layout.layers)
-    layers = list(cut_layers) if cut_layers is not None else sorted({L // 2, L - 1})
+    if cut_layers is not None and paper is not None:
+        raise InvalidValue("invalid layers: give this model's layers or the paper's, not both")
+    layer_map = None
+    if cut_layers is None:
+        layer_map = paper_layers(tuple(paper) if paper is not None else PAPER_BAYESIAN_LAYERS, L)
+        layers = sorted(set(layer_map.values()))
+    else:
+        layers = list(cut_layers)
     for layer in layers:
         if not isinstance(layer, int) or not 0 <= layer < L:
             raise InvalidValue(f"invalid layer: must be in [0, {L - 1}], got {layer!r}")
@@ -388,45 +522,27 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
         q, _ = model_posterior(model, tokenizer, items, lab)
         out["conditions"][name] = score(torch.tensor([p["p1"] for p in items], dtype=torch.float64), q,
                                         torch.tensor([p["k"] for p in items]), setup.n_boot)
-    H = _binary_entropy(p1)
-    ent, rnd, rho = entropy_axes({l: values[l] for l in layers}, H, setup.seed)
     # the probes: each layer's and the readout's entropy axis on the uncut run, held fixed under every cut
-    probes = {m: _entropy_axis(values[m], H) for m in every}
-    read_axis, read_rho = _entropy_axis(readout, H)
+    probe = _Probe(model, tokenizer, setup, pair, base, p1, values, readout)
+    ent, rnd, rho = entropy_axes({l: values[l] for l in layers}, probe.H, setup.seed)
     cut: dict[str, Any] = {
-        "applicable": True, "layers": layers, "rho_axis_entropy_before": {str(l): rho[l] for l in layers},
-        "rho_readout_before": read_rho, "rho_readout_before_ci": _rho_ci(_project(readout, read_axis), H, setup.n_boot,
-                                                                         setup.seed)["ci"],
-        "rho_values_before": {str(m): probes[m][1] for m in every},
-        "read_at": {
-            "rho_readout_after": "the final token's hidden state read by the output head, against its uncut entropy "
-                                 "axis: downstream of every cut layer (the reading to compare with rho_readout_before)",
-            "rho_downstream_after": "the values of each layer after the first cut layer and not itself cut, against "
-                                    "that layer's uncut entropy axis (compare with rho_values_before)",
-            "rho_axis_entropy_after": "the cut layer's own values after the edit: ~0 (entropy axis) or ~before "
-                                      "(random axis, orthogonal to it) by construction; a check that the edit was made, "
-                                      "not a measurement of its effect"}}
-
-    def after_cut(axes: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-        with value_cut(model, axes):
-            q, after, R = _forward(model, tokenizer, base, pair, every, readout=True)
-        Hq = _binary_entropy(q)
-        first = min(axes)
-        return {"behaviour": score(exact, q, ks, setup.n_boot),
-                "rho_axis_entropy_after": {str(l): _spearman(_project(after[l], ent[l]), Hq) for l in axes},
-                "rho_readout_after": _spearman(_project(R, read_axis), Hq),
-                "rho_readout_after_ci": _rho_ci(_project(R, read_axis), Hq, setup.n_boot, setup.seed)["ci"],
-                "rho_downstream_after": {str(m): _spearman(_project(after[m], probes[m][0]), Hq)
-                                         for m in every if m > first and m not in axes}}
-
+        "applicable": True, "layers": layers,
+        "layer_map": None if layer_map is None else {
+            "paper_depth": PAPER_DEPTH, "model_depth": L,
+            "rule": f"paper layer l -> floor(l*({L}-1)/({PAPER_DEPTH}-1) + 1/2): the same relative depth",
+            "layers": {str(k): v for k, v in layer_map.items()}},
+        "rho_axis_entropy_before": {str(l): rho[l] for l in layers},
+        "rho_readout_before": probe.rho_readout_before, "rho_readout_before_ci": probe.rho_readout_before_ci,
+        "rho_values_before": {str(m): probe.probes[m][1] for m in every},
+        "rho_model_bayes_entropy_before": _spearman(probe.H, probe.H_bayes), "read_at": READ_AT}
     for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-        cut[name] = after_cut(axes)
+        cut[name] = probe.after(axes, _cut, ent)
     if len(layers) > 1 and not cut_only:  # the paper cuts one layer at a time: each layer alone, the others untouched
         cut["one_at_a_time"] = {}
         for l in layers:
             alone = {}
             for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-                alone[name] = after_cut({l: axes[l]})
+                alone[name] = probe.after({l: axes[l]}, _cut, ent)
                 alone[name]["rho_axis_entropy_after"] = alone[name]["rho_axis_entropy_after"][str(l)]  # a number, as before
             cut["one_at_a_time"][str(l)] = alone
     out["cut"] = cut
