@@ -515,8 +515,9 @@ def test_a_failing_diagnostic_fails_the_command_and_keeps_the_others(full_run: P
 
     from windtunnel.geometry import registry
 
-    name = next(iter(registry.discover()))
-    broken = dc.replace(registry.discover()[name], compute=lambda *a, **k: 1 / 0)
+    _, model = RunDir(full_run).load()
+    name = next(n for n, d in registry.discover().items() if d.applies(model) and not d.checkpoints)
+    broken = dc.replace(registry.discover()[name], compute=lambda *a, **k: 1 / 0)  # one that runs on this model
     monkeypatch.setitem(registry._REGISTRY, name, broken)
     run = tmp_path / "run"
     shutil.copytree(full_run, run)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from .errors import DiagnosticFailed, UserError
+from .errors import DiagnosticFailed, UserError, did_you_mean
 
 EXIT_USAGE = 2
 
@@ -28,7 +28,15 @@ class UsageError(UserError):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--step 1` is not `--steps 1`: a prefix is refused, never guessed
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, not the usage block
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:  # the nearest choice, as for unknown task and architecture names
+            hint = did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+            message = message.replace(f"invalid choice: '{m.group(1)}'", f"invalid choice: '{m.group(1)}'{hint}", 1)
         raise UsageError(message)
 
 
@@ -184,6 +192,42 @@ def seed_int(text: str) -> int:
     return value
 
 
+def seed_list(text: str) -> tuple[int, ...]:
+    """An argparse type: distinct seeds, comma-separated (``0,1,2``)."""
+    seeds = tuple(seed_int(part.strip()) for part in text.split(","))
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"the seeds must be distinct, got {text!r}")
+    return seeds
+
+
+def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
+    """``train --out DIR --seeds 0,1,2``: the seeds as one stacked model (:func:`windtunnel.stacked.train_stacked`),
+    each seed's run in ``DIR-sSEED``."""
+    from dataclasses import replace
+
+    from .runs import RunDir
+    from .stacked import train_stacked
+    from .training import build, process_group
+
+    if args.resume is not None or args.seed is not None:
+        raise UsageError("--seeds trains new runs: it takes neither --resume (resume each run alone) nor --seed")
+    if process_group()[1] > 1:
+        raise UsageError("--seeds trains in one process: run it without torchrun")
+    if args.out is None:
+        raise UsageError("train --seeds needs --out DIR (each seed's run is DIR-sSEED)")
+    base = _train_config(args, extra)
+    cfgs = [replace(base, seed=seed) for seed in args.seeds]
+    runs = [RunDir(f"{str(args.out).rstrip('/')}-s{seed}") for seed in args.seeds]
+    build(base)  # validate task and model before anything on disk is touched
+    for run in runs:
+        _check_out(run, False, args.force)
+    print(f"training {base.arch} on {base.task} for {base.steps} steps, seeds {', '.join(map(str, args.seeds))} "
+          f"stacked into one model: {', '.join(str(r.path) for r in runs)}", flush=True)
+    train_stacked(cfgs, runs, log_lines=True)
+    print(f"trained {base.arch} on {base.task}: {', '.join(str(r.path) for r in runs)}")
+    return 0
+
+
 def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
     from .training import TrainConfig, load_config_file
 
@@ -210,6 +254,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from .stages import train_run
     from .training import TrainConfig, build, process_group
 
+    if getattr(args, "seeds", None):
+        return _train_stacked(args, extra)
     rank, _ = process_group()  # under torchrun only rank 0 touches the folder
     if args.resume is not None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "arch", "params", "seed", "batch_size", "lr", "config", "out")
@@ -228,6 +274,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         if args.log:  # trackers change no result: a resumed run may add or change them
             fields["trackers"] = list(dict.fromkeys(args.log))
         cfg = TrainConfig.from_dict(fields)
+        if rank == 0:
+            print(f"resuming {run.path} from step {run.latest_step()} of {cfg.steps} ({cfg.arch} on {cfg.task})", flush=True)
         train_run(cfg, run, resume=True, log_lines=True)
         if rank == 0:
             print(f"resumed and finished {run.path}")
@@ -238,9 +286,10 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError("train needs --out DIR (or --resume DIR)")
     cfg = _train_config(args, extra)
     run = RunDir(args.out)
-    build(cfg)  # validate task and model before anything on disk is touched
+    _, model = build(cfg)  # validate task and model before anything on disk is touched
     if rank == 0:
         _check_out(run, False, args.force)
+        print(_first_line(cfg, model, run, 0), flush=True)
     train_run(cfg, run, log_lines=True)
     if rank == 0:
         print(f"trained {cfg.arch} on {cfg.task}: {run.path}")
@@ -300,6 +349,41 @@ def _default_run_folder(args: argparse.Namespace, task: str, arch: str, task_par
     return "runs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+def _first_line(cfg: "Any", model: "Any", run: "Any", done: int) -> str:
+    """What is about to be trained, said before the first step: the run folder, task, architecture, size, steps."""
+    params = ", ".join(f"{k}={v}" for k, v in cfg.task_params.items())
+    where = f"resuming from step {done}" if done else "from step 0"
+    return (f"training {cfg.arch} ({model.n_params():,} parameters) on {cfg.task}" + (f" ({params})" if params else "")
+            + f" for {cfg.steps} steps of batch {cfg.batch_size}, {where}, into {run.path}")
+
+
+def _current_results(run: "Any", n: int, no_analyze: bool) -> set[str]:
+    """Which of ``eval.json`` (of ``n`` sequences or more), ``geometry.json`` and ``report.html`` are of the run's
+    newest checkpoint and configuration."""
+    if not run.eval_path.is_file():
+        return set()
+    stale = " ".join(run.stale_results())
+    ev = run.read_eval()
+    prov = ev.get("provenance") if isinstance(ev.get("provenance"), dict) else {}
+    out = set()
+    if "eval.json" not in stale and prov.get("step") is not None and isinstance(ev.get("n"), int) and ev["n"] >= n:
+        out.add("eval.json")
+    if run.geometry_path.is_file() and "geometry.json" not in stale and (run.read_geometry() or {}).get("meta"):
+        out.add("geometry.json")
+    if run.report_path.is_file() and out and run.report_path.stat().st_mtime >= max(
+            p.stat().st_mtime for p in (run.eval_path, run.geometry_path) if p.is_file()):
+        out.add("report.html")
+    return out
+
+
+class _EvalRecord:
+    """An ``eval.json`` read back where ``windtunnel run`` prints its metrics without evaluating again."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.metrics = record["metrics"]
+        self.priors = record.get("priors")
+
+
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
     from . import grid
@@ -330,7 +414,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         fields["trackers"] = list(dict.fromkeys(args.log))
     cfg = TrainConfig.from_dict(fields)
     run = RunDir(_out_path(args.out) or _default_run_folder(args, task_name, arch, overrides))
-    build(cfg)  # validate before touching the folder
+    _, model = build(cfg)  # validate before touching the folder
     resume = False
     if not run.is_empty():
         if args.force:
@@ -341,14 +425,30 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
             if not run.holds(cfg.to_dict()):
                 raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
             resume = True
-    train_run(cfg, run, resume=resume, log_lines=True)
+    done = run.latest_step() if resume else 0
+    n = args.n or grid.EVAL_N[args.preset]
+    if done < cfg.steps:
+        print(_first_line(cfg, model, run, done), flush=True)
+        train_run(cfg, run, resume=resume, log_lines=True)
     lengths = grid.eval_lengths(experiment, cfg.task_params)
-    result = evaluate_run(run, n=args.n or grid.EVAL_N[args.preset], lengths=lengths, seed=EVAL_SEED)
-    geometry = None
-    if not args.no_analyze:  # the mechanism beside the number: every diagnostic is seconds at this size
-        from .stages import analyze_run
+    current = _current_results(run, n, args.no_analyze) if done >= cfg.steps else set()
+    if current == {"eval.json", "geometry.json", "report.html"} or (args.no_analyze and "eval.json" in current
+                                                                   and "report.html" in current):
+        print(f"{run.path} already finished (step {done} of {cfg.steps}) and evaluated"
+              + ("" if args.no_analyze else " and analysed") + ": nothing to do", flush=True)
+        result = _EvalRecord(run.read_eval())
+    else:
+        if done >= cfg.steps:
+            print(f"{run.path} already trained (step {done} of {cfg.steps}); redoing only what is not current: "
+                  + ", ".join(x for x in ("eval.json", "geometry.json", "report.html")
+                              if x not in current and not (args.no_analyze and x == "geometry.json")), flush=True)
+        result = (_EvalRecord(run.read_eval()) if "eval.json" in current else
+                  evaluate_run(run, n=n, lengths=lengths, seed=EVAL_SEED))
+        if not args.no_analyze and "geometry.json" not in current:  # the mechanism beside the number
+            from .stages import analyze_run
 
-        geometry = analyze_run(run, report=False)
+            analyze_run(run, report=False)
+    geometry = run.geometry_path if not args.no_analyze and run.geometry_path.is_file() else None
     report = write_report(run)
     t_train = run.training_seconds() or 0.0
     print(f"\n{cfg.arch} on {cfg.task} {cfg.task_params}: {cfg.steps} steps in {t_train:.0f} s")
@@ -721,21 +821,33 @@ def cmd_diversity(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     """Several runs' metrics side by side, and their per-position curves overlaid in one figure."""
-    from .compare import compare
+    from .compare import compare, default_figure
+    from .runs import RunDir
 
-    out = _out_path(args.out) or Path("compare.png")
+    for r in args.runs:  # every run is read before a figure is written anywhere
+        RunDir(r).read_eval()
+    out = _out_path(args.out) or default_figure(args.runs)
     if out.exists() and out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .png file")
     _writable_file(out)
     res = compare(args.runs, out, length=args.length)
     width = max(len(r) for r in res["runs"])
-    print(f"{'metric':18s}" + "".join(f"  {r:>{max(width, 18)}s}" for r in res["runs"]))
+    col = max(width, 18)
+    print(f"{'run':18s}" + "".join(f"  {r:>{col}s}" for r in res["runs"]))
+    about = res["about"]
+    for label, get in (("task", lambda a: a["task"]), ("architecture", lambda a: a["arch"]),
+                       ("parameters", lambda a: f"{a['n_params']:,}" if a["n_params"] else "—"),
+                       ("step / steps", lambda a: f"{a['step'] if a['step'] is not None else '?'} / {a['steps']}")):
+        print(f"{label:18s}" + "".join(f"  {str(get(a)):>{col}s}" for a in about))
+    print(f"{'metric':18s}" + "".join(f"  {r:>{col}s}" for r in res["runs"]))
     for m, vals in res["metrics"].items():
         cells = []
         for v in vals:
             cells.append("—" if v is None else f"{v['value']:.4g} [{v['ci'][0]:.3g}, {v['ci'][1]:.3g}]"
                          if v.get("ci") else f"{v['value']:.4g}")
-        print(f"{m:18s}" + "".join(f"  {c:>{max(width, 18)}s}" for c in cells))
+        print(f"{m:18s}" + "".join(f"  {c:>{col}s}" for c in cells))
+    for line in res["differences"]:  # said, not refused: comparing across them may be the point
+        print(f"note: {line}", file=sys.stderr)
     print(f"wrote {res['figure']}")
     return 0
 
@@ -791,6 +903,8 @@ def make_parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch-size", dest="batch_size", type=positive_int,
                     help=f"episodes per step, global over processes (default {train_defaults.batch_size})")
     tr.add_argument("--lr", type=float, help=f"peak learning rate of the cosine schedule (default {train_defaults.lr:g})")
+    tr.add_argument("--seeds", type=seed_list, help="several seeds, comma-separated (0,1,2), trained together as one "
+                    "stacked model; each seed's run is its own folder OUT-sSEED, resumable and analysable alone")
     train_args(tr, "the architecture's own size, or the config file's",
                f"{train_defaults.steps}, or the config file's")
     tr.set_defaults(func=cmd_train)
@@ -883,7 +997,7 @@ def make_parser() -> argparse.ArgumentParser:
     cp.add_argument("runs", nargs="+", help="run folders with an eval.json")
     cp.add_argument("--length", type=positive_int,
                     help="overlay the evaluation at this length (HMM: 30, 50; default: the trained length)")
-    cp.add_argument("--out", help="the overlay figure (default compare.png)")
+    cp.add_argument("--out", help="the overlay figure (default compare.png in the folder the runs share)")
     cp.set_defaults(func=cmd_compare)
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
@@ -1007,6 +1121,21 @@ def _bind_task_params(parser: argparse.ArgumentParser, argv: list[str]) -> list[
     return out
 
 
+def _flag_hint(parser: argparse.ArgumentParser, argv: Sequence[str] | None, message: str) -> str:
+    """An unknown task parameter that is a misspelt flag of the command (``--stpes``) says which flag it is near."""
+    m = re.match(r"unknown parameter '([^']+)' for task '[^']*'", message)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not m or "did you mean" in m.group(0) or not words:
+        return message
+    subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    sub = subs.choices.get(next((w for w in words if not w.startswith("-")), ""), None) if subs else None
+    if sub is None:
+        return message
+    flags = [o for o in sub._option_string_actions if o.startswith("--")]
+    hint = did_you_mean("--" + m.group(1).replace("_", "-"), flags)
+    return message.replace(m.group(0), m.group(0) + hint, 1) if hint else message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted, 1 when standard
     output was closed by its reader).
@@ -1025,7 +1154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
         return int(args.func(args, extra) or 0)
     except UserError as exc:
-        print(f"windtunnel: error: {exc}", file=sys.stderr)
+        print(f"windtunnel: error: {_flag_hint(parser, argv, str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except (MemoryError, RuntimeError) as exc:
         if not _resource_error(exc):

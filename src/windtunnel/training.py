@@ -58,6 +58,8 @@ __all__ = ["ConfigError", "TrainConfig", "TrainingDiverged", "build", "curriculu
            "stream_seed", "train"]
 
 LOG2E = 1.0 / math.log(2.0)
+LINE_SECONDS = 30.0
+"""Without a progress bar (no terminal), a progress line at least this often (at the next log step)."""
 
 
 class TrainingDiverged(UserError, RuntimeError):
@@ -197,6 +199,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.arch}/{task.name}", dynamic_ncols=True)
     lines = log_lines and main_proc and bar is None
     last_loss: dict[str, float] = {}
+    last_line = time.perf_counter()  # without a terminal a line at least every LINE_SECONDS, not only per evaluation
 
     model.train()
     t0 = last_save = time.perf_counter()
@@ -244,6 +247,10 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             last_loss.update(loss=record["loss"], gap=gap)
             if bar is not None:
                 bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
+            if lines and time.perf_counter() - last_line >= LINE_SECONDS and done % cfg.eval_every:
+                print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {record['loss']:.4f} bits, Bayes gap "
+                      f"{gap:.3g} bits, {record['time']:.0f} s", flush=True)
+                last_line = time.perf_counter()
         if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
             held_out = held_out_metrics(model, eval_batch)
             run.append_metrics({"step": done, "eval": held_out})
@@ -253,6 +260,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                 print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {last_loss.get('loss', float('nan')):.4f} bits, "
                       f"held-out KL {held_out.get('kl', float('nan')):.3g} bits, "
                       f"{elapsed + time.perf_counter() - t0:.0f} s", flush=True)
+                last_line = time.perf_counter()
         scheduled = on_schedule(done) or done == stop  # every process saves here together
         timed = main_proc and cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
         if scheduled or timed:

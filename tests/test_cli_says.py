@@ -1,0 +1,72 @@
+"""Every command says what it is doing: the first line before training, "resuming from step N", "nothing to do" on
+a finished run, no flag taken from a prefix, the nearest name for a misspelt one, and ``compare`` saying what
+each run is and what keeps their numbers apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from windtunnel.cli import main
+
+TINY = ["bijection", "--V", "4", "--L", "4", "--steps", "12", "--n", "16", "--params", "6000", "--no-progress"]
+
+
+def test_run_says_what_it_trains_and_a_finished_run_is_not_redone(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    assert main(["run", *TINY, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.splitlines()[0].startswith("training transformer (") and f"into {out}" in said.splitlines()[0]
+    assert "for 12 steps of batch" in said and "from step 0" in said
+    geometry = (out / "geometry.json").stat().st_mtime_ns
+    assert main(["run", *TINY, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"{out} already finished (step 12 of 12) and evaluated and analysed: nothing to do" in said
+    assert "training transformer" not in said and (out / "geometry.json").stat().st_mtime_ns == geometry
+    assert main(["train", "--resume", str(out), "--steps", "16", "--no-progress"]) == 0
+    assert f"resuming {out} from step 12 of 16" in capsys.readouterr().out
+    assert main(["run", *TINY, "--out", str(tmp_path / "other"), "--no-analyze"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", "--task", "bijection", "--step", "3", "--out", "X"], "unknown parameter 'step' for task 'bijection' (did you mean '--steps'?)"),
+    (["train", "--task", "bijection", "--stpes", "3", "--out", "X"], "(did you mean '--steps'?)"),
+    (["reprodcue", "paper1"], "invalid choice: 'reprodcue' (did you mean 'reproduce'?)"),
+])
+def test_no_flag_is_taken_from_a_prefix_and_a_slip_gets_the_nearest_name(argv: list[str], says: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    argv = [str(tmp_path / "x") if a == "X" else a for a in argv]
+    assert main(argv) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_compare_says_what_each_run_is_and_writes_its_figure_beside_them(tmp_path: Path, monkeypatch,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    a, b = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    assert main(["run", *TINY, "--out", str(a), "--no-analyze"]) == 0
+    assert main(["run", "bijection", "--V", "5", "--L", "5", "--steps", "8", "--n", "16", "--params", "6000",
+                 "--no-progress", "--no-analyze", "--out", str(b)]) == 0
+    capsys.readouterr()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["compare", str(a), str(b)]) == 0
+    said = capsys.readouterr()
+    rows = {line.split()[0] for line in said.out.splitlines() if line.strip()}
+    assert {"task", "architecture", "parameters", "step", "entropy_mae_curve"} <= rows
+    assert "note: the runs are on different tasks" in said.err and "their recipes differ in steps" in said.err
+    assert (tmp_path / "runs" / "compare.png").is_file() and not any(cwd.iterdir())
+
+
+def test_train_seeds_trains_the_seeds_stacked_into_their_own_folders(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r"
+    assert main(["train", "--task", "bijection", "--V", "4", "--L", "4", "--params", "6000", "--steps", "6",
+                 "--seeds", "3,5", "--out", str(out), "--no-progress"]) == 0
+    assert "seeds 3, 5 stacked into one model" in capsys.readouterr().out
+    for seed in (3, 5):
+        assert (tmp_path / f"r-s{seed}" / "config.json").is_file()
+    assert main(["train", "--task", "bijection", "--seeds", "1,1", "--out", str(out)]) == 2
+    assert main(["train", "--task", "bijection", "--seeds", "1,2", "--seed", "4", "--out", str(out)]) == 2
