@@ -20,7 +20,7 @@ drift apart.  The conventions are stated here, once, for every rule:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from .base import AGREE, DISAGREE, INCONCLUSIVE
 from .evidence import Measure
@@ -74,35 +74,29 @@ class IntervalBelow(Rule):
 
     bound: float
     unit: str = ""
+    below: ClassVar[bool] = True
 
     @property
     def sentence(self) -> str:
         b = f"{_n(self.bound)} {self.unit}".rstrip()
-        return (f"agree if our 95% interval over seeds lies below {b}, disagree if it lies at or above it, "
+        side, other = ("below", "at or above") if self.below else ("above", "at or below")
+        return (f"agree if our 95% interval over seeds lies {side} {b}, disagree if it lies {other} it, "
                 "inconclusive if it holds it")
 
     def kind(self, m: Measure) -> str:
         lo, hi = m.ci if m.ci else (m.value, m.value)
-        return AGREE if hi < self.bound else DISAGREE if lo >= self.bound else INCONCLUSIVE
+        if not self.below:  # the mirror image: above the bound
+            lo, hi = -hi, -lo
+        bound = self.bound if self.below else -self.bound
+        return AGREE if hi < bound else DISAGREE if lo >= bound else INCONCLUSIVE
 
 
 @dataclass(frozen=True)
-class IntervalAbove(Rule):
+class IntervalAbove(IntervalBelow):
     """Our 95% interval over seeds above ``bound``: lower end ``> bound`` agrees, upper end ``≤ bound`` disagrees,
     an interval that holds the bound is inconclusive (one seed: its value decides)."""
 
-    bound: float
-    unit: str = ""
-
-    @property
-    def sentence(self) -> str:
-        b = f"{_n(self.bound)} {self.unit}".rstrip()
-        return (f"agree if our 95% interval over seeds lies above {b}, disagree if it lies at or below it, "
-                "inconclusive if it holds it")
-
-    def kind(self, m: Measure) -> str:
-        lo, hi = m.ci if m.ci else (m.value, m.value)
-        return AGREE if lo > self.bound else DISAGREE if hi <= self.bound else INCONCLUSIVE
+    below: ClassVar[bool] = False
 
 
 def _share(met: Sequence[bool]) -> str:
