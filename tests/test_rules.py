@@ -39,10 +39,13 @@ def test_every_seed_splits_three_ways_on_the_seeds_not_the_mean() -> None:
     assert rule.kind(Measure(5.5, values=(0.55, 14.3, 1.7))) == I  # the mean is below, one seed is not
     assert rule.kind(Measure(30, values=(1, 2, 87))) == I  # the mean is above, two seeds are not
     assert rule.kind(Measure(2, values=(1, 2, 3))) == D
-    strict = rules.EverySeed(1, strict=True)
+    strict = rules.EverySeed(1, ">")
     assert strict.kind(Measure(1, values=(1, 1, 1))) == D and strict.kind(Measure(1.1, values=(1.1, 1.2, 1.05))) == A
-    below = rules.EverySeed(1e-4, above=False)
+    below = rules.EverySeed(1e-4, "<")
     assert below.kind(Measure(5e-5, values=(1e-5, 5e-5, 9.9e-5))) == A and below.kind(Measure(1e-4, values=(1e-4,))) == D
+    assert rules.EverySeed(1.5, "≤").kind(Measure(1.5, values=(1.5, 1.2, 1.4))) == A  # ≤ includes the bound
+    with pytest.raises(ValueError, match="unknown comparison"):
+        rules.EverySeed(1, "=>")
 
 
 def test_ordered_is_symmetric() -> None:

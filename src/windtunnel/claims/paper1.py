@@ -108,16 +108,19 @@ row("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "sec
     why=lambda m: f"upper bound {(m.ci[1] if m.ci else m.value):.2g} nats")
 
 
+A4_RULE = Within(1.85, 0.25, relative=True)
+
+
 @claim("A4", "I", "v1 / v3", "Table 1", "The MLP's bijection entropy error", "≈ 1.85 bits", "secondary",
        "entropy_mae_curve (bits), mlp_pointwise, 3 seeds",
-       "agree if within 25% of 1.85; where it is not, the context-blind optimum (the floor of a model without "
-       "context, which depends on V) is shown beside it", TABLE)
+       A4_RULE, TABLE, rule_note="where it is not, the context-blind optimum (the floor of a model without context, "
+       "which depends on V) is shown beside it")
 def _a4(ev: Evidence) -> Verdict:
     m = ev.table("bijection", "mlp_pointwise", "entropy_mae_curve")
     floor = _floor(ev, "bijection", "entropy_mae_curve")
     if m is None or floor is None:
         return missing("table cell")
-    if abs(m.value - 1.85) <= 0.25 * 1.85:
+    if A4_RULE.kind(m) == AGREE:
         return Verdict(AGREE, m, "within 25%")
     if abs(m.value - floor) <= 0.02 * floor:
         return Verdict(DISAGREE, m, f"the MLP sits on the context-blind floor {floor:.3f} bits at V=10; the papers' "
@@ -289,18 +292,20 @@ def _entropy_error_reading(ev: Evidence) -> list[tuple[str, Measure]]:
     return out
 
 
+A6B_RULE = AtMost(0.05, factor=1.0, of="Paper III's")
+
+
 @claim("A6b", "III", "v1", "§2", "Paper III's restatement: HMM posteriors matched with KL below 0.05 bits",
        "KL < 0.05 bits", "paper-p3", "kl (bits) at K=20, transformer, 3 seeds",
-       "agree if our mean KL is below 0.05; closes under a longer-run control if its mean falls below 0.05",
-       f"{TABLE}; {REPRO}", derived="A6",
+       A6B_RULE, f"{TABLE}; {REPRO}", derived="A6", rule_note="closes under a longer-run control if its mean does",
        cells=reads("hmm_fixed", "hmm_fixed@paper", "hmm_long", "hmm_torch_init"))
 def _a6b(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
     if m is None:
         return missing("table cell")
-    if m.value < 0.05:
+    if A6B_RULE.kind(m) == AGREE:
         return Verdict(AGREE, m, "below 0.05 bits")
-    return _hmm_verdict(ev, m, lambda v: v < 0.05, "above 0.05 bits at 2000 steps", None)
+    return _hmm_verdict(ev, m, lambda v: A6B_RULE.kind(Measure(v)) == AGREE, "above 0.05 bits at 2000 steps", None)
 
 
 @claim("A7", "I", "v3", "primitives table", "HMM transformer error in the primitives table", "0.049 bits",
@@ -483,14 +488,16 @@ def _a11(ev: Evidence) -> Verdict:
     return Verdict(DISAGREE, m, f"{said}; no control closes it — {_control_text(ctrl)}", controls=tried)
 
 
+A12_RULE = EverySeed(1.5, "≤", what="the ratio")
+
+
 @claim("A12", "I", "v1", "length generalisation", "No discontinuity at the training boundary (K=20)",
        "qualitative", "secondary", "per-position KL at K=50: mean over steps 21–25 / mean over steps 16–20, 3 seeds "
        "(learned positions); controls: rotary, ALiBi, none, learned positions trained four times as long (fresh, fixed "
        "set), and rotary positions trained as long on the fixed set; learned and rotary positions at the papers' size "
        "(the paper preset's cells); learned positions from PyTorch's default initialisation",
-       "agree if the ratio is at most 1.5 on every seed, disagree if it is above 1.5 on every seed, inconclusive if "
-       "the seeds straddle it; a control closes a disagreement if it learns the task on every seed (K=20 KL below the "
-       "one-step filter's, the best answer from the current observation alone) and shows no jump on any", REPRO,
+       A12_RULE, REPRO, rule_note="a control closes a disagreement if it learns the task on every seed (K=20 KL below "
+       "the one-step filter's, the best answer from the current observation alone) and shows no jump on any",
        threshold="a jump ratio of at most 1.5",
        cells=reads("hmm", "hmm_alibi", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_rotary", "hmm_fixed_rotary@paper",
                    "hmm_k50", "hmm_long", "hmm_none", "hmm_rotary", "hmm_torch_init"))
@@ -499,7 +506,7 @@ def _a12(ev: Evidence) -> Verdict:
     if m is None:
         return missing("HMM transformer cells")
     seeds = f"KL just past the boundary / just before it (learned positions); seeds {', '.join(f'{v:.3g}' for v in m.values)}"
-    kind = AGREE if max(m.values) <= 1.5 else INCONCLUSIVE if min(m.values) <= 1.5 else DISAGREE
+    kind = A12_RULE.kind(m)
     ctrl = _length_controls(ev)
     if not ctrl:
         return Verdict(kind, m, seeds)
@@ -691,10 +698,13 @@ def _steps_to_bind(metrics_jsonl: str) -> float:
     return math.inf
 
 
+A20_RULE = AtLeast(2, "the ratio of medians")
+
+
 @claim("A20", "I", "v3", "primitives table", "Mamba needs ≈2.5× more training than the transformer to bind",
        "2.5×", "secondary", "steps until the training Bayes gap stays ≤ 0.05 nats (recall, logged every 25 steps), "
        "median over 3 seeds, mamba / transformer",
-       "agree if the ratio of medians is ≥ 2; a run that never binds counts as never (its ratio is infinite)", REPRO,
+       A20_RULE, REPRO, rule_note="a run that never binds counts as never (its ratio is infinite)",
        cells=reads("recall") + reads("recall", arch="mamba"))
 def _a20(ev: Evidence) -> Verdict:
     out = {}
@@ -709,7 +719,7 @@ def _a20(ev: Evidence) -> Verdict:
     med = {a: v[len(v) // 2] for a, v in out.items()}
     ratio = med["mamba"] / med["transformer"] if med["transformer"] > 0 else math.inf
     files = tuple(f"{ev.preset}/cells/recall-{a}-s{s}/metrics.jsonl" for a in out for s in SEEDS)
-    return Verdict(AGREE if ratio >= 2 else DISAGREE, Measure(ratio, None, len(SEEDS), (), files),
+    return Verdict(A20_RULE.kind(Measure(ratio)), Measure(ratio, None, len(SEEDS), (), files),
                    f"steps to bind: transformer {out['transformer']}, mamba {out['mamba']}")
 
 
@@ -1390,7 +1400,7 @@ def _b10(ev: Evidence) -> Verdict:
     return Verdict(B10_RULE.kind(met), best, f"position-only {pos.text()}, untrained {un.text()} bits")
 
 
-B11_RULE = EverySeed(1, strict=True, what="the MLP's fold over the attention's")
+B11_RULE = EverySeed(1, ">", what="the MLP's fold over the attention's")
 
 
 @claim("B11", "I", "v1", "abstract", "The feed-forward networks perform the posterior update; attention routes",
@@ -1430,7 +1440,7 @@ def _b12(ev: Evidence) -> Verdict:
                    f"/ {full50.value:.3f}; context-blind floor {floor:.3f}")
 
 
-B13_RULE = EverySeed(2, above=False, what="the most damaging head's fold")
+B13_RULE = EverySeed(2, "<", what="the most damaging head's fold")
 
 
 @claim("B13", "I", "—", "authors' figure", "On HMM, single-head ablations change the error by only +5% to +37%",

@@ -55,7 +55,9 @@ class AtMost(Rule):
 
     @property
     def sentence(self) -> str:
-        return f"agree if our mean is at most {_n(self.factor)}× {self.of} {_n(self.paper)} {self.unit}".rstrip()
+        times = "" if self.factor == 1 else f"{_n(self.factor)}× "
+        of = f"{self.of} " if self.of else ""
+        return f"agree if our mean is at most {times}{of}{_n(self.paper)} {self.unit}".rstrip()
 
     def kind(self, m: Measure) -> str:
         return AGREE if m.value <= self.factor * self.paper else DISAGREE
@@ -119,26 +121,29 @@ class EachSeed(Rule):
         return _share(list(met))
 
 
+_OPS = {"≥": lambda x, b: x >= b, ">": lambda x, b: x > b, "≤": lambda x, b: x <= b, "<": lambda x, b: x < b}
+
+
 @dataclass(frozen=True)
 class EverySeed(Rule):
-    """A bound every seed must meet: ``above`` (``value ≥ bound``, or ``>`` when ``strict``) or below (``value <
-    bound``); agree when every seed meets it, disagree when none does, inconclusive when the seeds straddle it."""
+    """A bound every seed must meet, ``value op bound`` with ``op`` one of ≥ > ≤ <; agree when every seed meets it,
+    disagree when none does, inconclusive when the seeds straddle it."""
 
     bound: float
-    above: bool = True
-    strict: bool = False
+    op: str = "≥"
     what: str = "it"
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ValueError(f"unknown comparison {self.op!r}: one of {' '.join(_OPS)}")
 
     @property
     def sentence(self) -> str:
-        op = (">" if self.strict else "≥") if self.above else "<"
-        return (f"agree if {self.what} is {op} {_n(self.bound)} on every seed, disagree if on none, inconclusive if "
-                "the seeds straddle it")
+        return (f"agree if {self.what} is {self.op} {_n(self.bound)} on every seed, disagree if on none, inconclusive "
+                "if the seeds straddle it")
 
     def meets(self, x: float) -> bool:
-        if self.above:
-            return x > self.bound if self.strict else x >= self.bound
-        return x < self.bound
+        return bool(_OPS[self.op](x, self.bound))
 
     def kind(self, m: Measure) -> str:
         return _share([self.meets(v) for v in (m.values or (m.value,))])
@@ -202,18 +207,22 @@ class AtLeast(Rule):
 
 @dataclass(frozen=True)
 class Within(Rule):
-    """Our mean within ``tolerance`` of ``target`` (absolute): ``|mean − target| ≤ tolerance``."""
+    """Our mean within ``tolerance`` of ``target``: ``|mean − target| ≤ tolerance`` (``relative``: ``tolerance ·
+    |target|``)."""
 
     target: float
     tolerance: float
     what: str = ""
+    relative: bool = False
 
     @property
     def sentence(self) -> str:
-        return f"agree if our mean is within {_n(self.tolerance)} of {self.what or _n(self.target)}"
+        tol = f"{self.tolerance:.0%}" if self.relative else _n(self.tolerance)
+        return f"agree if our mean is within {tol} of {self.what or _n(self.target)}"
 
     def kind(self, m: Measure) -> str:
-        return AGREE if abs(m.value - self.target) <= self.tolerance else DISAGREE
+        tol = self.tolerance * abs(self.target) if self.relative else self.tolerance
+        return AGREE if abs(m.value - self.target) <= tol else DISAGREE
 
 
 RULES = (AtMost, IntervalBelow, IntervalAbove, EachSeed, EverySeed, Ordered, FloorShare, AtLeast, Within)
