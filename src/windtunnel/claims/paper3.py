@@ -17,6 +17,7 @@ from ..grid import SEEDS
 from .base import (AGREE, DISAGREE, INCONCLUSIVE, NOT_MEASURABLE, Verdict, claim,
                    fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat
+from .rules import AtLeast, IntervalAbove
 
 LLM = "llm/smollm2-135m-instruct-q4"
 SIG = "windtunnel llm signatures SmolLM2-135M-Instruct.Q4_1.gguf --prompts {}"
@@ -45,11 +46,14 @@ for _id, _statement, _number in (
 STRATIFIED = SIG.format("docs") + " --per-quintile 15; the same for gemma-3-270m-q4_k_m.gguf"
 
 
+D3_RULE = AtLeast(0.30, "the PC1+PC2 share of the variance")
+
+
 @claim("D3", "III", "v1", "§4.4, §5.8", "The value manifold is concentrated: PC1 > 30% or PC1+PC2 > 30% (vs ≈5% random)",
        "> 30%", "paper", "value_manifold.pc1_pc2_share on 75 prompts, 15 from each next-token-entropy quintile of "
        "1,200 real-text candidates (the paper's sampling; SmolLM2 shown, Gemma-3-270M beside it); the unstratified "
        "mixed set beside both",
-       "agree if PC1+PC2 exceeds 30% of the variance on each model", f"{STRATIFIED}; {BOTH}")
+       D3_RULE, f"{STRATIFIED}; {BOTH}", rule_note="on each model")
 def _d3(ev: Evidence) -> Verdict:
     d, g = _sig(ev, "mixed"), ev.json(f"{GEMMA}-mixed.json")
     ds, gs = _sig(ev, "docs"), ev.json(f"{GEMMA}-docs.json")
@@ -58,14 +62,14 @@ def _d3(ev: Evidence) -> Verdict:
             return missing("signatures of both models")
         vm, vg = d["value_manifold"], g["value_manifold"]
         m = Measure(vm["pc1_pc2_share"], None, None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
-        ok = m.value > 0.30 and vg["pc1_pc2_share"] > 0.30
+        ok = D3_RULE.kind(m) == AGREE and D3_RULE.kind(Measure(vg["pc1_pc2_share"])) == AGREE
         return Verdict(AGREE if ok else DISAGREE, m, f"mixed prompts, unstratified: SmolLM2 shown (null "
                        f"{vm['pc1_pc2_share_null']:.3f}); Gemma-3-270M {vg['pc1_pc2_share']:.3f}; the stratified pool "
                        "is not measured yet")
     vm, vg = ds["value_manifold"], gs["value_manifold"]
     files = (f"{LLM}-docs.json", f"{GEMMA}-docs.json") + ((f"{LLM}-mixed.json", f"{GEMMA}-mixed.json") if d and g else ())
     m = Measure(vm["pc1_pc2_share"], None, None, (), files)
-    ok = m.value > 0.30 and vg["pc1_pc2_share"] > 0.30
+    ok = D3_RULE.kind(m) == AGREE and D3_RULE.kind(Measure(vg["pc1_pc2_share"])) == AGREE
     beside = (f"; unstratified mixed prompts: {d['value_manifold']['pc1_pc2_share']:.3f} / "
               f"{g['value_manifold']['pc1_pc2_share']:.3f}") if d and g else ""
     return Verdict(AGREE if ok else DISAGREE, m, f"stratified docs pool, SmolLM2 shown (permutation null "
@@ -102,14 +106,17 @@ def _d5(ev: Evidence) -> Verdict:
                    f"[{vb['rho_ci'][0]:+.2f}, {vb['rho_ci'][1]:+.2f}]")
 
 
+D6_RULE = AtLeast(0.5, "the share of layers")
+
+
 @claim("D6", "III", "v1", "§4.4", "Key orthogonality below 0.20 in at least half the layers", "criterion", "paper",
-       "share of layers whose mean |off-diagonal cos| of W_K columns is below 0.20", "agree if ≥ 50%", SIG.format("mixed"))
+       "share of layers whose mean |off-diagonal cos| of W_K columns is below 0.20", D6_RULE, SIG.format("mixed"))
 def _d6(ev: Evidence) -> Verdict:
     d = _sig(ev, "mixed")
     if d is None:
         return missing("signatures")
     share = d["key_orthogonality"]["share_of_layers_below_0.20"]
-    return Verdict(AGREE if share >= 0.5 else DISAGREE, Measure(share, None, None, (), (f"{LLM}-mixed.json",)),
+    return Verdict(D6_RULE.kind(Measure(share)), Measure(share, None, None, (), (f"{LLM}-mixed.json",)),
                    "share of layers")
 
 
@@ -134,17 +141,22 @@ def _d7(ev: Evidence) -> Verdict:
                    "0.35–0.45 is not what random keys give", controls=("initialisation",))
 
 
+D9_RULE = IntervalAbove(0.30, over="prompts (bootstrap)")
+
+
 @claim("D9", "III", "v1", "§4.4", "Attention focusing: entropy falls more than 30% from the first to the last layer",
        "> 30%", "paper", "reduction of mean attention entropy, first to last layer, with bootstrap interval (mixed; "
-       "SmolLM2, Gemma-3-270M beside it)", "agree if the interval lies above 30% on each model", BOTH)
+       "SmolLM2, Gemma-3-270M beside it)", D9_RULE, BOTH, rule_note="on each model: agree if both agree, disagree if "
+       "either disagrees")
 def _d9(ev: Evidence) -> Verdict:
     d, g = _sig(ev, "mixed"), ev.json(f"{GEMMA}-mixed.json")
     if d is None or g is None:
         return missing("signatures of both models")
     f, fg = d["focusing"], g["focusing"]
     m = Measure(f["reduction_first_to_last"], tuple(f["reduction_ci"]), None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
-    ok = m.ci[0] > 0.30 and fg["reduction_ci"][0] > 0.30
-    return Verdict(AGREE if ok else DISAGREE, m, f"SmolLM2 shown; Gemma-3-270M {fg['reduction_first_to_last']:.3f} "
+    kinds = (D9_RULE.kind(m), D9_RULE.kind(Measure(fg["reduction_first_to_last"], tuple(fg["reduction_ci"]))))
+    kind = AGREE if kinds == (AGREE, AGREE) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+    return Verdict(kind, m, f"SmolLM2 shown; Gemma-3-270M {fg['reduction_first_to_last']:.3f} "
                    f"[{fg['reduction_ci'][0]:.3f}, {fg['reduction_ci'][1]:.3f}]; fraction of layer-0 entropy removed by "
                    "the last layer")
 
@@ -447,17 +459,17 @@ def _d23(d: dict, rel: str) -> Verdict:
                    + readout)
 
 
+D14_RULE = IntervalAbove(0.5, over="prompts (bootstrap)")
+
+
 @claim("D14", "III", "v1", "§5.2", "SULA: PC1 in a PCA basis shared across k correlates with the Bayesian entropy",
        "|ρ| 0.65–0.80", "paper", "|Spearman ρ(PC1, H_Bayes)| over the 250 SULA prompts, last layer's final-token values",
-       "agree if the interval's lower end is ≥ 0.5; disagree if its upper end is below 0.5; else inconclusive" + EACH,
-       SULA_BOTH)
+       D14_RULE, SULA_BOTH, rule_note=EACH.removeprefix(" "))
 @_on_each("SULA geometry")
 def _d14(d: dict, rel: str) -> Verdict:
     g = d["geometry"]
     m = _rho(g["pc1_vs_bayes_entropy"], rel)
-    lo, hi = m.ci if m.ci else (m.value, m.value)
-    kind = AGREE if lo >= 0.5 else DISAGREE if hi < 0.5 else INCONCLUSIVE
-    return Verdict(kind, m, f"layer {g['layer']}; PC1 oriented to grow with H_Bayes")
+    return Verdict(D14_RULE.kind(m), m, f"layer {g['layer']}; PC1 oriented to grow with H_Bayes")
 
 
 @claim("D15", "III", "v1", "§5.2", "SULA: the state moves along PC1 as evidence accumulates", "ρ(k, PC1) 0.86 / 0.60 / 0.32",

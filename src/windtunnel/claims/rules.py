@@ -76,13 +76,14 @@ class IntervalBelow(Rule):
 
     bound: float
     unit: str = ""
+    over: str = "seeds"
     below: ClassVar[bool] = True
 
     @property
     def sentence(self) -> str:
         b = f"{_n(self.bound)} {self.unit}".rstrip()
         side, other = ("below", "at or above") if self.below else ("above", "at or below")
-        return (f"agree if our 95% interval over seeds lies {side} {b}, disagree if it lies {other} it, "
+        return (f"agree if our 95% interval over {self.over} lies {side} {b}, disagree if it lies {other} it, "
                 "inconclusive if it holds it")
 
     def kind(self, m: Measure) -> str:
