@@ -70,3 +70,20 @@ def test_train_seeds_trains_the_seeds_stacked_into_their_own_folders(tmp_path: P
         assert (tmp_path / f"r-s{seed}" / "config.json").is_file()
     assert main(["train", "--task", "bijection", "--seeds", "1,1", "--out", str(out)]) == 2
     assert main(["train", "--task", "bijection", "--seeds", "1,2", "--seed", "4", "--out", str(out)]) == 2
+
+
+def test_runs_lists_where_each_run_stands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``windtunnel runs DIR``: each run folder with its task, architecture, step of steps, and which of its results
+    are missing or stale — a run extended past its evaluation says its eval.json is stale."""
+    a, b = tmp_path / "runs" / "a", tmp_path / "runs" / "nested" / "b"
+    assert main(["run", *TINY, "--out", str(a), "--no-analyze"]) == 0
+    assert main(["train", "--task", "recall", "--params", "6000", "--steps", "4", "--out", str(b), "--no-progress"]) == 0
+    assert main(["train", "--resume", str(a), "--steps", "16", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2  # checkpoint and figure folders are not runs
+    assert lines[0].startswith(f"{a}  bijection / transformer  step 16 of 16 (finished)")
+    assert "eval.json stale" in lines[0] and "geometry.json missing" in lines[0]
+    assert lines[1].startswith(f"{b}  recall / transformer  step 4 of 4 (finished)") and "eval.json missing" in lines[1]
+    assert main(["runs", str(tmp_path / "none")]) == 2

@@ -819,6 +819,28 @@ def cmd_diversity(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_runs(args: argparse.Namespace, extra: list[str]) -> int:
+    """``runs [DIR]``: one line per run folder under DIR — where it stands and what is left to do."""
+    from .runs import survey
+
+    root = Path(args.folder)
+    if not root.is_dir():
+        raise UsageError(f"invalid folder: {root} is not a folder")
+    rows = survey(root)
+    if not rows:
+        print(f"no run folders under {root}")
+        return 0
+    for row in rows:
+        if "error" in row:
+            print(f"{row['run']}  unreadable: {row['error']}")
+            continue
+        todo = [f"{name} {state}" for name, state in row["results"].items() if state != "current"]
+        done = ("finished" if row["finished"] else "unfinished") + (", exported: no checkpoints" if row.get("exported") else "")
+        print(f"{row['run']}  {row['task']} / {row['arch']}  step {row['step']} of {row['steps']} ({done})"
+              + (f"; {', '.join(todo)}" if todo else "; eval, geometry and report current"))
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     """Several runs' metrics side by side, and their per-position curves overlaid in one figure."""
     from .compare import compare, default_figure
@@ -992,6 +1014,10 @@ def make_parser() -> argparse.ArgumentParser:
                     help="hold the learning rate constant after warmup instead of the cosine decay")
     ts.add_argument("--force", action="store_true", help="replace a finished timescales.json in the output folder")
     ts.set_defaults(func=cmd_routing_timescales)
+
+    rs = sub.add_parser("runs", help="the runs under a folder: task, architecture, step of steps, which results are stale")
+    rs.add_argument("folder", nargs="?", default="runs", help="where to look (default runs)")
+    rs.set_defaults(func=cmd_runs)
 
     cp = sub.add_parser("compare", help="several runs' metrics side by side and their curves overlaid")
     cp.add_argument("runs", nargs="+", help="run folders with an eval.json")

@@ -422,3 +422,39 @@ class RunDir:
         resumes), else ``timings.json``'s ``train_s``."""
         times = [r["time"] for r in self.metrics() if isinstance(r.get("time"), (int, float))]
         return times[-1] if times else self.timings().get("train_s")
+
+
+def survey(root: str | Path) -> list[dict[str, Any]]:
+    """Every run folder under ``root`` (``root`` itself included; checkpoints and figures not searched), in path
+    order: its task, architecture, the step of its newest checkpoint against its recipe's steps, whether it is
+    finished, and which of ``eval.json``, ``geometry.json`` and ``report.html`` are missing or stale (of another
+    checkpoint or configuration).  A folder whose files cannot be read is listed with the reason."""
+    root = Path(root)
+    found = sorted({p.parent for p in root.rglob(RunDir.CONFIG) if not set(RunDir.FOLDERS) & set(p.parts)})
+    out = []
+    for path in found:
+        rd = RunDir(path)
+        row: dict[str, Any] = {"run": str(path)}
+        try:
+            cfg = rd.read_config()
+            train = cfg.get("train") or {}
+            step, steps = rd.latest_step(), train.get("steps")
+            stale = " ".join(rd.stale_results())
+            if not rd.checkpoints.is_dir() and rd.eval_path.is_file():  # an exported cell: its results, no weights
+                prov = rd.read_eval().get("provenance") or {}
+                step, stale = prov.get("step") or step, ""
+                row["exported"] = True
+            row.update(task=(cfg.get("task") or {}).get("name"), arch=train.get("arch"), step=step, steps=steps,
+                       finished=isinstance(steps, int) and step >= steps)
+            row["results"] = {
+                name: ("missing" if not (path / name).is_file() else "stale" if name in stale else "current")
+                for name in (RunDir.EVAL, RunDir.GEOMETRY)}
+            report = path / RunDir.REPORT
+            newest = max((p.stat().st_mtime for p in (path / RunDir.EVAL, path / RunDir.GEOMETRY) if p.is_file()),
+                         default=0.0)
+            row["results"][RunDir.REPORT] = ("missing" if not report.is_file() else
+                                            "stale" if report.stat().st_mtime < newest else "current")
+        except (UserError, OSError, ValueError) as exc:
+            row["error"] = str(exc)
+        out.append(row)
+    return out
