@@ -87,3 +87,17 @@ def test_runs_lists_where_each_run_stands(tmp_path: Path, capsys: pytest.Capture
     assert "eval.json stale" in lines[0] and "geometry.json missing" in lines[0]
     assert lines[1].startswith(f"{b}  recall / transformer  step 4 of 4 (finished)") and "eval.json missing" in lines[1]
     assert main(["runs", str(tmp_path / "none")]) == 2
+
+
+def test_eval_says_when_it_works_on_an_unfinished_run_and_keeps_run_s_size(tmp_path: Path, capsys) -> None:
+    from windtunnel.training import TrainConfig, train
+
+    run = tmp_path / "stopped"
+    train(TrainConfig(task="bijection", task_params={"V": 4, "L": 4}, params=6000, steps=12, ckpt_every=6,
+                      eval_every=6, eval_n=16, progress=False), run, until=6)
+    assert main(["eval", str(run)]) == 0
+    said = capsys.readouterr()
+    assert f"note: {run} is at step 6 of 12 (unfinished): evaluated its newest checkpoint" in said.err
+    assert "on 1000 sequences" in said.out  # windtunnel run's evaluation size (quick preset), not another
+    assert main(["eval", str(run), "--n", "64", "--force"]) == 0 and "on 64 sequences" in capsys.readouterr().out
+    assert main(["eval", str(run), "--force"]) == 0 and "on 64 sequences" in capsys.readouterr().out  # its own size

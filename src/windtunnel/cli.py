@@ -316,13 +316,22 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"unexpected argument {extra[0]!r}")
     from .stages import evaluate_run
 
+    from . import grid
+
     run = RunDir(args.run)
-    lengths = args.lengths
-    if lengths is None and run.eval_path.is_file():  # a re-evaluation keeps the lengths evaluated before
-        lengths = sorted(int(k) for k in run.read_eval().get("lengths") or {}) or None
-    result = evaluate_run(run, n=args.n, lengths=lengths, seed=args.seed, force=args.force)
-    run = run.path
-    print(f"evaluated {run} on {args.n} sequences:")
+    record = run.read_config()
+    lengths, n = args.lengths, args.n
+    earlier = run.read_eval() if run.eval_path.is_file() else {}
+    if lengths is None and earlier:  # a re-evaluation keeps the lengths evaluated before
+        lengths = sorted(int(k) for k in earlier.get("lengths") or {}) or None
+    if n is None:  # one evaluation size across run and eval unless asked
+        n = earlier.get("n") if isinstance(earlier.get("n"), int) else grid.EVAL_N["quick"]
+    result = evaluate_run(run, n=n, lengths=lengths, seed=args.seed, force=args.force)
+    step, steps = run.latest_step(), (record.get("train") or {}).get("steps")
+    if isinstance(steps, int) and step < steps:  # said once the evaluation stands, not before a refusal
+        print(f"note: {run.path} is at step {step} of {steps} (unfinished): evaluated its newest checkpoint",
+              file=sys.stderr)
+    print(f"evaluated {run.path} on {n} sequences:")
     _print_metrics(result)
     return 0
 
@@ -944,7 +953,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a run against the exact posterior")
     e.add_argument("run", help="run folder")
-    e.add_argument("--n", type=positive_int, default=2000, help="evaluation sequences (default 2000)")
+    e.add_argument("--n", type=positive_int, help="evaluation sequences (default: the run's earlier evaluation's, "
+                   f"else {grid.EVAL_N['quick']}, as windtunnel run evaluates)")
     e.add_argument("--lengths", type=positive_int, nargs="+",
                    help="also evaluate at these lengths (HMM: K; length generalisation; default: those of the run's "
                         "eval.json, else the trained length only)")
