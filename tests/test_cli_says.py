@@ -101,3 +101,6 @@ def test_eval_says_when_it_works_on_an_unfinished_run_and_keeps_run_s_size(tmp_p
     assert "on 1000 sequences" in said.out  # windtunnel run's evaluation size (quick preset), not another
     assert main(["eval", str(run), "--n", "64", "--force"]) == 0 and "on 64 sequences" in capsys.readouterr().out
     assert main(["eval", str(run), "--force"]) == 0 and "on 64 sequences" in capsys.readouterr().out  # its own size
+    assert main(["report", str(run)]) == 0
+    html, md = (run / "report.html").read_text(), (run / "summary.md").read_text()
+    assert "trained to step 6 of its 12" in html and md.index("**Unfinished:**") < md.index("Metrics")

@@ -236,6 +236,13 @@ def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
     if stale:  # a result of another checkpoint or configuration than the run's newest: say so first
         parts.append("<p class='note'><b>Stale:</b> " + html.escape("; ".join(stale)) + "</p>")
         md += ["**Stale:** " + "; ".join(stale), ""]
+    steps = (config.get("train") or {}).get("steps")
+    done = rd.latest_step() if rd.checkpoints.is_dir() else ((ev or {}).get("provenance") or {}).get("step")
+    if isinstance(steps, int) and isinstance(done, int) and done < steps:  # before any verdict, not after
+        line = (f"trained to step {done} of its {steps}: every number and verdict below is of an unfinished run, "
+                "not of its recipe")
+        parts.append(f"<p class='note'><b>Unfinished:</b> {html.escape(line)}</p>")
+        md += [f"**Unfinished:** {line}", ""]
 
     if ev and ev.get("metrics"):
         parts.append("<h2>Metrics vs the exact posterior</h2>")
