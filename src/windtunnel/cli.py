@@ -366,23 +366,16 @@ def _first_line(cfg: "Any", model: "Any", run: "Any", done: int) -> str:
             + f" for {cfg.steps} steps of batch {cfg.batch_size}, {where}, into {run.path}")
 
 
-def _current_results(run: "Any", n: int, no_analyze: bool) -> set[str]:
-    """Which of ``eval.json`` (of ``n`` sequences or more), ``geometry.json`` and ``report.html`` are of the run's
-    newest checkpoint and configuration."""
-    if not run.eval_path.is_file():
-        return set()
-    stale = " ".join(run.stale_results())
-    ev = run.read_eval()
-    prov = ev.get("provenance") if isinstance(ev.get("provenance"), dict) else {}
-    out = set()
-    if "eval.json" not in stale and prov.get("step") is not None and isinstance(ev.get("n"), int) and ev["n"] >= n:
-        out.add("eval.json")
-    if run.geometry_path.is_file() and "geometry.json" not in stale and (run.read_geometry() or {}).get("meta"):
-        out.add("geometry.json")
-    if run.report_path.is_file() and out and run.report_path.stat().st_mtime >= max(
-            p.stat().st_mtime for p in (run.eval_path, run.geometry_path) if p.is_file()):
-        out.add("report.html")
-    return out
+def _current_results(run: "Any", n: int) -> set[str]:
+    """Which of ``eval.json`` (of ``n`` sequences or more), ``geometry.json`` and ``report.html`` are current
+    (:meth:`~windtunnel.runs.RunDir.result_states`)."""
+    out = {name for name, state in run.result_states().items() if state == "current"}
+    if "eval.json" in out:
+        ev = run.read_eval()
+        prov = ev.get("provenance") if isinstance(ev.get("provenance"), dict) else {}
+        if prov.get("step") is None or not isinstance(ev.get("n"), int) or ev["n"] < n:
+            out.discard("eval.json")
+    return out if "eval.json" in out else set()
 
 
 class _EvalRecord:
@@ -440,7 +433,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         print(_first_line(cfg, model, run, done), flush=True)
         train_run(cfg, run, resume=resume, log_lines=True)
     lengths = grid.eval_lengths(experiment, cfg.task_params)
-    current = _current_results(run, n, args.no_analyze) if done >= cfg.steps else set()
+    current = _current_results(run, n) if done >= cfg.steps else set()
     if current == {"eval.json", "geometry.json", "report.html"} or (args.no_analyze and "eval.json" in current
                                                                    and "report.html" in current):
         print(f"{run.path} already finished (step {done} of {cfg.steps}) and evaluated"

@@ -263,6 +263,18 @@ class RunDir:
                 out.append(f"{name} was computed under another config.json")
         return out
 
+    def result_states(self) -> dict[str, str]:
+        """``eval.json``, ``geometry.json`` and ``report.html`` each ``"missing"``, ``"stale"`` (of another checkpoint
+        or configuration than the newest — :meth:`stale_results` — or, for the report, older than a result it shows)
+        or ``"current"``."""
+        stale = " ".join(self.stale_results())
+        out = {name: ("missing" if not (self.path / name).is_file() else "stale" if name in stale else "current")
+               for name in (self.EVAL, self.GEOMETRY)}
+        shown = [p.stat().st_mtime for p in (self.eval_path, self.geometry_path) if p.is_file()]
+        out[self.REPORT] = ("missing" if not self.report_path.is_file() else
+                            "stale" if shown and self.report_path.stat().st_mtime < max(shown) else "current")
+        return out
+
     # --- JSON records -----------------------------------------------------------------------
     def _read(self, name: str, what: str) -> Any:
         if self.path.is_dir():
@@ -439,21 +451,16 @@ def survey(root: str | Path) -> list[dict[str, Any]]:
             cfg = rd.read_config()
             train = cfg.get("train") or {}
             step, steps = rd.latest_step(), train.get("steps")
-            stale = " ".join(rd.stale_results())
-            if not rd.checkpoints.is_dir() and rd.eval_path.is_file():  # an exported cell: its results, no weights
-                prov = rd.read_eval().get("provenance") or {}
-                step, stale = prov.get("step") or step, ""
+            exported = not rd.checkpoints.is_dir() and rd.eval_path.is_file()  # an exported cell: results, no weights
+            if exported:
+                step = (rd.read_eval().get("provenance") or {}).get("step") or step
                 row["exported"] = True
             row.update(task=(cfg.get("task") or {}).get("name"), arch=train.get("arch"), step=step, steps=steps,
                        finished=isinstance(steps, int) and step >= steps)
-            row["results"] = {
-                name: ("missing" if not (path / name).is_file() else "stale" if name in stale else "current")
-                for name in (RunDir.EVAL, RunDir.GEOMETRY)}
-            report = path / RunDir.REPORT
-            newest = max((p.stat().st_mtime for p in (path / RunDir.EVAL, path / RunDir.GEOMETRY) if p.is_file()),
-                         default=0.0)
-            row["results"][RunDir.REPORT] = ("missing" if not report.is_file() else
-                                            "stale" if report.stat().st_mtime < newest else "current")
+            states = rd.result_states()
+            if exported:  # no checkpoint to be stale against
+                states = {k: "current" if v == "stale" and k != RunDir.REPORT else v for k, v in states.items()}
+            row["results"] = states
         except (UserError, OSError, ValueError) as exc:
             row["error"] = str(exc)
         out.append(row)
