@@ -3,6 +3,7 @@ prints is the one its rule object writes, and a claim's verdict is its rule obje
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from pathlib import Path
 
@@ -120,3 +121,94 @@ def test_rows_are_claims_of_one_number_and_one_rule(tmp_path: Path) -> None:
         assert a3.ours.value == pytest.approx(kl.value * 0.6931471805599453)
         assert a3.ours.values == pytest.approx([v * 0.6931471805599453 for v in kl.values])
     assert a1.kind in (claims.AGREE, claims.INCONCLUSIVE, claims.DISAGREE)
+
+
+def test_compare_and_near() -> None:
+    assert rules.Compare("x", "<", 0.1).kind(0.09) == A and rules.Compare("x", "<", 0.1).kind(0.1) == D
+    named = rules.Compare("the trained median", "<", "the random median")
+    assert named.kind(1, 2) == A and named.kind(2, 1) == D
+    with pytest.raises(TypeError, match="the random median"):
+        named.kind(1)
+    assert rules.Compare("the error", "<", 1e-12, "bits").sentence == "agree if the error < 1e-12 bits"
+    near = rules.Near("the MLP's KL", "the floor", 0.05, relative=True)
+    assert near.kind(1.04, 1.0) == A and near.kind(0.94, 1.0) == D and near.kind(2.09, 2.0) == A
+    assert rules.Near("ρ", "the uncut ρ", 0.05).kind(0.45, 0.49) == A and rules.Near("ρ", "ρ0", 0.05).kind(0.43, 0.49) == D
+    with pytest.raises(ValueError, match="unknown comparison"):
+        rules.Compare("x", "=", 1)
+
+
+def test_interval_holds_excludes_meets_and_overlap() -> None:
+    holds, excludes = rules.IntervalHolds(0), rules.IntervalExcludes(0)
+    straddle, above = Measure(0.1, (-0.2, 0.4)), Measure(0.5, (0.1, 0.9))
+    assert holds.kind(straddle) == A and excludes.kind(straddle) == D
+    assert holds.kind(above) == D and excludes.kind(above) == A
+    assert holds.kind(Measure(0.0)) == A and excludes.kind(Measure(0.3)) == A  # one sample: its value decides
+    band = rules.IntervalMeets(0.155, 0.66, "bits")
+    assert band.kind(Measure(0.1, (0.05, 0.16))) == A and band.kind(Measure(0.1, (0.05, 0.15))) == D
+    assert band.kind(Measure(0.7, (0.67, 0.8))) == D and band.kind(Measure(0.3)) == A
+    overlap = rules.IntervalsOverlap("a", "b")
+    assert overlap.kind(Measure(1, (0.5, 1.5)), Measure(2, (1.5, 2.5))) == A  # touching ends overlap
+    assert overlap.kind(Measure(1, (0.5, 1.4)), Measure(2, (1.5, 2.5))) == D
+
+
+def test_below_nulls_is_three_way_on_the_seeds() -> None:
+    rule = rules.BelowNulls()
+    assert rule.kind([0.1, 0.2], [(0.3, 0.25), (0.3, 0.25)]) == A
+    assert rule.kind([0.4, 0.5], [(0.3, 0.25), (0.3, 0.25)]) == D
+    assert rule.kind([0.1, 0.5], [(0.3, 0.25), (0.3, 0.25)]) == I  # the seeds split
+    assert rule.kind([0.27, 0.27], [(0.3, 0.25), (0.3, 0.25)]) == I  # between the two nulls: neither side
+    with pytest.raises(ValueError):
+        rule.kind([0.1], [])
+
+
+def test_compound_rules_join_their_parts() -> None:
+    both = rules.All(rules.Compare("a", "<", 1), rules.IntervalAbove(0))
+    assert both.kind(0.5, Measure(1, (0.5, 1.5))) == A
+    assert both.kind(2, Measure(1, (0.5, 1.5))) == D  # one part fails
+    assert both.kind(0.5, Measure(0.2, (-0.1, 0.5))) == I  # no part fails, one is inconclusive
+    assert both.sentence == ("agree if a < 1 and our 95% interval over seeds lies above 0; disagree if any fails, "
+                             "inconclusive otherwise")
+    pair = rules.All(rules.Compare("x", "<", "y"), rules.Compare("z", ">", 0))
+    assert pair.kind((1, 2), 1) == A and pair.kind((3, 2), 1) == D  # a tuple is spread into its part
+    each = rules.Every(rules.Compare("the gap", "<", 0.05, "bits"), "run", "SGD shown")
+    assert each.kind([0.01, 0.02]) == A and each.kind([0.01, 0.2]) == D
+    assert each.sentence == "agree if the gap < 0.05 bits on each run (SGD shown)"
+    nested = rules.Every(rules.Every(rules.Compare("ρ", "<", 0.1), "layer"), "model")
+    assert nested.kind([[0.01, 0.02], [0.05]]) == A and nested.kind([[0.01, 0.2], [0.05]]) == D
+    assert rules.conjoin([A, I, A]) == I and rules.conjoin([A, I, D]) == D and rules.conjoin([A]) == A
+    with pytest.raises(ValueError):
+        rules.conjoin([])
+    with pytest.raises(ValueError):
+        rules.All(rules.Compare("a", "<", 1))
+    with pytest.raises(ValueError):
+        both.kind(0.5)
+    assert rules.Follows("B8").kind(I) == I and rules.Follows("B8").kind(D) == D
+
+
+def test_every_ruled_claim_has_a_rule_object() -> None:
+    """Every claim with a rule (not one that no committed artifact can speak to) is judged by a rule object, whose
+    sentence is the one the claim prints."""
+    ruled = [c for c in claims.CLAIMS.values() if c.rule != "—"]
+    assert len(ruled) >= 80
+    assert [c.id for c in ruled if c.rule_object is None] == []
+
+
+@pytest.mark.parametrize("forced", [A, D])
+def test_every_verdict_is_decided_by_its_rule_object(monkeypatch: pytest.MonkeyPatch, forced: str) -> None:
+    """Force every rule object to one outcome: every claim's verdict must follow (agree, or uninformative where its
+    nulls now meet the rule too; a disagreement of one kind or another) — a verdict decided by a comparison written
+    outside the rule vocabulary would not."""
+    for cls in rules.RULES:
+        monkeypatch.setattr(cls, "kind", lambda self, *args, **kw: forced)
+    judge_module = importlib.import_module("windtunnel.claims.judge")
+
+    ev = claims.Evidence(RESULTS)
+    nulls = judge_module.null_evidence(ev)
+    allowed = ({claims.AGREE, claims.UNINFORMATIVE} if forced == A
+               else {claims.DISAGREE_PERSISTS, claims.DISAGREE_UNCONTROLLED})
+    wrong = {}
+    for c in claims.ordered():
+        v = judge_module.judge(c, ev, nulls).verdict
+        if v.kind not in (claims.NOT_MEASURED, claims.NOT_MEASURABLE) and v.kind not in allowed:
+            wrong[c.id] = v.kind
+    assert wrong == {}

@@ -14,11 +14,12 @@ from typing import Any, Callable
 
 from .. import grid
 from ..grid import SEEDS
-from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
+from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, declared, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
 from .rows import eval_of, row, table_of
-from .rules import ERROR_FACTOR, AtLeast, AtMost, EachSeed, EverySeed, FloorShare, IntervalBelow, Ordered, Within
+from .rules import (All, AtLeast, AtMost, BelowNulls, Compare, EachSeed, Every, EverySeed, FloorShare, IntervalBelow,
+                    Near, NotBelow, Ordered, Rule, Within)
 
 TABLE = "windtunnel table --preset quick --seeds 3"
 REPRO = "windtunnel reproduce paper1 --preset quick"
@@ -191,14 +192,14 @@ def _neither(variables: list[str]) -> str:
     return "neither " + ", ".join(variables[:-1]) + " nor " + variables[-1] + " closes it"
 
 
-def _hmm_verdict(ev: Evidence, m: Measure, closes: Callable[[float], bool], why: str, paper: float | None,
+def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | None,
                  arch: str = "transformer") -> Verdict:
-    """A disagreeing HMM error judged against its controls: closes under the first control that ``closes``
-    the gap, else a disagreement that says where each control stands."""
+    """A disagreeing HMM error judged against its controls: closes under the first control that meets the claim's
+    ``rule``, else a disagreement that says where each control stands."""
     ctls = _hmm_controls(ev, arch)
     tried = tuple(dict.fromkeys(variable for *_, variable in ctls))
     for longer, name, control, variable in ctls:
-        if closes(longer.value):
+        if rule.kind(longer) == AGREE:
             return Verdict(DISAGREE_CLOSES, m, f"{why}; {name} reaches {longer.text()}", control=control, controls=tried,
                            closed_by=variable)
     where = "; ".join(f"{name} is at {longer.text()}" + (f", {longer.value / paper:.2g}× the papers' figure" if paper else "")
@@ -251,12 +252,14 @@ def _filter_note(ev: Evidence, column: str, arch: str) -> str:
     return f"{column} {', '.join(nearest)}"
 
 
+A6_RULE = AtMost(7.5e-5)
+
+
 @claim("A6", "I", "v1", "Table 1", "HMM filtering: the transformer's error at K=20", "7.5×10⁻⁵ bits (a KL)", "secondary",
        "kl (bits) at K=20, transformer, 3 seeds; controls: the same cell trained four times as long, on fresh "
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
        "(the paper preset's cells), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
-       AtMost(7.5e-5),
-       f"{TABLE}; {REPRO}", rule_note="a control closes the gap only if it reaches that level",
+       A6_RULE, f"{TABLE}; {REPRO}", rule_note="a control closes the gap only if it reaches that level",
        cells=reads("hmm", "hmm_fixed", "hmm_long", "hmm_torch_init", geometry=True) + reads("hmm_fixed@paper"))
 def _a6(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
@@ -265,7 +268,7 @@ def _a6(ev: Evidence) -> Verdict:
     ok, why = _error_rule(m, 7.5e-5)
     if ok:
         return Verdict(AGREE, m, why)
-    v = _hmm_verdict(ev, m, lambda v: v <= ERROR_FACTOR * 7.5e-5, why, 7.5e-5)
+    v = _hmm_verdict(ev, m, A6_RULE, why, 7.5e-5)
     if v.kind != DISAGREE:
         return v
     # a note, not a control: the figure is read as a KL (the authors' code computes KL), and the entropy error,
@@ -273,7 +276,7 @@ def _a6(ev: Evidence) -> Verdict:
     read = _entropy_error_reading(ev)
     if not read:
         return v
-    closes = any(e.value <= ERROR_FACTOR * 7.5e-5 for _, e in read)
+    closes = any(A6_RULE.kind(e) == AGREE for _, e in read)
     return replace(v, why=v.why + "; read as the entropy error instead of the KL (the papers' \"MAE\" may name either): "
                    + ", ".join(f"{name} {e.text()}, {e.value / 7.5e-5:.2g}× the papers' figure" for name, e in read)
                    + (" — that reading meets the figure" if closes else " — that reading does not meet it either"))
@@ -305,7 +308,7 @@ def _a6b(ev: Evidence) -> Verdict:
         return missing("table cell")
     if A6B_RULE.kind(m) == AGREE:
         return Verdict(AGREE, m, "below 0.05 bits")
-    return _hmm_verdict(ev, m, lambda v: A6B_RULE.kind(Measure(v)) == AGREE, "above 0.05 bits at 2000 steps", None)
+    return _hmm_verdict(ev, m, A6B_RULE, "above 0.05 bits at 2000 steps", None)
 
 
 @claim("A7", "I", "v3", "primitives table", "HMM transformer error in the primitives table", "0.049 bits",
@@ -319,7 +322,7 @@ def _a7(ev: Evidence) -> Verdict:
     ok, why = _error_rule(m, 0.049)
     if ok:
         return Verdict(AGREE, m, why)
-    return _hmm_verdict(ev, m, lambda v: v <= ERROR_FACTOR * 0.049, why, 0.049)
+    return _hmm_verdict(ev, m, AtMost(0.049), why, 0.049)
 
 
 def _fails(ev: Evidence, task: str, arch: str, metric: str) -> Verdict:
@@ -365,20 +368,22 @@ def _a9(ev: Evidence) -> Verdict:
     return Verdict(A9_RULE.kind(r), r, "follows from A6: the transformer's HMM error is the gap")
 
 
+A10_RULE = Every(Near("the MLP's KL", "the context-blind optimum", 0.05, relative=True), "column")
+
+
 @claim("A10", "I", "v1", "§ results", "The MLP collapses to a position-averaged answer (its error is flat)",
        "qualitative", "secondary", "kl, mlp_pointwise vs the context-blind optimum, all four columns",
-       "agree if the MLP's KL is within 5% of the context-blind optimum on every column", TABLE,
-       asserts_failure=True,
+       A10_RULE, TABLE, asserts_failure=True,
        threshold="within 5% of the context-blind optimum")
 def _a10(ev: Evidence) -> Verdict:
-    rel = []
+    pairs = []
     for task in ("bijection", "bijection_replacement", "hmm", "recall"):
         m, floor = ev.table(task, "mlp_pointwise", "kl"), _floor(ev, task, "kl")
         if m is None or floor is None:
             return missing("table cells")
-        rel.append(abs(m.value - floor) / floor)
-    worst = max(rel)
-    return Verdict(AGREE if worst <= 0.05 else DISAGREE, f"largest gap to the floor {worst:.1%}",
+        pairs.append((m.value, floor))
+    worst = max(abs(x - f) / f for x, f in pairs)
+    return Verdict(A10_RULE.kind(pairs), f"largest gap to the floor {worst:.1%}",
                    "four columns", files=("quick/table.json", "quick/references.json"))
 
 
@@ -458,29 +463,30 @@ def _control_text(ctrl: dict[str, dict[str, Measure]]) -> str:
                      f"K=20/30/50, jump {r['jump'].value:.2f}" for label, r in ctrl.items())
 
 
+A11_RULE = All(AtMost(0.012, what="our mean at K=30"), AtMost(0.029, what="our mean at K=50"))
+
+
 @claim("A11", "I", "v1", "length generalisation", "HMM length generalisation of the transformer at K=30 and K=50",
        "KL 0.012 / 0.029 bits", "code", "kl (bits) at K=30, K=50, transformer (learned positions), 3 seeds; controls: "
        "the same cell with rotary, ALiBi and no position encoding, with learned positions trained four times as long (fresh "
        "episodes, and a fixed set), and with rotary positions trained as long on the fixed set; learned and rotary "
        "positions at the papers' size (the paper preset's cells); learned positions from PyTorch's default "
        "initialisation",
-       f"agree if both are at most {ERROR_FACTOR}× the papers' figures; closes under a control that meets them",
-       f"{TABLE}; {REPRO}",
+       A11_RULE, f"{TABLE}; {REPRO}", rule_note="closes under a control that meets it",
        cells=reads("hmm_alibi", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_rotary", "hmm_fixed_rotary@paper",
                    "hmm_long", "hmm_none", "hmm_rotary", "hmm_torch_init"))
 def _a11(ev: Evidence) -> Verdict:
     m30, m50 = ev.table("hmm", "transformer", "kl@K=30"), ev.table("hmm", "transformer", "kl@K=50")
     if m30 is None or m50 is None:
         return missing("table cell")
-    ok = m30.value <= ERROR_FACTOR * 0.012 and m50.value <= ERROR_FACTOR * 0.029
+    ok = A11_RULE.kind(m30, m50) == AGREE
     said = f"K=50 shown; K=30 {m30.text()}"
     ctrl = _length_controls(ev)
     if ok or not ctrl:
         return Verdict(AGREE if ok else DISAGREE, m50, said + ("" if ok else "; no control committed yet"))
     files = m50.files + tuple(f for r in ctrl.values() for f in r["kl@50"].files)
     m = Measure(m50.value, m50.ci, m50.seeds, (), files)
-    meets = [label for label, r in ctrl.items() if r["kl@30"].value <= ERROR_FACTOR * 0.012
-             and r["kl@50"].value <= ERROR_FACTOR * 0.029]
+    meets = [label for label, r in ctrl.items() if A11_RULE.kind(r["kl@30"], r["kl@50"]) == AGREE]
     tried = tuple(dict.fromkeys(LENGTH_VARIABLES[label] for label in ctrl))
     if meets:
         return Verdict(DISAGREE_CLOSES, m, f"{said}; {_control_text(ctrl)}: the papers' figures are met under {meets[0]}",
@@ -585,7 +591,7 @@ def _a16(ev: Evidence) -> Verdict:
     ok, why = _error_rule(m, 0.024)
     if ok:
         return Verdict(AGREE, m, why)
-    return _hmm_verdict(ev, m, lambda v: v <= ERROR_FACTOR * 0.024, why, 0.024, arch="mamba")
+    return _hmm_verdict(ev, m, AtMost(0.024), why, 0.024, arch="mamba")
 
 
 @claim("A17", "I", "v3", "primitives table", "The LSTM fails HMM filtering", "0.411 bits", "secondary",
@@ -737,28 +743,30 @@ def _a21(ev: Evidence) -> Verdict:
     return Verdict(A21_RULE.kind(m), m, f"chance among the 8 stored values is {A21_RULE.target:.1%}")
 
 
+A22_RULE = All(NotBelow("the transformer", "Mamba"), Ordered("the LSTM", "Mamba"))
+
+
 @claim("A22", "I", "v3", "primitives table", "Recall ordering: transformer ≥ Mamba > LSTM", "100% ≥ 97.8% > 0.5%",
-       "secondary", "accuracy, 3 seeds", Ordered("the LSTM", "Mamba"), TABLE,
-       rule_note="and the transformer ≥ Mamba, refuted only where Mamba's interval lies wholly above the "
-       "transformer's; agree if both hold, disagree if either is refuted, else inconclusive")
+       "secondary", "accuracy, 3 seeds", A22_RULE, TABLE)
 def _a22(ev: Evidence) -> Verdict:
     t, m, l = (ev.table("recall", a, "accuracy") for a in ("transformer", "mamba", "lstm"))
     if t is None or m is None or l is None:
         return missing("table cells")
     # transformer ≥ Mamba: refuted only where Mamba lies wholly above; Mamba > LSTM: the LSTM wholly below
-    first = DISAGREE if Ordered("the transformer", "Mamba").kind(t, m) == AGREE else AGREE
-    second = Ordered("the LSTM", "Mamba").kind(l, m)
-    kinds = (first, second)
-    kind = AGREE if kinds == (AGREE, AGREE) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+    first, second = A22_RULE.parts[0].kind(t, m), A22_RULE.parts[1].kind(l, m)
+    kind = A22_RULE.kind((t, m), (l, m))
     return Verdict(kind, f"{t.value:.1%} / {m.value:.1%} / {l.value:.1%}",
                    f"transformer ≥ Mamba: {first}; Mamba > LSTM: {second}", files=_cited(t, m, l))
+
+
+A23_RULE = All(Compare("Mamba's recall accuracy", "<", "the transformer's"),
+               Compare("Mamba's sawtooth error", ">", "the transformer's"))
 
 
 @claim("A23", "I", "v3", "abstract", "Mamba struggles with binding; only the transformer realises all three primitives",
        "qualitative", "paper", "mamba vs transformer on both binding columns (recall accuracy at the largest store both "
        "are measured at, as A19; sawtooth error)",
-       "agree if Mamba falls short of the transformer on both; disagree if it matches or beats it on either",
-       f"{TABLE}; {REPRO}",
+       A23_RULE, f"{TABLE}; {REPRO}",
        cells=reads("recall", "recall_p16", "recall_p32", "recall_p64") +
              reads("recall", "recall_p16", "recall_p32", "recall_p64", arch="lstm") +
              reads("recall", "recall_p16", "recall_p32", "recall_p64", arch="mamba"))
@@ -771,10 +779,8 @@ def _a23(ev: Evidence) -> Verdict:
     rung = _largest_shared_rung(ev, "mamba", "transformer")
     if rung is not None:
         pairs, mr, tr = rung
-    short_recall = mr.value < tr.value
-    short_saw = ms.value > ts.value
     ladder = _binding_ladder(ev)
-    return Verdict(AGREE if short_recall and short_saw else DISAGREE,
+    return Verdict(A23_RULE.kind((mr.value, tr.value), (ms.value, ts.value)),
                    f"recall at {pairs} pairs {mr.value:.1%} vs {tr.value:.1%}; sawtooth {ms.value:.4f} vs {ts.value:.4f} bits",
                    f"binding vs size, recall accuracy by stored pairs (3 seeds): {ladder}" if ladder else
                    "binding was tested at 8 pairs over 16 tokens only (the papers: 64 over 256)",
@@ -797,10 +803,15 @@ def _binding_ladder(ev: Evidence) -> str:
     return "; ".join(rows)
 
 
+A24_RULE = All(FloorShare(LEARNED_FRACTION, what="its bijection error"),
+               FloorShare(FLOOR_FRACTION, below=False, what="its sawtooth error"),
+               FloorShare(FLOOR_FRACTION, below=False, what="its HMM KL"),
+               replace(A21_RULE, subject="its recall accuracy"))
+
+
 @claim("A24", "I", "v3", "abstract", "LSTMs realise only accumulation", "qualitative", "paper",
        "lstm: bijection learned; sawtooth and HMM at the floor; recall at chance",
-       f"agree if bijection < {LEARNED_FRACTION:.0%} of its floor, sawtooth and HMM ≥ {FLOOR_FRACTION:.0%} of theirs, "
-       "and recall within 0.05 of chance", TABLE,
+       A24_RULE, TABLE,
        threshold="below 10% / at least 90% of the floor, recall within 0.05 of chance")
 def _a24(ev: Evidence) -> Verdict:
     parts = [_learns(ev, "bijection", "lstm", "entropy_mae_curve", 0.009),
@@ -808,23 +819,27 @@ def _a24(ev: Evidence) -> Verdict:
              _a21(ev)]
     if any(p.kind == NOT_MEASURED for p in parts):
         return missing("table cells")
-    ok = all(p.kind == AGREE for p in parts)
+    read = [(p.ours, _floor(ev, task, metric)) for p, (task, metric) in
+            zip(parts, (("bijection", "entropy_mae_curve"), ("bijection_replacement", "entropy_mae_curve"), ("hmm", "kl")))]
+    ok = A24_RULE.kind(*read, parts[3].ours) == AGREE
     files = tuple(dict.fromkeys(f for p in parts for f in p.cited))
     return Verdict(AGREE if ok else DISAGREE, "bijection learned; sawtooth, HMM floor; recall chance" if ok
                    else "; ".join(p.why for p in parts), files=files)
 
 
+A25_RULE = Every(FloorShare(FLOOR_FRACTION, below=False, what="the pointwise MLP"), "column")
+
+
 @claim("A25", "I", "v1, v3", "abstract", "MLPs realise none of the primitives (flat architectures fail)", "qualitative",
        "paper", "mlp_pointwise (the authors' MLP control) on all four columns",
-       f"agree if the pointwise MLP is at ≥ {FLOOR_FRACTION:.0%} of the context-blind floor on every column", TABLE,
-       asserts_failure=True,
+       A25_RULE, TABLE, asserts_failure=True,
        threshold="≥ 90% of the context-blind floor")
 def _a25(ev: Evidence) -> Verdict:
     cols = {"bijection": "entropy_mae_curve", "bijection_replacement": "entropy_mae_curve", "hmm": "kl", "recall": "kl"}
     parts = [_fails(ev, c, "mlp_pointwise", m) for c, m in cols.items()]
     if any(p.kind == NOT_MEASURED for p in parts):
         return missing("table cells")
-    ok = all(p.kind == AGREE for p in parts)
+    ok = A25_RULE.kind([(p.ours, _floor(ev, c, m)) for p, (c, m) in zip(parts, cols.items())]) == AGREE
     win = ev.table("bijection", "mlp", "entropy_mae_curve")
     note = f"; the windowed MLP, which sees its prefix, learns bijection ({win.value:.3f} bits)" if win else ""
     return Verdict(AGREE if ok else DISAGREE, "at the floor on all four columns" if ok else "off the floor",
@@ -876,11 +891,14 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
                  if better and max(better) < max(window) else
                  " (below every m)" if better else " (above every m: it uses less than the current input alone)")
     if not every:
-        return m.value < LEARNED_FRACTION * floor, m, said
-    below = sum(v < LEARNED_FRACTION * floor for v in m.values)
+        return A26_RULE.kind(m, floor) == AGREE, m, said
+    below = sum(A26_RULE.kind(Measure(v), floor) == AGREE for v in m.values)
     said += (f"; seeds {', '.join(f'{v:.3g}' for v in m.values)}, below {LEARNED_FRACTION:.0%} of the floor on "
              f"{below} of {len(m.values)}")
     return below == len(m.values), m, said
+
+
+A26_RULE = FloorShare(LEARNED_FRACTION, what="the transformer's KL")
 
 
 @claim("A26", "I", "v3 (secondary)", "—", "A Bayesian-regression wind tunnel: the transformer's predictive matches the "
@@ -889,8 +907,7 @@ def _regression_rule(ev: Evidence, column: str, windows: bool = True,
        "behind a dimension curriculum, with each response on one token with its own input (paired) at the "
        "cell's budget and four times it, and both layouts from PyTorch's default initialisation (the interleaved one "
        "also four times as long); the LSTM, Mamba and the pointwise MLP on the same recipe beside it",
-       "agree if the transformer's KL is below 10% of the context-blind floor; closes under a control whose KL is, on "
-       "every seed", REPRO,
+       A26_RULE, REPRO, rule_note="closes under a control whose KL is, on every seed",
        threshold="below 10% of the context-blind floor",
        cells=reads("regression", "regression_curriculum", "regression_long", "regression_paired",
                    "regression_paired_long", "regression_paired_torch_init", "regression_torch_init",
@@ -932,10 +949,13 @@ def _a26(ev: Evidence) -> Verdict:
                    controls=tuple(dict.fromkeys(tried)))
 
 
+A27_RULE = All(Every(Compare("the oracle's error", "<", 1e-12, "bits"), "column"),
+               Compare("the main job's error", "<", 0.01, "bits"))
+
+
 @claim("A27", "I", "—", "Theorem 1", "The cross-entropy minimiser is the posterior predictive", "theorem", "secondary",
        "the Bayes oracle's error on every column; a model trained on sampled labels approaches it",
-       "agree if the oracle's error is < 1e-12 bits on every column and the main job's error < 0.01 bits",
-       f"{TABLE}; {REPRO}",
+       A27_RULE, f"{TABLE}; {REPRO}",
        threshold="oracle below 1e-12 bits, main job below 0.01 bits",
        cells=reads("main"))
 def _a27(ev: Evidence) -> Verdict:
@@ -943,8 +963,7 @@ def _a27(ev: Evidence) -> Verdict:
     main = ev.eval_metric("main", "transformer", SEEDS, "entropy_mae_curve")
     if None in ora or main is None:
         return missing("references or main-job cells")
-    ok = max(ora) < 1e-12 and main.value < 0.01
-    return Verdict(AGREE if ok else DISAGREE, f"oracle ≤ {max(ora):.1g} bits; trained {main.value:.4f}",
+    return Verdict(A27_RULE.kind(ora, main.value), f"oracle ≤ {max(ora):.1g} bits; trained {main.value:.4f}",
                    "consistency, not a proof test", files=("quick/references.json",) + main.files)
 
 
@@ -1007,6 +1026,12 @@ PAPER_CELL = "main_paper_size@paper"
 """The main job's column on the papers' own cell at the papers' size (bijection V=20, L=19, 2.67M parameters):
 where it is committed, a claim about the main job is judged there, with the reduced-scale cells beside it."""
 PAPER_SCALE = "the papers' size (2.67M parameters, V=20)"
+ON_PAPER_CELL = ("judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the "
+                 "head width or the task's size if that control agrees")
+"""What a claim on the main job judged by :func:`_with_size_controls` adds to its rule."""
+
+
+B1_RULE = BelowNulls("trained value", "both nulls (the untrained model's and Gaussian vectors')")
 
 
 def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Measure, str] | None:
@@ -1017,9 +1042,7 @@ def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Mea
     ga = ev.geometry(column, "transformer", SEEDS, "key_orthogonality.gaussian_expected")
     if m is None or un is None or ga is None:
         return None
-    below = [v < min(u, ga.value) for v, u in zip(m.values, un.values)]
-    above = [v > max(u, ga.value) for v, u in zip(m.values, un.values)]
-    return m, un, ga, AGREE if all(below) else DISAGREE if all(above) else INCONCLUSIVE
+    return m, un, ga, B1_RULE.kind(m.values, [(u, ga.value) for u in un.values])
 
 
 @claim("B1", "I", "v1, v3", "abstract; geometry", "Layer-0 keys of the hypothesis tokens are near-orthogonal",
@@ -1027,8 +1050,7 @@ def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Mea
        "key_orthogonality.layer0_mean_abs_cos, main job (d_head 16), 3 seeds, against the untrained model and E|cos| "
        "of Gaussian vectors; controls: the main job with 2 heads of 32, the papers' head width, the main job on "
        "the papers' V=20, L=19 (main_v20), and on V=20 at the papers' size (main_paper_size: 2.67M parameters)",
-       "agree if every seed's trained value is below both nulls; disagree if every seed's is above both; judged on "
-       "the papers' own cell at their size (main_paper_size) where committed; else closes under the head width or the task's size if that control agrees", REPRO,
+       B1_RULE, REPRO, rule_note=ON_PAPER_CELL,
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b1(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[str, Measure, str] | None:
@@ -1042,8 +1064,11 @@ def _b1(ev: Evidence) -> Verdict:
     return _with_size_controls(ev, rule, "main-job geometry")
 
 
+B2_RULE = All(Compare("our trained mean", "≤", 0.12), Compare("our trained mean", "<", "both nulls"))
+
+
 @claim("B2", "III", "v1", "§2, Table 2", "Paper III's restatement: wind-tunnel keys at 0.09–0.12 against 0.40–0.45 random",
-       "0.09–0.12 vs 0.40–0.45", "paper-p3", "as B1", "agree if our trained mean is ≤ 0.12 and below both nulls", REPRO, derived="B1",
+       "0.09–0.12 vs 0.40–0.45", "paper-p3", "as B1", B2_RULE, REPRO, derived="B1",
        cells=reads("main", geometry=True))
 def _b2(ev: Evidence) -> Verdict:
     m = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
@@ -1051,8 +1076,7 @@ def _b2(ev: Evidence) -> Verdict:
     ga = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.gaussian_expected")
     if m is None or un is None or ga is None:
         return missing("main-job geometry")
-    ok = m.value <= 0.12 and m.value < min(un.value, ga.value)
-    return Verdict(AGREE if ok else DISAGREE, m, f"our random nulls: untrained {un.value:.3f}, Gaussian {ga.value:.3f} — "
+    return Verdict(B2_RULE.kind(m.value, (m.value, min(un.value, ga.value))), m, f"our random nulls: untrained {un.value:.3f}, Gaussian {ga.value:.3f} — "
                    "the papers' 0.40–0.45 'random' is not what random keys give at these widths")
 
 
@@ -1119,7 +1143,8 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
                        scale=PAPER_SCALE)
     outcome, ours, said = _rule_kind(main[0]), main[1], main[2]
     if outcome == AGREE or not readings:
-        return Verdict(outcome, *cite(ours, [column]), said)
+        ours, files = cite(ours, [column])
+        return Verdict(outcome, ours, said, files=files)
     closes = None  # (column, cause, variable) of the first control that learned its task and passes
     for control_column, where, cause, variable, okc, oc, saidc, learned in readings:
         said += f"; {where}: {shown(okc, oc, saidc)}" + (
@@ -1147,9 +1172,6 @@ def _learned(ev: Evidence, column: str, arch: str) -> bool:
     return m.value < 0.5 * floor.value
 
 
-ON_PAPER_CELL = ("judged on the papers' own cell at their size (main_paper_size) where committed; else closes under the "
-                 "head width or the task's size if that control agrees")
-"""What a claim on the main job judged by :func:`_with_size_controls` adds to its rule."""
 B3_RULE = EachSeed("the most damaging head is in layer 0, its fold ≥ 10 and its increase ≥ 2× the runner-up's")
 
 
@@ -1277,12 +1299,15 @@ def _b6(ev: Evidence) -> Verdict:
     return Verdict(kind, Measure(first.value, first.ci, first.seeds, first.values, files), said)
 
 
+B7_RULE = All(Compare("PC1's share of the variance (seed mean)", "≥", 0.5), Compare("|ρ| (seed mean)", "≥", 0.5),
+              EachSeed("|ρ| is above the untrained model's"))
+
+
 @claim("B7", "I", "v1", "abstract; P3 §4.4", "A low-dimensional value manifold parameterised by posterior entropy",
        "PC1 84–90% of variance", "paper-p3", "value_manifold on the sawtooth (entropy not a function of position): "
        "final attention-output PC1 share and |Spearman(PC1, H_Bayes)|",
-       "agree if on the seed mean PC1 carries ≥ 50% of the variance and |ρ| ≥ 0.5, with |ρ| above the untrained "
-       "model's on every seed; |ρ| is the larger of |ρ(PC1, H)| and |ρ(|PC1 − median|, H)| (a manifold folded at its "
-       "middle, V-shaped in H, is parameterised by H although a monotone correlation misses it)", REPRO,
+       B7_RULE, REPRO, rule_note="|ρ| is the larger of |ρ(PC1, H)| and |ρ(|PC1 − median|, H)| (a manifold folded at its "
+       "middle, V-shaped in H, is parameterised by H although a monotone correlation misses it)",
        threshold="PC1 ≥ 50% of the variance and |ρ| ≥ 0.5",
        cells=reads("bijection_replacement", geometry=True))
 def _b7(ev: Evidence) -> Verdict:
@@ -1299,15 +1324,18 @@ def _b7(ev: Evidence) -> Verdict:
     pc2 = ev.geometry(col, "transformer", SEEDS, "value_manifold.final_resid_spearman_pc2_entropy")
     if pc1 is None or rho is None or un is None:
         return missing("sawtooth geometry (value_manifold version 2)")
-    ok = pc1.value >= 0.5 and rho.value >= 0.5 and all(r > u for r, u in zip(rho.values, un.values))
-    return Verdict(AGREE if ok else DISAGREE, pc1, f"PC1 share of the last attention output; |ρ| {rho.text()} "
+    kind = B7_RULE.kind(pc1.value, rho.value, [r > u for r, u in zip(rho.values, un.values)])
+    return Verdict(kind, pc1, f"PC1 share of the last attention output; |ρ| {rho.text()} "
                    f"(untrained {un.value:.2f})" + (f"; the residual stream's PC2 tracks H with |ρ| {pc2.text()}" if pc2 else ""))
+
+
+B8_RULE = EverySeed(0, ">", what="the gain in |ρ| from the checkpoint where attention settled to the final one")
 
 
 @claim("B8", "I", "v1", "abstract", "During training the manifold unfurls while attention stays stable", "qualitative",
        "paper", "frame_precision on the sawtooth: |ρ(PC1, H)| of the last-layer residual at the final checkpoint vs at "
        "the checkpoint where attention settled",
-       "agree if on every seed |ρ| at the final checkpoint exceeds |ρ| when attention settled", REPRO,
+       B8_RULE, REPRO,
        cells=reads("bijection_replacement", geometry=True))
 def _b8(ev: Evidence) -> Verdict:
     cells = ev.cells("bijection_replacement", "transformer", SEEDS)
@@ -1324,7 +1352,7 @@ def _b8(ev: Evidence) -> Verdict:
         at = next(s for s in series if s["step"] >= settle)["precision_abs_rho"]
         gains.append(series[-1]["precision_abs_rho"] - at)
     m = pooled(gains, _files(ev, "bijection_replacement", "transformer"))
-    return Verdict(AGREE if min(gains) > 0 else DISAGREE, m, "gain in |ρ(PC1, H)| after the frame settled")
+    return Verdict(B8_RULE.kind(m), m, "gain in |ρ(PC1, H)| after the frame settled")
 
 
 def _settle_readings(ev: Evidence, column: str) -> list[tuple[int | None, int | None, int | None]] | None:
@@ -1420,11 +1448,14 @@ def _b11(ev: Evidence) -> Verdict:
     return _with_size_controls(ev, rule, "main-job sublayer ablation")
 
 
+B12_RULE = All(Compare("its K=20 KL", "≤", "2× the full model's"), Compare("its K=50 KL", ">", "the context-blind floor"),
+               Compare("the full model's K=50 KL", "≤", "the context-blind floor"))
+
+
 @claim("B12", "I", "v1", "HMM", "An HMM transformer with attention off in its top two layers fits K=20 but collapses at "
        "K=50", "1.57×10⁻³ / 1.79 bits", "secondary", "kl (bits) at K=20 and K=50 of hmm_attn_off against the full "
        "HMM transformer, 3 seeds each",
-       "agree if at K=20 its KL is within 2× of the full model's and at K=50 it exceeds the context-blind floor (worse "
-       "than not reading the context) while the full model's does not", REPRO,
+       B12_RULE, REPRO, rule_note="at K=50 worse than not reading the context, while the full model is not",
        threshold="within 2× of the full model (in place of 1.57e-3)",
        cells=reads("hmm", "hmm_attn_off"))
 def _b12(ev: Evidence) -> Verdict:
@@ -1435,8 +1466,8 @@ def _b12(ev: Evidence) -> Verdict:
     floor = _floor(ev, "hmm", "kl")
     if None in (off20, off50, full20, full50) or floor is None:
         return missing("attention-off HMM cells")
-    ok = off20.value <= 2 * full20.value and off50.value > floor >= full50.value
-    return Verdict(AGREE if ok else DISAGREE, off50, f"K=50 shown; K=20 {off20.text()}; the full model {full20.value:.3f} "
+    kind = B12_RULE.kind((off20.value, 2 * full20.value), (off50.value, floor), (full50.value, floor))
+    return Verdict(kind, off50, f"K=50 shown; K=20 {off20.text()}; the full model {full20.value:.3f} "
                    f"/ {full50.value:.3f}; context-blind floor {floor:.3f}")
 
 
@@ -1461,12 +1492,15 @@ def _b13(ev: Evidence) -> Verdict:
     return _with_controls(ev, rule, "HMM transformer geometry", "hmm", BUDGET_CONTROLS)
 
 
+B14_RULE = All(Compare("the mean ARI", "≥", "half the ceiling exact posteriors reach"),
+               EachSeed("the ARI is above the untrained model's"))
+
+
 @claim("B14", "I", "v3", "abstract", "Mamba's final layer forms five discrete clusters, one per HMM state",
        "five clusters", "paper", "probes.cluster_ari: k-means (k = 5) of the final states against the argmax state, 3 seeds; "
        "control: the HMM cell trained four times as long (hmm_long)",
-       "agree if the mean ARI is at least half the ceiling that exact posteriors reach, and above the untrained model's "
-       "on every seed; closes if the clusters found again with each token's mean state removed (the imprint of the "
-       "observation just read) meet that rule, or by the budget if the control does", REPRO,
+       B14_RULE, REPRO, rule_note="closes if the clusters found again with each token's mean state removed (the imprint "
+       "of the observation just read) meet that rule, or by the budget if the control does",
        threshold="ARI at least half the exact-posterior ceiling",
        cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _b14(ev: Evidence) -> Verdict:
@@ -1476,7 +1510,7 @@ def _b14(ev: Evidence) -> Verdict:
         un = ev.geometry(column, "mamba", SEEDS, "probes.cluster_ari_untrained")
         if ari is None or ceil is None or un is None:
             return None
-        ok = ari.value >= 0.5 * ceil.value and all(a > u for a, u in zip(ari.values, un.values))
+        ok = B14_RULE.kind((ari.value, 0.5 * ceil.value), [a > u for a, u in zip(ari.values, un.values)]) == AGREE
         return ok, ari, f"ceiling {ceil.text()}, untrained {un.text()}{_token_confound(ev, column, ari, un)}"
 
     verdict = _with_controls(ev, rule, "HMM Mamba geometry", "hmm", BUDGET_CONTROLS[:1], arch="mamba")
@@ -1485,8 +1519,8 @@ def _b14(ev: Evidence) -> Verdict:
     ceil = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_exact_posteriors")
     removed = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed")
     removed_un = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed_untrained")
-    if ceil is not None and removed is not None and removed_un is not None and removed.value >= 0.5 * ceil.value and all(
-            a > u for a, u in zip(removed.values, removed_un.values)):
+    if ceil is not None and removed is not None and removed_un is not None and B14_RULE.kind(
+            (removed.value, 0.5 * ceil.value), [a > u for a, u in zip(removed.values, removed_un.values)]) == AGREE:
         return Verdict(DISAGREE_CLOSES, verdict.ours, f"{verdict.why}; with each token's mean state removed the "
                        f"clusters are the states' ({removed.text()}, untrained {removed_un.text()})",
                        control="probes.cluster_ari_token_removed in the same geometry.json", files=verdict.files,

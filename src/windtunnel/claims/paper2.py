@@ -11,11 +11,13 @@ import statistics
 
 from ..grid import SEEDS
 from ..routing.em import seed_steps
-from .base import AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURED, Verdict, claim, missing, reads
+from dataclasses import replace
+
+from .base import AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
 from .paper1 import ON_PAPER_CELL, _with_size_controls
 from .rows import geometry_of, row
-from .rules import AtMost, EverySeed, IntervalAbove
+from .rules import All, AtMost, Compare, EachSeed, Every, EverySeed, Follows, IntervalAbove, IntervalBelow
 
 REPRO = "windtunnel reproduce paper1 --preset quick"
 EM = "routing/em.json"
@@ -80,28 +82,37 @@ def _c4(ev: Evidence) -> Verdict:
                    "SGD is censored at the budget on some seeds, so these are lower bounds")
 
 
+C5_RULE = IntervalAbove(1, of="EM-like's speed-up's", over="seeds")
+
+
 @claim("C5", "II", "v1, v2", "abstract", "The speed-up comes from the E/M split", "interpretation", "paper",
        "EM-like vs plain SGD with the same update norm (sgd_matched), 5 seeds",
-       "agree if EM-like is faster than the same-norm control (the same update norm without the split); disagree if it "
-       "is not, the split then buying nothing the step size does not",
-       "windtunnel routing em --seeds 5")
+       C5_RULE, "windtunnel routing em --seeds 5",
+       rule_note="the speed-up is over the same-norm control, the same update norm without the split: where EM-like is "
+       "not faster, the split buys "
+       "nothing the step size does not")
 def _c5(ev: Evidence) -> Verdict:
     doc = ev.json(EM)
     if doc is None:
         return missing(EM)
     c = doc["summary"]["em_like_vs_sgd_matched"]
     m = Measure(c["speedup"], tuple(c["ci95"]), c["n"], (), (EM,))
-    if m.ci[0] > 1:
-        return Verdict(AGREE, m, "EM-like faster than the same-norm step")
+    kind = C5_RULE.kind(m)
+    if kind != DISAGREE:
+        return Verdict(kind, m, "EM-like / same-norm SGD speed")
     # the control refutes the claim's reading (the split buys the speed): a disagreement that persists under it
     return Verdict(DISAGREE, m, "EM-like / same-norm SGD speed: the step size, not the split, buys the speed "
                    f"({EM}, arm sgd_matched)", controls=("step size",))
 
 
+C6_FINAL = Compare("the final gap", "<", 0.05, "bits")
+C6_RULE = Every(C6_FINAL, "run (SGD, EM-like)")
+
+
 @claim("C6", "II", "v2", "abstract", "Both runs end close to the minimum Bayesian entropy", "close", "paper",
        "final gap of model entropy to the exact filtering entropy (bits), SGD and EM-like, 5 seeds",
-       "agree if both final gaps are below 0.05 bits; closes under the 10×-everywhere arm (sgd_fast) closes the gap below "
-       "0.05", "windtunnel routing em --seeds 5",
+       C6_RULE, "windtunnel routing em --seeds 5",
+       rule_note="closes if the 10×-everywhere arm (sgd_fast) ends below it",
        threshold="both final gaps below 0.05 bits (the paper says 'close')")
 def _c6(ev: Evidence) -> Verdict:
     doc = ev.json(EM)
@@ -110,9 +121,9 @@ def _c6(ev: Evidence) -> Verdict:
     arms = doc["summary"]["arms"]
     gaps = {a: arms[a]["final_gap"]["mean"] for a in ("sgd", "em_like", "sgd_fast") if a in arms}
     m = Measure(gaps["em_like"], tuple(arms["em_like"]["final_gap"]["ci95"]), arms["em_like"]["final_gap"]["n"], (), (EM,))
-    if gaps["sgd"] < 0.05 and gaps["em_like"] < 0.05:
+    if C6_RULE.kind([gaps["sgd"], gaps["em_like"]]) == AGREE:
         return Verdict(AGREE, m, "EM-like final gap shown")
-    if gaps.get("sgd_fast", 1.0) < 0.05:
+    if "sgd_fast" in gaps and C6_FINAL.kind(gaps["sgd_fast"]) == AGREE:
         return Verdict(DISAGREE_CLOSES, m, f"gaps: SGD {gaps['sgd']:.3f}, EM-like {gaps['em_like']:.3f}; the learning "
                        f"rate of 0.01 under-trains: 10× everywhere ends {gaps['sgd_fast']:.3f} bits from it",
                        control=f"{EM} (arm sgd_fast)", controls=("learning rate",), closed_by="learning rate")
@@ -160,44 +171,55 @@ def _c7(ev: Evidence) -> Verdict:
                    "dropout, no clipping) are not the cause", controls=("architecture",))
 
 
+C8_RULE = Every(IntervalBelow(1, of="the ratio's", over="seeds"), "task under each schedule")
+
+
 @claim("C8", "I, II", "v1", "abstract", "Frame before precision: attention settles before the error does", "qualitative",
        "paper", "t90 of the frame / t90 of log-KL over training (geometric mean, 5 seeds per task), under the cosine "
        "schedule and, as the control, with the learning rate held constant after warmup",
-       "agree if the ratio's interval lies below 1 on both tasks under both schedules (a decaying rate makes every "
-       "curve settle late by itself)", "windtunnel routing timescales; windtunnel routing timescales --constant-lr")
+       C8_RULE, "windtunnel routing timescales; windtunnel routing timescales --constant-lr",
+       rule_note="a decaying rate makes every curve settle late by itself")
 def _c8(ev: Evidence) -> Verdict:
     doc = ev.json(TIMESCALES)
     if doc is None:
         return missing(TIMESCALES)
     r = {t: doc["results"][t]["log_t90_ratio"] for t in ("bijection", "sticky")}
     m = Measure(r["bijection"]["geometric_mean"], tuple(r["bijection"]["ci95"]), r["bijection"]["n"], (), (TIMESCALES,))
-    cosine = all(x["ci95"][1] < 1 for x in r.values())
+    cosine = C8_RULE.kind([_ratio(x) for x in r.values()])
     said = f"bijection shown; sticky {r['sticky']['geometric_mean']:.2f}"
     const = ev.json(TIMESCALES_CONSTANT)
     if const is None:
-        return Verdict(AGREE if cosine else DISAGREE, m, f"{said} under the cosine schedule; the constant-rate control "
+        return Verdict(cosine, m, f"{said} under the cosine schedule; the constant-rate control "
                        f"({TIMESCALES_CONSTANT}) is not measured yet")
     c = {t: const["results"][t]["log_t90_ratio"] for t in ("bijection", "sticky")}
     m = Measure(m.value, m.ci, m.seeds, (), (TIMESCALES, TIMESCALES_CONSTANT))
-    held = all(x["ci95"] and x["ci95"][1] < 1 for x in c.values())
     firsts = sum(round(x["frame_first_share"] * x["n"]) for x in c.values())
     seeds = sum(x["n"] for x in c.values())
     said += (f" under the cosine schedule; at a constant rate {c['bijection']['geometric_mean']:.2f} / "
              f"{c['sticky']['geometric_mean']:.2f} (bijection / sticky), the frame first on {firsts} of {seeds} seeds")
-    if cosine and held:
-        return Verdict(AGREE, m, said)
-    if cosine:
+    both = C8_RULE.kind([_ratio(x) for x in (*r.values(), *c.values())])
+    if both != DISAGREE:
+        return Verdict(both, m, said)
+    if cosine == AGREE:
         return Verdict(DISAGREE, m, f"{said}: with the rate held, attention keeps moving to the last step while the "
                        "log error has settled, so the cosine ordering is the schedule's", controls=("schedule",))
     return Verdict(DISAGREE, m, said, controls=("schedule",))
+
+
+def _ratio(x: dict) -> Measure:
+    """A timescale ratio's geometric mean over seeds, with its interval where written."""
+    return Measure(x["geometric_mean"], tuple(x["ci95"]) if x.get("ci95") else None, x["n"])
+
+
+C9_RULE = Every(EachSeed("the best head puts ≥ 0.5 of its attention on the posterior's support and some head's value "
+                         "writes favour their own class on ≥ 50% of hypothesis positions"), "task (recall, the sawtooth)")
 
 
 @claim("C9", "II", "v1", "abstract", "Attention weights act as soft responsibilities (E-step), values as prototypes "
        "(M-step)", "qualitative", "paper", "em_reading where the exact posterior is one-hot on a hypothesis in context "
        "(recall's stored value, the sawtooth's repeated-key answer): the best head's attention mass on it, and the share "
        "of hypothesis positions whose value write favours its own class",
-       "agree if on every seed of both tasks a layer's best head puts ≥ 0.5 of its attention on the posterior's support "
-       "and some head's value writes favour their own class on ≥ 50% of hypothesis positions", REPRO,
+       C9_RULE, REPRO,
        threshold="attention mass ≥ 0.5, value writes on ≥ 50% of positions",
        cells=reads("bijection_replacement", "recall", geometry=True))
 def _c9(ev: Evidence) -> Verdict:
@@ -210,10 +232,10 @@ def _c9(ev: Evidence) -> Verdict:
         if resp is None or proto is None:
             return missing(f"{column} transformer EM reading")
         parts[column] = (resp, proto)
-    ok = all(min(r.values) >= 0.5 and min(p.values) >= 0.5 for r, p in parts.values())
+    kind = C9_RULE.kind([[a >= 0.5 and b >= 0.5 for a, b in zip(r.values, p.values)] for r, p in parts.values()])
     r, p = parts["recall"]
     rs, ps = parts["bijection_replacement"]
-    return Verdict(AGREE if ok else DISAGREE, r, f"recall: responsibility {r.text()}, prototype accuracy {p.text()}; "
+    return Verdict(kind, r, f"recall: responsibility {r.text()}, prototype accuracy {p.text()}; "
                    f"sawtooth: responsibility {rs.text()}, prototype accuracy {ps.text()}")
 def _routing_damage(ev: Evidence, column: str) -> tuple[float, Measure, Measure, float] | None:
     """How far uniform attention takes ``column``'s transformer from the trained model towards the
@@ -227,14 +249,18 @@ def _routing_damage(ev: Evidence, column: str) -> tuple[float, Measure, Measure,
     return (uni.value - full.value) / (blind.value - full.value), uni, full, blind.value
 
 
+C10_RULE = All(Compare("binding's share", "≥", 0.5), Compare("transport's share", "≥", 0.5),
+               Compare("accumulation's share", "<", 0.5))
+
+
 @claim("C10", "II", "v3", "abstract", "The primitives map onto EM: accumulation ← value updates, transport ← routing, "
        "binding ← query–key matching", "qualitative", "paper",
        "each primitive's transformer retrained with uniform attention in every layer (routing removed, value "
        "aggregation kept): the share of the way from the trained model's KL to the context-blind KL "
        "(accumulation: the main job; transport: HMM; binding: recall), 3 seeds each",
-       "agree if removing routing takes binding and transport at least halfway to the context-blind floor and "
-       "accumulation less than halfway (the two routing primitives need routing, accumulation does not)",
-       "windtunnel reproduce paper2 --preset quick",
+       C10_RULE, "windtunnel reproduce paper2 --preset quick",
+       rule_note="the share is how far removing routing takes it to the context-blind floor: the two routing primitives "
+       "need routing, accumulation does not",
        threshold="halfway to the floor",
        cells=reads("hmm", "hmm_uniform", "main", "main_uniform", "recall", "recall_uniform"))
 def _c10(ev: Evidence) -> Verdict:
@@ -244,15 +270,15 @@ def _c10(ev: Evidence) -> Verdict:
         if d is None:
             return missing(f"{column} cells with uniform attention")
         parts[primitive] = d
-    ok = parts["binding"][0] >= 0.5 and parts["transport"][0] >= 0.5 and parts["accumulation"][0] < 0.5
+    kind = C10_RULE.kind(parts["binding"][0], parts["transport"][0], parts["accumulation"][0])
     files = tuple(f for d in parts.values() for f in d[1].files + d[2].files)
-    return Verdict(AGREE if ok else DISAGREE, "; ".join(f"{p} {d[0]:.2f}" for p, d in parts.items()),
+    return Verdict(kind, "; ".join(f"{p} {d[0]:.2f}" for p, d in parts.items()),
                    "share of the way to the context-blind floor; KL uniform / trained / blind: " + "; ".join(
                        f"{p} {d[1].text()} / {d[2].value:.3g} / {d[3]:.3g}" for p, d in parts.items()), files=files)
 
 
 @claim("C11", "II", "v3", "abstract", "Content-based value routing, selective SSMs included, develops Bayesian geometry",
-       "conjecture", "paper", "Mamba's final-state clusters on HMM (as B14)", "agree if B14 agrees", REPRO,
+       "conjecture", "paper", "Mamba's final-state clusters on HMM (as B14)", Follows("B14"), REPRO,
        derived="B14",
        cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _c11(ev: Evidence) -> Verdict:
@@ -261,12 +287,12 @@ def _c11(ev: Evidence) -> Verdict:
     v = CLAIMS["B14"].assess(ev)
     if v.kind == NOT_MEASURED:
         return v
-    return Verdict(AGREE if v.kind == AGREE else DISAGREE, v.ours, "follows B14: " + v.why, files=v.files)
+    return replace(v, kind=Follows("B14").kind(v.kind), why="follows B14: " + v.why)
 
 
 @claim("C12", "II", "v1", "abstract", "The same dynamics sculpt the manifold: precision keeps improving after the frame "
        "settles", "qualitative", "paper", "the manifold's gain in |ρ(PC1, H)| after attention settled (as B8, on the sawtooth)",
-       "agree if B8 agrees", REPRO, derived="B8",
+       Follows("B8"), REPRO, derived="B8",
        cells=reads("bijection_replacement", geometry=True))
 def _c12(ev: Evidence) -> Verdict:
     from .base import CLAIMS
@@ -274,4 +300,4 @@ def _c12(ev: Evidence) -> Verdict:
     v = CLAIMS["B8"].assess(ev)
     if v.kind == NOT_MEASURED:
         return v
-    return Verdict(AGREE if v.kind == AGREE else DISAGREE, v.ours, "follows B8: " + v.why, files=v.files)
+    return replace(v, kind=Follows("B8").kind(v.kind), why="follows B8: " + v.why)

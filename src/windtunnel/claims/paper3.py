@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Callable
 
 from ..grid import SEEDS
-from .base import (AGREE, DISAGREE, INCONCLUSIVE, NOT_MEASURABLE, Verdict, claim,
+from .base import (AGREE, DISAGREE, NOT_MEASURABLE, Verdict, claim,
                    fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat
-from .rules import AtLeast, IntervalAbove
+from .rules import (All, Rule, AtLeast, Compare, Every, IntervalAbove, IntervalExcludes, IntervalHolds, IntervalMeets,
+                    IntervalsOverlap, Near, Ordered, conjoin)
 
 LLM = "llm/smollm2-135m-instruct-q4"
 SIG = "windtunnel llm signatures SmolLM2-135M-Instruct.Q4_1.gguf --prompts {}"
@@ -27,6 +28,11 @@ OFFLINE = "the paper's models (Pythia, Phi-2, Llama-3.2, Mistral, Mixtral) canno
 
 GEMMA = "llm/gemma-3-270m-q4"
 BOTH = SIG.format("mixed") + "; the same for gemma-3-270m-q4_k_m.gguf"
+
+
+def _each_model(rule: Rule) -> Every:
+    """``rule`` on each model: SmolLM2 shown, Gemma-3-270M beside it."""
+    return Every(rule, "model", "SmolLM2 shown, Gemma-3-270M beside it")
 
 
 def _sig(ev: Evidence, prompts: str) -> dict | None:
@@ -46,14 +52,14 @@ for _id, _statement, _number in (
 STRATIFIED = SIG.format("docs") + " --per-quintile 15; the same for gemma-3-270m-q4_k_m.gguf"
 
 
-D3_RULE = AtLeast(0.30, "the PC1+PC2 share of the variance")
+D3_RULE = _each_model(AtLeast(0.30, "the PC1+PC2 share of the variance"))
 
 
 @claim("D3", "III", "v1", "§4.4, §5.8", "The value manifold is concentrated: PC1 > 30% or PC1+PC2 > 30% (vs ≈5% random)",
        "> 30%", "paper", "value_manifold.pc1_pc2_share on 75 prompts, 15 from each next-token-entropy quintile of "
        "1,200 real-text candidates (the paper's sampling; SmolLM2 shown, Gemma-3-270M beside it); the unstratified "
        "mixed set beside both",
-       D3_RULE, f"{STRATIFIED}; {BOTH}", rule_note="on each model")
+       D3_RULE, f"{STRATIFIED}; {BOTH}")
 def _d3(ev: Evidence) -> Verdict:
     d, g = _sig(ev, "mixed"), ev.json(f"{GEMMA}-mixed.json")
     ds, gs = _sig(ev, "docs"), ev.json(f"{GEMMA}-docs.json")
@@ -62,14 +68,14 @@ def _d3(ev: Evidence) -> Verdict:
             return missing("signatures of both models")
         vm, vg = d["value_manifold"], g["value_manifold"]
         m = Measure(vm["pc1_pc2_share"], None, None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
-        ok = D3_RULE.kind(m) == AGREE and D3_RULE.kind(Measure(vg["pc1_pc2_share"])) == AGREE
+        ok = D3_RULE.kind([m, Measure(vg["pc1_pc2_share"])]) == AGREE
         return Verdict(AGREE if ok else DISAGREE, m, f"mixed prompts, unstratified: SmolLM2 shown (null "
                        f"{vm['pc1_pc2_share_null']:.3f}); Gemma-3-270M {vg['pc1_pc2_share']:.3f}; the stratified pool "
                        "is not measured yet")
     vm, vg = ds["value_manifold"], gs["value_manifold"]
     files = (f"{LLM}-docs.json", f"{GEMMA}-docs.json") + ((f"{LLM}-mixed.json", f"{GEMMA}-mixed.json") if d and g else ())
     m = Measure(vm["pc1_pc2_share"], None, None, (), files)
-    ok = D3_RULE.kind(m) == AGREE and D3_RULE.kind(Measure(vg["pc1_pc2_share"])) == AGREE
+    ok = D3_RULE.kind([m, Measure(vg["pc1_pc2_share"])]) == AGREE
     beside = (f"; unstratified mixed prompts: {d['value_manifold']['pc1_pc2_share']:.3f} / "
               f"{g['value_manifold']['pc1_pc2_share']:.3f}") if d and g else ""
     return Verdict(AGREE if ok else DISAGREE, m, f"stratified docs pool, SmolLM2 shown (permutation null "
@@ -78,9 +84,12 @@ def _d3(ev: Evidence) -> Verdict:
                    "remain confounded")
 
 
+D4_RULE = Compare("the maths share − the mixed share", ">", "the same difference of their nulls")
+
+
 @claim("D4", "III", "v1", "§5.1", "Restricting prompts to one domain concentrates the manifold", "+22 points (Llama)",
        "paper", "PC1+PC2 share, maths minus mixed, each against its permutation null",
-       "agree if maths exceeds mixed by more than the difference of their nulls", SIG.format("math"))
+       D4_RULE, SIG.format("math"))
 def _d4(ev: Evidence) -> Verdict:
     a, b = _sig(ev, "mixed"), _sig(ev, "math")
     if a is None or b is None:
@@ -89,20 +98,23 @@ def _d4(ev: Evidence) -> Verdict:
     gain = vb["pc1_pc2_share"] - va["pc1_pc2_share"]
     null_gain = vb["pc1_pc2_share_null"] - va["pc1_pc2_share_null"]
     m = Measure(gain, None, None, (), (f"{LLM}-mixed.json", f"{LLM}-math.json"))
-    return Verdict(AGREE if gain > null_gain else DISAGREE, m, f"the nulls differ by {null_gain:.3f} (fewer maths prompts)")
+    return Verdict(D4_RULE.kind(gain, null_gain), m, f"the nulls differ by {null_gain:.3f} (fewer maths prompts)")
+
+
+D5_RULE = Every(IntervalExcludes(0, of="ρ's"), "prompt set (mixed, maths)")
 
 
 @claim("D5", "III", "v1", "§5.1", "PC1 correlates with next-token entropy (sign arbitrary)", "ρ = +0.59 / −0.51 (Llama)",
        "paper", "Spearman ρ(PC1, next-token entropy) with its bootstrap interval, mixed and maths",
-       "agree if both intervals exclude 0", SIG.format("mixed"))
+       D5_RULE, SIG.format("mixed"))
 def _d5(ev: Evidence) -> Verdict:
     a, b = _sig(ev, "mixed"), _sig(ev, "math")
     if a is None or b is None:
         return missing("signatures")
     va, vb = a["value_manifold"], b["value_manifold"]
-    excl = [vm["rho_ci"][0] > 0 or vm["rho_ci"][1] < 0 for vm in (va, vb)]
     m = Measure(va["rho_pc1_entropy"], tuple(va["rho_ci"]), None, (), (f"{LLM}-mixed.json",))
-    return Verdict(AGREE if all(excl) else DISAGREE, m, f"mixed shown; maths {vb['rho_pc1_entropy']:+.2f} "
+    kind = D5_RULE.kind([Measure(vm["rho_pc1_entropy"], tuple(vm["rho_ci"])) for vm in (va, vb)])
+    return Verdict(kind, m, f"mixed shown; maths {vb['rho_pc1_entropy']:+.2f} "
                    f"[{vb['rho_ci'][0]:+.2f}, {vb['rho_ci'][1]:+.2f}]")
 
 
@@ -120,9 +132,12 @@ def _d6(ev: Evidence) -> Verdict:
                    "share of layers")
 
 
+D7_RULE = Compare("the trained median", "<", "the random-initialisation median")
+
+
 @claim("D7", "III", "v1", "§4.2, §5.5", "Trained keys are more orthogonal than random ('2× better than random')",
        "0.034–0.18 vs 0.35–0.45", "paper", "median layer mean |cos| vs the same model at random initialisation",
-       "agree if the trained median is below the random-initialisation median", SIG.format("mixed"))
+       D7_RULE, SIG.format("mixed"))
 def _d7(ev: Evidence) -> Verdict:
     d = _sig(ev, "mixed")
     if d is None:
@@ -132,7 +147,7 @@ def _d7(ev: Evidence) -> Verdict:
     k = d["key_orthogonality"]
     trained, rand = statistics.median(k["by_layer"]), statistics.median(k["random_init_by_layer"])
     m = Measure(trained, None, None, (), (f"{LLM}-mixed.json",))
-    if trained < rand:
+    if D7_RULE.kind(trained, rand) == AGREE:
         return Verdict(AGREE, m, f"random initialisation {rand:.3f}")
     # the random-initialisation control refutes the claim (trained keys are less orthogonal than random ones): a
     # disagreement that persists under it, not one it explains
@@ -141,21 +156,19 @@ def _d7(ev: Evidence) -> Verdict:
                    "0.35–0.45 is not what random keys give", controls=("initialisation",))
 
 
-D9_RULE = IntervalAbove(0.30, over="prompts (bootstrap)")
+D9_RULE = _each_model(IntervalAbove(0.30, over="prompts (bootstrap)"))
 
 
 @claim("D9", "III", "v1", "§4.4", "Attention focusing: entropy falls more than 30% from the first to the last layer",
        "> 30%", "paper", "reduction of mean attention entropy, first to last layer, with bootstrap interval (mixed; "
-       "SmolLM2, Gemma-3-270M beside it)", D9_RULE, BOTH, rule_note="on each model: agree if both agree, disagree if "
-       "either disagrees")
+       "SmolLM2, Gemma-3-270M beside it)", D9_RULE, BOTH)
 def _d9(ev: Evidence) -> Verdict:
     d, g = _sig(ev, "mixed"), ev.json(f"{GEMMA}-mixed.json")
     if d is None or g is None:
         return missing("signatures of both models")
     f, fg = d["focusing"], g["focusing"]
     m = Measure(f["reduction_first_to_last"], tuple(f["reduction_ci"]), None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
-    kinds = (D9_RULE.kind(m), D9_RULE.kind(Measure(fg["reduction_first_to_last"], tuple(fg["reduction_ci"]))))
-    kind = AGREE if kinds == (AGREE, AGREE) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+    kind = D9_RULE.kind([m, Measure(fg["reduction_first_to_last"], tuple(fg["reduction_ci"]))])
     return Verdict(kind, m, f"SmolLM2 shown; Gemma-3-270M {fg['reduction_first_to_last']:.3f} "
                    f"[{fg['reduction_ci'][0]:.3f}, {fg['reduction_ci'][1]:.3f}]; fraction of layer-0 entropy removed by "
                    "the last layer")
@@ -166,12 +179,15 @@ def _reduction(g: dict) -> float:
     return 1 - e[-1] / e[0]
 
 
+D10_RULE = Ordered("the GQA model", "the MHA model")
+
+
 @claim("D10", "III", "v1", "Table 2, §6.3", "Focusing depends on routing: MHA −82/−86%, GQA −31%",
        "−82/−86% vs −31%", "paper",
        "attention-entropy reduction, first to last layer, of the main job trained with multi-head attention and "
        "with 4 query heads sharing 1 key/value head (Llama-3.2-1B's 4:1), capacity-matched, 3 seeds each",
-       "agree if the GQA model's reduction lies below the MHA model's with disjoint intervals over seeds; "
-       "inconclusive if the intervals overlap", "windtunnel reproduce paper3 --preset quick",
+       D10_RULE, "windtunnel reproduce paper3 --preset quick",
+       rule_note="for the reduction of attention entropy, first to last layer, over seeds",
        cells=reads("hmm", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_gqa@paper", "hmm_long", "main", "main_gqa",
                    geometry=True))
 def _d10(ev: Evidence) -> Verdict:
@@ -180,12 +196,7 @@ def _d10(ev: Evidence) -> Verdict:
     err = ev.eval_metric("main_gqa", "transformer", SEEDS, "entropy_mae_curve")
     if mha is None or gqa is None or err is None:
         return missing("main-job cells with grouped-query attention")
-    if mha.ci[0] > gqa.ci[1]:
-        kind = AGREE
-    elif gqa.ci[0] > mha.ci[1]:
-        kind = DISAGREE
-    else:
-        kind = INCONCLUSIVE
+    kind = D10_RULE.kind(gqa, mha)
     # why the contrast is run on the main job and not on HMM: the HMM transformer does not focus at all
     hmm = [(c, ev.cell_stat(c, "transformer", SEEDS, "geometry.json", _reduction)) for c in HMM_FOCUS_CELLS]
     hmm = [(c, m) for c, m in hmm if m is not None]
@@ -229,13 +240,15 @@ focusing D10 reports beside the main job's: the reason the routing contrast is n
 MATCHED = "llm/matched/summary.json"
 
 
+D10B_RULE = IntervalAbove(0, of="the paired difference's (MHA − GQA)", over="seeds")
+
+
 @claim("D10b", "III", "v1", "Table 2, §6.3", "Focusing depends on routing, tested in language models: MHA focuses more "
        "than GQA", "−82/−86% vs −31%", "paper",
        "attention-entropy reduction, first to last layer, of Llama-layout LMs trained here on Python's documentation, "
        "matched in parameters, differing only in key/value heads (8 = MHA, 2 = GQA 4:1, 1 = MQA of 8 query heads), "
        "3 seeds each, paired by seed",
-       "agree if MHA's reduction exceeds the GQA arm's on the same seeds with a paired interval above 0; disagree if "
-       "the interval lies below 0; inconclusive if it holds 0", "windtunnel llm matched --workers 2")
+       D10B_RULE, "windtunnel llm matched --workers 2")
 def _d10b(ev: Evidence) -> Verdict:
     doc = ev.json(MATCHED)
     if doc is None or not doc.get("complete"):
@@ -246,7 +259,7 @@ def _d10b(ev: Evidence) -> Verdict:
         return missing("matched language models with an MHA reference and a GQA arm")
     d = doc["focusing_reduction_reference_minus_arm"][gqa[0]]
     lo, hi = d["ci95"]
-    kind = AGREE if lo > 0 else DISAGREE if hi < 0 else INCONCLUSIVE
+    kind = D10B_RULE.kind(Measure(d["mean"], (lo, hi)))
 
     def red(a: dict) -> str:
         m = a["focusing_reduction"]
@@ -254,17 +267,22 @@ def _d10b(ev: Evidence) -> Verdict:
 
     others = "".join(f", {red(a)}" for k, a in arms.items() if k not in (ref, gqa[0]))
     bits = "; ".join(f"{a['kind']} {a['held_out_bits']['mean']:.3f}" for a in arms.values())
-    return Verdict(kind, f"{red(arms[ref])}, {red(arms[gqa[0]])}{others}",
-                   f"paired by seed, MHA − GQA {d['mean']:+.1%} [{lo:+.1%}, {hi:+.1%}]; the papers compare different "
+    return Verdict(kind, Measure(d["mean"], (lo, hi), None, (), (MATCHED,)),
+                   f"the reduction paired by seed, MHA − GQA {d['mean']:+.1%} [{lo:+.1%}, {hi:+.1%}]: "
+                   f"{red(arms[ref])}, {red(arms[gqa[0]])}{others}; the papers compare different "
                    f"production models, here only the key/value sharing differs ({arms[ref]['parameters']:,} parameters "
-                   f"each; held-out bits/token {bits})", files=(MATCHED,))
+                   f"each; held-out bits/token {bits})")
+
+
+D12_RULE = All(Compare("PC1's share", "≥", 0.84), Compare("the keys' |cos|", "≤", 0.12),
+               Compare("the focusing reduction", "≥", 0.85))
 
 
 @claim("D12", "III", "v1", "Tables 1–2", "The wind-tunnel reference row: PC1 84–90% (maths), keys 0.09–0.12, focusing "
        "↓85–90%", "84–90% / 0.09–0.12 / ↓85–90%", "paper-p3",
        "sawtooth attention-output PC1 share; main-job layer-0 key |cos|; main-job attention-entropy reduction",
-       "agree if all three fall in or beyond the papers' ranges (PC1 ≥ 0.84, keys ≤ 0.12, reduction ≥ 0.85)",
-       "windtunnel reproduce paper1 --preset quick", derived="B1",
+       D12_RULE, "windtunnel reproduce paper1 --preset quick", derived="B1",
+       rule_note="each in or beyond the papers' range",
        cells=reads("bijection_replacement", "main", geometry=True))
 def _d12(ev: Evidence) -> Verdict:
     pc1 = ev.geometry("bijection_replacement", "transformer", SEEDS, "value_manifold.final_attn_out_pc1_var")
@@ -274,15 +292,13 @@ def _d12(ev: Evidence) -> Verdict:
                        / geometry_stat(g, "attention_focusing.entropy_by_layer")[0])
     if pc1 is None or keys is None or foc is None:
         return missing("wind-tunnel geometry")
-    ok = pc1.value >= 0.84 and keys.value <= 0.12 and foc.value >= 0.85
-    return Verdict(AGREE if ok else DISAGREE, f"PC1 {pc1.value:.2f}, keys {keys.value:.3f}, focusing ↓{foc.value:.0%}",
+    return Verdict(D12_RULE.kind(pc1.value, keys.value, foc.value), f"PC1 {pc1.value:.2f}, keys {keys.value:.3f}, focusing ↓{foc.value:.0%}",
                    "3 seeds each", files=pc1.files + keys.files)
 
 
 SULA_MODELS = (("SmolLM2", f"{LLM}-sula.json"), ("Gemma-3-270M", f"{GEMMA}-sula.json"))
 """The SULA runs a claim is judged on: SmolLM2 (shown) and Gemma-3-270M beside it when committed."""
 SULA_BOTH = SULA + "; the same for gemma-3-270m-q4_k_m.gguf"
-EACH = " on each model (SmolLM2 shown, Gemma-3-270M beside it)"
 
 
 def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = SULA_MODELS
@@ -302,7 +318,7 @@ def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = S
             if not runs or runs[0][0] != models[0][0]:
                 return missing(what)
             kinds = [v.kind for _, _, v in runs]
-            kind = AGREE if all(k == AGREE for k in kinds) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+            kind = conjoin(kinds)  # every model's verdict by the claim's rule, joined as Every joins them
             first = runs[0][2]
             files = tuple(rel for _, rel, _ in runs)
             ours = (Measure(first.ours.value, first.ours.ci, None, (), files) if isinstance(first.ours, Measure)
@@ -328,33 +344,31 @@ def _rho(m: dict, rel: str) -> Measure:
     return Measure(m["rho"], tuple(ci) if None not in ci else None, None, (), (rel,))
 
 
-def _excludes_zero(m: dict) -> bool:
-    lo, hi = m.get("ci") or [None, None]
-    return lo is not None and (lo > 0 or hi < 0)
+D13_RULE = _each_model(IntervalMeets(0.155, 0.66, "bits"))
 
 
 @claim("D13", "III", "v1", "§5.2", "SULA: entropy error of a real LLM against the exact Bayesian entropy",
        "0.44 / 0.36 / 0.31 bits", "paper", "entropy_mae over 250 SULA prompts (k ∈ {0,1,2,4,8}), bootstrap interval",
-       "agree if our interval overlaps [0.155, 0.66] (the papers' range widened by half: the same regime)" + EACH,
-       SULA_BOTH,
+       D13_RULE, SULA_BOTH, rule_note="the band is the papers' range widened by half: the same regime",
        threshold="an interval overlapping [0.155, 0.66] bits (the papers' 0.31–0.44 widened by half)")
 @_on_each("SULA")
 def _d13(d: dict, rel: str) -> Verdict:
     c = d["conditions"]["normal"]
     m = Measure(c["entropy_mae"], tuple(c["entropy_mae_ci"]), None, (), (rel,))
-    ok = m.ci[1] >= 0.155 and m.ci[0] <= 0.66
-    return Verdict(AGREE if ok else DISAGREE, m, "")
+    return Verdict(D13_RULE.rule.kind(m), m, "")
+
+
+D16_RULE = _each_model(IntervalsOverlap("the remapped labels' error", "the original error"))
 
 
 @claim("D16", "III", "v1", "§5.2", "Control: remapping the label tokens preserves the effect", "qualitative", "paper",
-       "SULA entropy_mae, remapped labels vs the original", "agree if the two bootstrap intervals overlap" + EACH,
-       SULA_BOTH)
+       "SULA entropy_mae, remapped labels vs the original", D16_RULE, SULA_BOTH)
 @_on_each("SULA")
 def _d16(d: dict, rel: str) -> Verdict:
     a, b = d["conditions"]["normal"], d["conditions"]["remap"]
     m = Measure(b["entropy_mae"], tuple(b["entropy_mae_ci"]), None, (), (rel,))
-    ok = a["entropy_mae_ci"][0] <= b["entropy_mae_ci"][1] and b["entropy_mae_ci"][0] <= a["entropy_mae_ci"][1]
-    return Verdict(AGREE if ok else DISAGREE, m, f"original {a['entropy_mae']:.3f}")
+    kind = D16_RULE.rule.kind(m, Measure(a["entropy_mae"], tuple(a["entropy_mae_ci"])))
+    return Verdict(kind, m, f"original {a['entropy_mae']:.3f}")
 
 
 def _layers(c: dict) -> str:
@@ -375,13 +389,16 @@ def _alone(section: dict) -> dict[str, dict]:
     return {str(layer): section}
 
 
+D19_RULE = _each_model(Every(All(Compare("the readout's |ρ| after the cut", "<", 0.1),
+                                 Near("its ρ after a random cut", "the uncut ρ", 0.05)), "cut layer"))
+
+
 @claim("D19", "III", "v1", "§7.1", "Cutting the entropy axis drives ρ(v·u, H) to ≈ 0; a random cut does not; behaviour "
        "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", "ρ(entropy axis, model entropy) at the readout (the final token's "
        "hidden state the output head reads, against its axis in the uncut model) before the cut and after each layer is "
        "cut alone, at Paper III's two Bayesian layers 12 and 23 (of 24) mapped to the same relative depth of each model; "
        "the cut layer's own values are not read, since the edit has just removed the axis from them",
-       "agree if after every cut layer's cut the readout's ρ falls below 0.1 and the random cut leaves it within 0.05"
-       + EACH, SULA_BOTH,
+       D19_RULE, SULA_BOTH,
        threshold="ρ below 0.1 after the cut, the random cut within 0.05")
 @_on_each("SULA cut", needs="cut")
 def _d19(d: dict, rel: str) -> Verdict:
@@ -391,10 +408,10 @@ def _d19(d: dict, rel: str) -> Verdict:
     before, alone = c["rho_readout_before"], c["one_at_a_time"]
     after = {k: _rho_read(alone[k]["entropy_axis"]["rho_readout_after"]) for k in alone}
     rnd = {k: _rho_read(alone[k]["random_axis"]["rho_readout_after"]) for k in alone}
-    ok = all(abs(after[k]) < 0.1 and abs(rnd[k] - before) <= 0.05 for k in alone)
+    kind = D19_RULE.rule.kind([(abs(after[k]), (rnd[k], before)) for k in alone])
     txt = f"readout {before:.2f} → " + ", ".join(f"L{k} cut {after[k]:.2f}" for k in alone)
     check = ", ".join(f"L{k} {_rho_read(alone[k]['entropy_axis']['rho_axis_entropy_after']):.2f}" for k in alone)
-    return Verdict(AGREE if ok else DISAGREE, txt, f"{_layers(c)}; each layer cut alone, as in the paper; the random "
+    return Verdict(kind, txt, f"{_layers(c)}; each layer cut alone, as in the paper; the random "
                    "cut leaves the readout at " + ", ".join(f"{rnd[k]:.2f}" for k in alone) + f"; the cut layer's own "
                    f"values after the edit (the axis removed by construction, so a check that the cut happened, not a "
                    f"result): {check}", files=(rel,))
@@ -411,12 +428,15 @@ CUT5_MODELS = (("SmolLM2", CUT5), ("Gemma-3-270M", f"{GEMMA}-sula-5layers.json")
 (SmolLM2's 30 layers: 10, 15, 20, 25, 29; Gemma-3-270M's 18: 6, 9, 12, 15, 17)."""
 
 
+D20_RULE = _each_model(All(Compare("the readout's |ρ| after the cut", "≤", 0.1),
+                           Compare("the entropy error's |relative change|", "≤", 0.05)))
+
+
 @claim("D20", "III", "v1", "§6.2", "A multi-layer cut at layers 8, 12, 16, 20, 23: ρ 0.27 → 0.07, SULA changes < 1%",
        "ρ 0.27 → 0.07; < 1%", "paper", "the entropy-axis cut at the five layers together, Paper III's layers 8, 12, 16, "
        "20, 23 (of 24) mapped to the same relative depth of each model: ρ(entropy axis, model entropy) at the readout "
        "(downstream of every cut layer) before and after, and the relative change of the SULA entropy error",
-       "agree if the readout's ρ after the cut is ≤ 0.1 and the entropy error changes by at most 5%" + EACH,
-       SULA + " --paper-layers 8 12 16 20 23 --cut-only --out results/" + CUT5 + "; the same for "
+       D20_RULE, SULA + " --paper-layers 8 12 16 20 23 --cut-only --out results/" + CUT5 + "; the same for "
        "gemma-3-270m-q4_k_m.gguf --out results/" + CUT5_MODELS[1][1],
        threshold="ρ ≤ 0.1 and the error within 5% (in place of 0.07 and < 1%)")
 @_on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
@@ -427,17 +447,20 @@ def _d20(d: dict, rel: str) -> Verdict:
     before, after = c["rho_readout_before"], _rho_read(c["entropy_axis"]["rho_readout_after"])
     mae0, mae1 = d["conditions"]["normal"]["entropy_mae"], c["entropy_axis"]["behaviour"]["entropy_mae"]
     change = (mae1 - mae0) / mae0
-    ok = abs(after) <= 0.1 and abs(change) <= 0.05
+    kind = D20_RULE.rule.kind(abs(after), abs(change))
     rnd = c["random_axis"]["behaviour"]["entropy_mae"]
-    return Verdict(AGREE if ok else DISAGREE, f"readout ρ {before:.2f} → {after:.2f}; entropy error {change:+.1%}",
+    return Verdict(kind, f"readout ρ {before:.2f} → {after:.2f}; entropy error {change:+.1%}",
                    f"{_layers(c)}; the random-axis cut leaves the error at {rnd:.3f} (from {mae0:.3f}) and the "
                    f"readout's ρ at {_rho_read(c['random_axis']['rho_readout_after']):.2f}", files=(rel,))
+
+
+D23_RULE = _each_model(Compare("the entropy error's |relative change| under the cut", "≤", 0.2))
 
 
 @claim("D23", "III", "v1", "abstract", "The entropy axis is a privileged readout, not a bottleneck", "conclusion", "paper",
        "the change in SULA entropy error when the entropy axis is cut from the cut layers' values (the cut itself is "
        "exact by construction: the edit projects the axis out), with the readout's ρ after the cut beside it",
-       "agree if the entropy error changes by at most 20% under the cut" + EACH, SULA_BOTH,
+       D23_RULE, SULA_BOTH,
        threshold="the error within 20%")
 @_on_each("SULA cut", needs="cut")
 def _d23(d: dict, rel: str) -> Verdict:
@@ -454,36 +477,43 @@ def _d23(d: dict, rel: str) -> Verdict:
         alone = "; each layer cut alone: " + ", ".join(
             f"L{k} {(a['entropy_axis']['behaviour']['entropy_mae'] - before) / before:+.1%}"
             for k, a in c["one_at_a_time"].items())
-    return Verdict(AGREE if abs(change) <= 0.2 else DISAGREE, Measure(change, None, None, (), (rel,)),
+    return Verdict(D23_RULE.rule.kind(abs(change)), Measure(change, None, None, (), (rel,)),
                    f"relative change of the SULA entropy error with the axis cut at {_layers(c)} together" + alone
                    + readout)
 
 
-D14_RULE = IntervalAbove(0.5, over="prompts (bootstrap)")
+D14_RULE = _each_model(IntervalAbove(0.5, over="prompts (bootstrap)"))
 
 
 @claim("D14", "III", "v1", "§5.2", "SULA: PC1 in a PCA basis shared across k correlates with the Bayesian entropy",
        "|ρ| 0.65–0.80", "paper", "|Spearman ρ(PC1, H_Bayes)| over the 250 SULA prompts, last layer's final-token values",
-       D14_RULE, SULA_BOTH, rule_note=EACH.removeprefix(" "))
+       D14_RULE, SULA_BOTH)
 @_on_each("SULA geometry")
 def _d14(d: dict, rel: str) -> Verdict:
     g = d["geometry"]
     m = _rho(g["pc1_vs_bayes_entropy"], rel)
-    return Verdict(D14_RULE.kind(m), m, f"layer {g['layer']}; PC1 oriented to grow with H_Bayes")
+    return Verdict(D14_RULE.rule.kind(m), m, f"layer {g['layer']}; PC1 oriented to grow with H_Bayes")
+
+
+D15_RULE = _each_model(All(Compare("|ρ|", "≥", 0.3), IntervalExcludes(0, of="ρ's")))
 
 
 @claim("D15", "III", "v1", "§5.2", "SULA: the state moves along PC1 as evidence accumulates", "ρ(k, PC1) 0.86 / 0.60 / 0.32",
        "paper", "Spearman ρ(k, PC1) over the SULA prompts in the shared basis",
-       "agree if |ρ| ≥ 0.3 with an interval that excludes 0" + EACH, SULA_BOTH)
+       D15_RULE, SULA_BOTH)
 @_on_each("SULA geometry")
 def _d15(d: dict, rel: str) -> Verdict:
     g = d["geometry"]
     mv = g["movement"]["normal"]
     m = _rho(mv, rel)
-    ok = abs(m.value) >= 0.3 and _excludes_zero(mv)
+    kind = D15_RULE.rule.kind(abs(m.value), m)
     sh = g["movement"]["shuffled"]["rho"]
-    return Verdict(AGREE if ok else DISAGREE, m, "mean PC1 by k: " + ", ".join(f"{k}: {v:+.2f}" for k, v in mv["pc1_by_k"].items())
+    return Verdict(kind, m, "mean PC1 by k: " + ", ".join(f"{k}: {v:+.2f}" for k, v in mv["pc1_by_k"].items())
                    + f"; with shuffled labels (no evidence) ρ is {sh:+.2f} (D17): the movement follows k, not the evidence")
+
+
+NO_MOVEMENT = _each_model(IntervalHolds(0, of="ρ's"))
+"""D17's and D18's rule: no movement along the manifold, on each model."""
 
 
 def _no_movement(d: dict, rel: str, condition: str, note: str) -> Verdict:
@@ -491,13 +521,13 @@ def _no_movement(d: dict, rel: str, condition: str, note: str) -> Verdict:
     mv = g["movement"][condition]
     m = _rho(mv, rel)
     normal = g["movement"]["normal"]["rho"]
-    return Verdict(DISAGREE if _excludes_zero(mv) else AGREE, m, f"ρ(k, PC1) under this control; normal prompts "
+    return Verdict(NO_MOVEMENT.rule.kind(m), m, f"ρ(k, PC1) under this control; normal prompts "
                    f"{normal:+.2f}" + (f". {note}" if note else ""))
 
 
 @claim("D17", "III", "v1", "§5.2", "Control: with shuffled labels (H_Bayes = 1 bit) the state does not move along the "
        "manifold", "little or no movement", "paper", "Spearman ρ(k, PC1) of shuffled-label prompts projected on the normal "
-       "prompts' basis", "agree if its interval contains 0 (no movement); disagree if it excludes 0" + EACH, SULA_BOTH)
+       "prompts' basis", NO_MOVEMENT, SULA_BOTH)
 @_on_each("SULA geometry")
 def _d17(d: dict, rel: str) -> Verdict:
     return _no_movement(d, rel, "shuffled", "")
@@ -505,11 +535,15 @@ def _d17(d: dict, rel: str) -> Verdict:
 
 @claim("D18", "III", "v1", "§5.2", "Control: masking the evidence carriers leaves no movement", "little or no movement",
        "paper", "Spearman ρ(k, PC1) of prompts whose carrier words are [MASK], on the normal basis",
-       "agree if its interval contains 0; disagree if it excludes 0" + EACH, SULA_BOTH)
+       NO_MOVEMENT, SULA_BOTH)
 @_on_each("SULA geometry")
 def _d18(d: dict, rel: str) -> Verdict:
     return _no_movement(d, rel, "masked", "Under the paper's own model the labels, which masking keeps, carry all the "
                         "evidence, so movement is what Bayes predicts here")
+
+
+D21_RULE = _each_model(Every(All(Compare("the readout's ρ with the entropy axis alone", "≥", "the uncut ρ − 0.05"),
+                                 Compare("with a random axis alone", "<", "the uncut ρ − 0.1")), "layer"))
 
 
 @claim("D21", "III", "v1", "§7.1", "Axis-only projection along the entropy axis keeps the axis–entropy correlation; a "
@@ -518,8 +552,7 @@ def _d18(d: dict, rel: str) -> Verdict:
        "its axis in the uncut model) before and after each Bayesian layer's final-token values are reduced to their "
        "entropy-axis (or a random axis's) component alone, Paper III's layers 12 and 23 (of 24) mapped to the same "
        "relative depth of each model; ρ(model entropy, H_Bayes) after the projection beside it",
-       "agree if at every layer the entropy axis keeps the readout's ρ within 0.05 of before (or above) and the random "
-       "axis lowers it by more than 0.1" + EACH, SULA_BOTH,
+       D21_RULE, SULA_BOTH,
        threshold="within 0.05, and a drop above 0.1, at every layer")
 @_on_each("SULA geometry")
 def _d21(d: dict, rel: str) -> Verdict:
@@ -529,11 +562,11 @@ def _d21(d: dict, rel: str) -> Verdict:
     before, alone = a["rho_readout_before"], _alone(a)
     ent = {k: _rho_read(x["entropy_axis"]["rho_readout_after"]) for k, x in alone.items()}
     rnd = {k: _rho_read(x["random_axis"]["rho_readout_after"]) for k, x in alone.items()}
-    ok = {k: ent[k] >= before - 0.05 and rnd[k] <= before - 0.1 for k in alone}
+    ok = {k: D21_RULE.rule.rule.kind((ent[k], before - 0.05), (rnd[k], before - 0.1)) == AGREE for k in alone}
     bayes = ", ".join(f"L{k} {_rho_read(x['entropy_axis']['rho_model_bayes_entropy']):.2f} / "
                       f"{_rho_read(x['random_axis']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
-    return Verdict(AGREE if all(ok.values()) else DISAGREE,
-                   f"readout {before:.2f} → " + ", ".join(f"L{k} {ent[k]:.2f} (entropy axis) / {rnd[k]:.2f} (random)"
+    kind = D21_RULE.rule.kind([((ent[k], before - 0.05), (rnd[k], before - 0.1)) for k in alone])
+    return Verdict(kind, f"readout {before:.2f} → " + ", ".join(f"L{k} {ent[k]:.2f} (entropy axis) / {rnd[k]:.2f} (random)"
                                                          for k in alone),
                    f"{_layers(d['cut'])}; each layer projected alone, as in the paper: "
                    + ", ".join(f"L{k} {'meets' if ok[k] else 'fails'} the rule" for k in alone)
@@ -541,11 +574,15 @@ def _d21(d: dict, rel: str) -> Verdict:
                    "(entropy axis / random)", files=(rel,))
 
 
+D22_RULE = _each_model(Every(All(Compare("the mean entropy after +1σ", ">", "before"), Compare("after −1σ", "<", "before"),
+                                 Compare("the larger shift", "≤", 0.1, "bits")), "layer"))
+
+
 @claim("D22", "III", "v1", "§7.1", "A ±1σ shift along the entropy axis changes calibration slightly, in its direction",
        "small, directional", "paper", "mean model entropy (bits) after shifting each Bayesian layer's final-token values "
        "by ±1σ along the entropy axis, Paper III's layers 12 and 23 (of 24) mapped to the same relative depth of each "
        "model and shifted one at a time; ρ(model entropy, H_Bayes) after each shift beside it",
-       "agree if at every layer +1σ raises and −1σ lowers the mean entropy, each by at most 0.1 bits" + EACH, SULA_BOTH,
+       D22_RULE, SULA_BOTH,
        threshold="each shift at most 0.1 bits, at every layer")
 @_on_each("SULA geometry")
 def _d22(d: dict, rel: str) -> Verdict:
@@ -553,7 +590,8 @@ def _d22(d: dict, rel: str) -> Verdict:
     b, alone = sh["mean_model_entropy_before"], _alone(sh)
     up = {k: x["plus"]["mean_model_entropy"] for k, x in alone.items()}
     dn = {k: x["minus"]["mean_model_entropy"] for k, x in alone.items()}
-    ok = {k: up[k] > b > dn[k] and max(up[k] - b, b - dn[k]) <= 0.1 for k in alone}
+    read = {k: ((up[k], b), (dn[k], b), max(up[k] - b, b - dn[k])) for k in alone}
+    ok = {k: D22_RULE.rule.rule.kind(*read[k]) == AGREE for k in alone}
     why = (f"{_layers(d['cut'])}; each layer shifted alone, as in the paper: "
            + ", ".join(f"L{k} {'meets' if ok[k] else 'fails'} the rule" for k in alone))
     if "rho_model_bayes_entropy_before" in sh:
@@ -562,7 +600,7 @@ def _d22(d: dict, rel: str) -> Verdict:
                             f"{_rho_read(x['plus']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
                 + " (−1σ / +1σ)")
     why += f"; entropy MAE before {sh['entropy_mae_before']:.3f}"
-    return Verdict(AGREE if all(ok.values()) else DISAGREE,
+    return Verdict(D22_RULE.rule.kind(list(read.values())),
                    f"none {b:.3f} bits; " + ", ".join(f"L{k} {dn[k]:.3f} / {up[k]:.3f} (−1σ / +1σ)" for k in alone),
                    why, files=(rel,))
 
@@ -570,13 +608,17 @@ def _d22(d: dict, rel: str) -> Verdict:
 GLOBAL = "llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json"
 
 
+D24_RULE = All(Compare("PC1's share", ">", "the misaligned null's 95th percentile"),
+               Compare("each model's share of PC1", "≥", 0.25),
+               IntervalAbove(0.5, of="|ρ(PC1, H_Bayes)|'s", over="prompts (bootstrap)"))
+
+
 @claim("D24", "III", "v1", "§4.2", "Cross-model global PCA on per-model standardised value vectors: a shared basis",
        "method (no number)", "paper",
        "global PCA of SmolLM2-135M and Gemma-3-270M final-token values on the same 250 SULA prompts (each model's "
        "block z-scored and given equal variance): PC1 share against the misaligned null (prompt order shuffled "
        "between models), each model's share of PC1, |ρ(PC1, H_Bayes)|",
-       "agree if PC1 exceeds the misaligned null's 95th percentile, draws at least 25% on each model, and its "
-       "|ρ| with the exact entropy has an interval above 0.5", "windtunnel llm global SmolLM2.gguf gemma-3-270m.gguf",
+       D24_RULE, "windtunnel llm global SmolLM2.gguf gemma-3-270m.gguf",
        threshold="above the null's 95th percentile, ≥ 25% per model, |ρ| > 0.5")
 def _d24(ev: Evidence) -> Verdict:
     d = ev.json(GLOBAL)
@@ -584,10 +626,12 @@ def _d24(ev: Evidence) -> Verdict:
         return missing("cross-model global PCA")
     r, null = d["rho_global_pc1_bayes_entropy"], d["misaligned_null"]
     blocks = d["block_share"]
-    ok = (d["global_pc1_share"] > null["global_pc1_share_q95"] and min(blocks.values()) >= 0.25
-          and r["rho_ci"][0] is not None and r["rho_ci"][0] > 0.5)
+    if r["rho_ci"][0] is None:
+        return missing("a bootstrap interval of the global PC1's |ρ|")
+    kind = D24_RULE.kind((d["global_pc1_share"], null["global_pc1_share_q95"]), min(blocks.values()),
+                         Measure(r["rho"], tuple(r["rho_ci"])))
     own = "; ".join(f"{m.split('-')[0]} own PC1 |ρ| {o['rho']:.2f}" for m, o in d["own_pc1"].items())
-    return Verdict(AGREE if ok else DISAGREE,
+    return Verdict(kind,
                    f"PC1 {d['global_pc1_share']:.1%} (null {null['global_pc1_share_mean']:.1%}, q95 "
                    f"{null['global_pc1_share_q95']:.1%}); |ρ| {r['rho']:.2f} [{r['rho_ci'][0]:.2f}, {r['rho_ci'][1]:.2f}]",
                    "PC1 drawn on " + ", ".join(f"{m.split('-')[0]} {v:.2f}" for m, v in blocks.items()) + f"; {own}; "

@@ -14,7 +14,11 @@ drift apart.  The conventions are stated here, once, for every rule:
   claim its seeds split on;
 * **an ordered pair** — agree when one quantity's interval lies below the other's, disagree when above,
   inconclusive when they overlap, whichever way the means fall (:class:`Ordered`);
-* **a share of the context-blind floor** — what "learns" and "fails" mean for a model (:class:`FloorShare`).
+* **a share of the context-blind floor** — what "learns" and "fails" mean for a model (:class:`FloorShare`);
+* **a compound rule** — several conditions together (:class:`All`), or one condition on each of several items (each
+  model, each edited layer, each column: :class:`Every`): agree when every part agrees, disagree when any part
+  disagrees, inconclusive otherwise; a part is a rule of this vocabulary, its :attr:`Rule.condition` the phrase the
+  compound's sentence joins.
 """
 
 from __future__ import annotations
@@ -34,11 +38,19 @@ def _n(x: float) -> str:
 
 
 class Rule:
-    """A rule: :attr:`sentence` says it, :meth:`kind` applies it (``AGREE``, ``DISAGREE`` or ``INCONCLUSIVE``)."""
+    """A rule: :attr:`sentence` says it, :meth:`kind` applies it (``AGREE``, ``DISAGREE`` or ``INCONCLUSIVE``);
+    :attr:`condition` is what must hold for it to agree, the phrase a compound rule (:class:`All`, :class:`Every`)
+    joins; :attr:`three_way` says whether it can be inconclusive."""
+
+    three_way: ClassVar[bool] = False
 
     @property
-    def sentence(self) -> str:  # pragma: no cover - every rule defines it
+    def condition(self) -> str:  # pragma: no cover - every rule defines it
         raise NotImplementedError
+
+    @property
+    def sentence(self) -> str:
+        return f"agree if {self.condition}"
 
     def __str__(self) -> str:
         return self.sentence
@@ -52,12 +64,13 @@ class AtMost(Rule):
     unit: str = "bits"
     factor: float = ERROR_FACTOR
     of: str = "the papers'"
+    what: str = "our mean"
 
     @property
-    def sentence(self) -> str:
+    def condition(self) -> str:
         times = "" if self.factor == 1 else f"{_n(self.factor)}× "
         of = f"{self.of} " if self.of else ""
-        return f"agree if our mean is at most {times}{of}{_n(self.paper)} {self.unit}".rstrip()
+        return f"{self.what} is at most {times}{of}{_n(self.paper)} {self.unit}".rstrip()
 
     def kind(self, m: Measure) -> str:
         return AGREE if m.value <= self.factor * self.paper else DISAGREE
@@ -77,14 +90,19 @@ class IntervalBelow(Rule):
     bound: float
     unit: str = ""
     over: str = "seeds"
+    of: str = "our"
     below: ClassVar[bool] = True
+    three_way: ClassVar[bool] = True
+
+    @property
+    def condition(self) -> str:
+        b = f"{_n(self.bound)} {self.unit}".rstrip()
+        return f"{self.of} 95% interval over {self.over} lies {'below' if self.below else 'above'} {b}"
 
     @property
     def sentence(self) -> str:
-        b = f"{_n(self.bound)} {self.unit}".rstrip()
-        side, other = ("below", "at or above") if self.below else ("above", "at or below")
-        return (f"agree if our 95% interval over {self.over} lies {side} {b}, disagree if it lies {other} it, "
-                "inconclusive if it holds it")
+        other = "at or above" if self.below else "at or below"
+        return f"agree if {self.condition}, disagree if it lies {other} it, inconclusive if it holds it"
 
     def kind(self, m: Measure) -> str:
         lo, hi = m.ci if m.ci else (m.value, m.value)
@@ -112,17 +130,27 @@ class EachSeed(Rule):
     """A condition judged seed by seed (``condition`` says it): agree when every seed meets it, disagree when none
     does, inconclusive when the seeds split."""
 
-    condition: str
+    holds: str
+    three_way: ClassVar[bool] = True
+
+    @property
+    def condition(self) -> str:
+        return f"{self.holds} on every seed"
 
     @property
     def sentence(self) -> str:
-        return f"agree if {self.condition} on every seed, disagree if on none, inconclusive if the seeds split"
+        return f"agree if {self.condition}, disagree if on none, inconclusive if the seeds split"
 
     def kind(self, met: Sequence[bool]) -> str:
         return _share(list(met))
 
 
 _OPS = {"≥": lambda x, b: x >= b, ">": lambda x, b: x > b, "≤": lambda x, b: x <= b, "<": lambda x, b: x < b}
+
+
+def _check_op(op: str) -> None:
+    if op not in _OPS:
+        raise ValueError(f"unknown comparison {op!r}: one of {' '.join(_OPS)}")
 
 
 @dataclass(frozen=True)
@@ -133,15 +161,18 @@ class EverySeed(Rule):
     bound: float
     op: str = "≥"
     what: str = "it"
+    three_way: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if self.op not in _OPS:
-            raise ValueError(f"unknown comparison {self.op!r}: one of {' '.join(_OPS)}")
+        _check_op(self.op)
+
+    @property
+    def condition(self) -> str:
+        return f"{self.what} is {self.op} {_n(self.bound)} on every seed"
 
     @property
     def sentence(self) -> str:
-        return (f"agree if {self.what} is {self.op} {_n(self.bound)} on every seed, disagree if on none, inconclusive "
-                "if the seeds straddle it")
+        return f"agree if {self.condition}, disagree if on none, inconclusive if the seeds straddle it"
 
     def meets(self, x: float) -> bool:
         return bool(_OPS[self.op](x, self.bound))
@@ -157,11 +188,15 @@ class Ordered(Rule):
 
     lower: str
     upper: str
+    three_way: ClassVar[bool] = True
+
+    @property
+    def condition(self) -> str:
+        return f"{self.lower}'s interval lies below {self.upper}'s"
 
     @property
     def sentence(self) -> str:
-        return (f"agree if {self.lower}'s interval lies below {self.upper}'s, disagree if above, inconclusive if "
-                "they overlap")
+        return f"agree if {self.condition}, disagree if above, inconclusive if they overlap"
 
     def kind(self, a: Measure, b: Measure) -> str:
         if a.ci is None or b.ci is None:
@@ -174,17 +209,35 @@ class Ordered(Rule):
 
 
 @dataclass(frozen=True)
+class NotBelow(Rule):
+    """``first`` not below ``second`` (a ≥ claim): disagree only where ``first``'s interval lies wholly below
+    ``second``'s, agree otherwise (without intervals the means decide)."""
+
+    first: str
+    second: str
+
+    @property
+    def condition(self) -> str:
+        return f"{self.first} is not below {self.second} (refuted only where its interval lies wholly below)"
+
+    def kind(self, a: Measure, b: Measure) -> str:
+        below = a.ci[1] < b.ci[0] if a.ci is not None and b.ci is not None else a.value < b.value
+        return DISAGREE if below else AGREE
+
+
+@dataclass(frozen=True)
 class FloorShare(Rule):
     """A model's error as a share of the context-blind floor (the best a model that ignores its context does):
     ``below`` — it learns the task, ``mean < fraction · floor``; else it fails it, ``mean ≥ fraction · floor``."""
 
     fraction: float
     below: bool = True
+    what: str = ""
 
     @property
-    def sentence(self) -> str:
+    def condition(self) -> str:
         side = "below" if self.below else "at least"
-        return f"agree if {side} {self.fraction:.0%} of the context-blind floor"
+        return f"{self.what + ' is ' if self.what else ''}{side} {self.fraction:.0%} of the context-blind floor"
 
     def kind(self, m: Measure, floor: float) -> str:
         ok = m.value < self.fraction * floor if self.below else m.value >= self.fraction * floor
@@ -199,8 +252,8 @@ class AtLeast(Rule):
     what: str = "our mean"
 
     @property
-    def sentence(self) -> str:
-        return f"agree if {self.what} is at least {_n(self.bound)}"
+    def condition(self) -> str:
+        return f"{self.what} is at least {_n(self.bound)}"
 
     def kind(self, m: Measure) -> str:
         return AGREE if m.value >= self.bound else DISAGREE
@@ -215,16 +268,243 @@ class Within(Rule):
     tolerance: float
     what: str = ""
     relative: bool = False
+    subject: str = "our mean"
 
     @property
-    def sentence(self) -> str:
+    def condition(self) -> str:
         tol = f"{self.tolerance:.0%}" if self.relative else _n(self.tolerance)
-        return f"agree if our mean is within {tol} of {self.what or _n(self.target)}"
+        return f"{self.subject} is within {tol} of {self.what or _n(self.target)}"
 
     def kind(self, m: Measure) -> str:
         tol = self.tolerance * abs(self.target) if self.relative else self.tolerance
         return AGREE if abs(m.value - self.target) <= tol else DISAGREE
 
 
-RULES = (AtMost, IntervalBelow, IntervalAbove, EachSeed, EverySeed, Ordered, FloorShare, AtLeast, Within)
+@dataclass(frozen=True)
+class Compare(Rule):
+    """One number against a bound, ``what op than`` with ``op`` one of ≥ > ≤ <: ``than`` a number, or the name of
+    another quantity whose value :meth:`kind` is given."""
+
+    what: str
+    op: str
+    than: float | str
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        _check_op(self.op)
+
+    @property
+    def condition(self) -> str:
+        than = self.than if isinstance(self.than, str) else _n(self.than)
+        return f"{self.what} {self.op} {than} {self.unit}".rstrip()
+
+    def kind(self, x: float, than: float | None = None) -> str:
+        if than is None:
+            if isinstance(self.than, str):
+                raise TypeError(f"{self.condition}: the value of {self.than!r} is needed")
+            than = self.than
+        return AGREE if _OPS[self.op](x, than) else DISAGREE
+
+
+@dataclass(frozen=True)
+class Near(Rule):
+    """One number within ``tolerance`` of another quantity: ``|x − y| ≤ tolerance`` (``relative``: ``tolerance ·
+    |y|``)."""
+
+    what: str
+    of: str
+    tolerance: float
+    relative: bool = False
+
+    @property
+    def condition(self) -> str:
+        tol = f"{self.tolerance:.0%}" if self.relative else _n(self.tolerance)
+        return f"{self.what} is within {tol} of {self.of}"
+
+    def kind(self, x: float, y: float) -> str:
+        tol = self.tolerance * abs(y) if self.relative else self.tolerance
+        return AGREE if abs(x - y) <= tol else DISAGREE
+
+
+def _interval(m: Measure) -> tuple[float, float]:
+    """A measure's 95% interval; without one (a single sample), its value at both ends."""
+    return (m.ci[0], m.ci[1]) if m.ci else (m.value, m.value)
+
+
+@dataclass(frozen=True)
+class IntervalHolds(Rule):
+    """No effect: agree when the 95% interval holds ``value``, disagree when it excludes it (one sample: its value
+    decides)."""
+
+    value: float = 0.0
+    of: str = "its"
+    holds: ClassVar[bool] = True
+
+    @property
+    def condition(self) -> str:
+        return f"{self.of} 95% interval {'holds' if self.holds else 'excludes'} {_n(self.value)}"
+
+    def kind(self, m: Measure) -> str:
+        lo, hi = _interval(m)
+        return AGREE if (lo <= self.value <= hi) == self.holds else DISAGREE
+
+
+@dataclass(frozen=True)
+class IntervalExcludes(IntervalHolds):
+    """An effect: agree when the 95% interval excludes ``value``, disagree when it holds it."""
+
+    holds: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class IntervalMeets(Rule):
+    """The same regime as the papers: agree when the 95% interval overlaps the band ``[lo, hi]``."""
+
+    lo: float
+    hi: float
+    unit: str = ""
+
+    @property
+    def condition(self) -> str:
+        return f"our 95% interval overlaps [{_n(self.lo)}, {_n(self.hi)}] {self.unit}".rstrip()
+
+    def kind(self, m: Measure) -> str:
+        lo, hi = _interval(m)
+        return AGREE if hi >= self.lo and lo <= self.hi else DISAGREE
+
+
+@dataclass(frozen=True)
+class IntervalsOverlap(Rule):
+    """Two readings indistinguishable: agree when their 95% intervals overlap."""
+
+    first: str
+    second: str
+
+    @property
+    def condition(self) -> str:
+        return f"the 95% intervals of {self.first} and {self.second} overlap"
+
+    def kind(self, a: Measure, b: Measure) -> str:
+        (alo, ahi), (blo, bhi) = _interval(a), _interval(b)
+        return AGREE if alo <= bhi and blo <= ahi else DISAGREE
+
+
+@dataclass(frozen=True)
+class BelowNulls(Rule):
+    """A trained statistic against its nulls, seed by seed: agree when every seed's value is below every null of
+    its seed, disagree when every seed's is above them all, inconclusive otherwise."""
+
+    what: str = "trained value"
+    nulls: str = "both nulls"
+    three_way: ClassVar[bool] = True
+
+    @property
+    def condition(self) -> str:
+        return f"every seed's {self.what} is below {self.nulls}"
+
+    @property
+    def sentence(self) -> str:
+        return f"agree if {self.condition}, disagree if every seed's is above them, inconclusive otherwise"
+
+    def kind(self, values: Sequence[float], nulls: Sequence[Sequence[float]]) -> str:
+        if not values or len(values) != len(nulls):
+            raise ValueError("one set of nulls per seed")
+        below = [v < min(n) for v, n in zip(values, nulls)]
+        above = [v > max(n) for v, n in zip(values, nulls)]
+        return AGREE if all(below) else DISAGREE if all(above) else INCONCLUSIVE
+
+
+def conjoin(kinds: Sequence[str]) -> str:
+    """The compound convention: agree when every part agrees, disagree when any disagrees, else inconclusive."""
+    if not kinds:
+        raise ValueError("a compound rule of no parts")
+    return AGREE if all(k == AGREE for k in kinds) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
+
+
+def _apply(rule: Rule, arg: object) -> str:
+    return rule.kind(*arg) if isinstance(arg, tuple) else rule.kind(arg)  # type: ignore[attr-defined]
+
+
+def _may_be_inconclusive(parts: Sequence[Rule]) -> str:
+    return "; disagree if any fails, inconclusive otherwise" if any(p.three_way for p in parts) else ""
+
+
+@dataclass(frozen=True, init=False)
+class All(Rule):
+    """Several conditions together, each a rule: :meth:`kind` takes one argument per part (a tuple is spread into
+    that part's ``kind``) and joins the parts' verdicts by :func:`conjoin`."""
+
+    parts: tuple[Rule, ...]
+
+    def __init__(self, *parts: Rule) -> None:
+        if len(parts) < 2:
+            raise ValueError("a conjunction of at least two rules")
+        object.__setattr__(self, "parts", parts)
+
+    @property
+    def three_way(self) -> bool:  # type: ignore[override]
+        return any(p.three_way for p in self.parts)
+
+    @property
+    def condition(self) -> str:
+        conds = [p.condition for p in self.parts]
+        return ", ".join(conds[:-1]) + " and " + conds[-1]
+
+    @property
+    def sentence(self) -> str:
+        return f"agree if {self.condition}{_may_be_inconclusive(self.parts)}"
+
+    def kind(self, *args: object) -> str:
+        if len(args) != len(self.parts):
+            raise ValueError(f"{len(self.parts)} parts, {len(args)} arguments")
+        return conjoin([_apply(p, a) for p, a in zip(self.parts, args)])
+
+
+@dataclass(frozen=True)
+class Every(Rule):
+    """One rule on each of several items (each model, each edited layer, each column — ``over`` names them, ``note``
+    adds which is shown): :meth:`kind` takes the items' arguments and joins their verdicts by :func:`conjoin`."""
+
+    rule: Rule
+    over: str
+    note: str = ""
+
+    @property
+    def three_way(self) -> bool:  # type: ignore[override]
+        return self.rule.three_way
+
+    @property
+    def condition(self) -> str:
+        return f"{self.rule.condition} on each {self.over}" + (f" ({self.note})" if self.note else "")
+
+    @property
+    def sentence(self) -> str:
+        return f"agree if {self.condition}{_may_be_inconclusive((self.rule,))}"
+
+    def kind(self, items: Sequence[object]) -> str:
+        return conjoin([_apply(self.rule, a) for a in items])
+
+
+@dataclass(frozen=True)
+class Follows(Rule):
+    """A claim that re-reads another claim's measurement (a *derived* claim): its verdict is that claim's raw
+    verdict, whatever it is."""
+
+    claim: str
+    three_way: ClassVar[bool] = True
+
+    @property
+    def condition(self) -> str:
+        return f"{self.claim} agrees"
+
+    @property
+    def sentence(self) -> str:
+        return f"agree, disagree or stay inconclusive as {self.claim} does (the same measurement)"
+
+    def kind(self, followed: str) -> str:
+        return followed
+
+
+RULES = (AtMost, IntervalBelow, IntervalAbove, EachSeed, EverySeed, Ordered, NotBelow, FloorShare, AtLeast, Within, Compare, Near,
+         IntervalHolds, IntervalExcludes, IntervalMeets, IntervalsOverlap, BelowNulls, All, Every, Follows)
 """The vocabulary, for the tests that check each rule on hand-computed cases."""
