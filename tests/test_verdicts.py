@@ -95,6 +95,30 @@ def test_the_null_evidence_is_the_nulls_own_numbers() -> None:
     assert set(null_evidence(Evidence(RESULTS))) == set(NULLS)
 
 
+def test_a_language_models_signatures_have_their_nulls(judgements) -> None:
+    """A signature record read as its nulls: the keys of the same architecture at random initialisation (the untrained
+    null), and the value manifold with each dimension shuffled across prompts (the permuted null).  Random keys at
+    these widths are far below 0.20, so D6's criterion ("below 0.20 in at least half the layers") is met by an
+    untrained model: it cannot be *agree*."""
+    rel = "llm/smollm2-135m-instruct-q4-mixed.json"
+    doc = json.loads((RESULTS / rel).read_text())
+    untrained = NullEvidence(RESULTS, "quick", null="untrained").json(rel)
+    rand = doc["key_orthogonality"]["random_init_by_layer"]
+    assert untrained["key_orthogonality"]["by_layer"] == rand and "value_manifold" not in untrained
+    share = sum(v < 0.20 for v in rand) / len(rand)
+    assert untrained["key_orthogonality"]["share_of_layers_below_0.20"] == share
+    permuted = NullEvidence(RESULTS, "quick", null="permuted").json(rel)
+    assert permuted["value_manifold"]["pc1_pc2_share"] == doc["value_manifold"]["pc1_pc2_share_null"]
+    assert "key_orthogonality" not in permuted
+    assert NullEvidence(RESULTS, "quick", null="permuted").json("llm/smollm2-135m-instruct-q4-sula.json") is None
+    d6 = judgements["D6"]
+    assert {r.null: r.meets for r in d6.nulls}["untrained"] == (share >= 0.5)
+    if d6.raw.kind == claims.AGREE and share >= 0.5:
+        assert d6.kind == claims.UNINFORMATIVE and "the untrained model" in d6.verdict.why
+    d4 = {r.null: r for r in judgements["D4"].nulls}
+    assert not d4["permuted"].meets  # both shares at their nulls: the gain is the nulls' difference, not above it
+
+
 def test_a_rule_a_trivial_predictor_passes_is_uninformative_not_agree() -> None:
     """A deliberately loose rule on real committed cells (KL below 2 bits: the context-blind optimum's 0.9 passes
     it) is *uninformative*; the papers' own decade rule on the same number is *agree*; and a claim that a model fails

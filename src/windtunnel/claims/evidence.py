@@ -253,7 +253,33 @@ LLM_NULLS = ("always_certain", "always_uniform", "no_evidence")
 every label (entropy log2 of their number), in place of the model's entropies in a SULA record; and the model itself
 on prompts whose labels carry no evidence (shuffled: the exact posterior stays at 1 bit), in place of its movement
 along PC1 on the normal prompts."""
-NULLS = CELL_NULLS + LLM_NULLS
+SIGNATURE_NULLS = ("permuted",)
+"""A language model's value manifold with no shared structure: each dimension of its final-token values shuffled
+across prompts independently (the permutation null its signatures record), in place of the PC shares.  The
+untrained null (:data:`CELL_NULLS`) speaks to the signatures too: the same architecture's keys at random
+initialisation, in place of its trained keys."""
+NULLS = CELL_NULLS + LLM_NULLS + SIGNATURE_NULLS
+
+
+def _signature_null(doc: dict[str, Any], null: str) -> dict[str, Any] | None:
+    """A language model's signature record as ``null`` would have produced it (:data:`SIGNATURE_NULLS`, and
+    ``untrained`` for the keys): only what the record measured of that null, nothing else."""
+    out = {k: doc[k] for k in ("model", "source") if k in doc}
+    if null == "untrained":
+        keys = doc["key_orthogonality"]
+        rand = keys.get("random_init_by_layer")
+        if not rand:
+            return None
+        out["key_orthogonality"] = {"by_layer": rand, "random_init_by_layer": rand,
+                                    "gaussian_baseline": keys.get("gaussian_baseline"),
+                                    "share_of_layers_below_0.20": sum(v < 0.20 for v in rand) / len(rand)}
+        return out
+    vm = doc["value_manifold"]
+    if "pc1_pc2_share_null" not in vm:
+        return None
+    out["value_manifold"] = {"pc1_share": vm.get("pc1_share_null"), "pc1_pc2_share": vm["pc1_pc2_share_null"],
+                             "pc1_share_null": vm.get("pc1_share_null"), "pc1_pc2_share_null": vm["pc1_pc2_share_null"]}
+    return out
 
 
 @dataclass
@@ -267,6 +293,8 @@ class NullEvidence(Evidence):
       diagnostic measured on the same model at initialisation (nothing else);
     * ``no_evidence``: a SULA record's movement along PC1 with k on the normal prompts is the one measured on the same
       prompts with shuffled labels (nothing else of the record is kept);
+    * ``untrained`` / ``permuted``: a language model's signature record (``llm/*-{mixed,math,…}.json``) holds its keys
+      at random initialisation / its value manifold's permutation null (:func:`_signature_null`);
     * ``always_certain`` / ``always_uniform``: a SULA record (``llm/*-sula.json``) holds the entropy error of a model
       whose predictive entropy is 0 / log2(L) bits on every prompt (L labels): ``|h − H(posterior)|`` averaged over
       the prompts, from the per-``k`` mean posterior entropies (``0 ≤ H ≤ log2 L``, so the mean of the absolute
@@ -336,6 +364,11 @@ class NullEvidence(Evidence):
                     diag, _, name_ = key.partition(".")
                     out.setdefault(diag, {"summary": {}})["summary"][name_] = value
             return out
+        if self.null in ("untrained", "permuted") and rel.startswith("llm/"):
+            doc = super().json(rel)
+            if isinstance(doc, dict) and "key_orthogonality" in doc and "value_manifold" in doc:
+                return _signature_null(doc, self.null)
+            return None
         if name.endswith("-sula.json") and self.null == "no_evidence":
             doc = super().json(rel)
             movement = ((doc or {}).get("geometry") or {}).get("movement") or {}

@@ -36,7 +36,8 @@ SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)
 NULL_NAMES = {"context_blind": "the context-blind optimum", "oracle": "the Bayes oracle",
               "untrained": "the untrained model", "always_certain": "an always-certain answer",
               "always_uniform": "an always-uniform answer",
-              "no_evidence": "the same model on prompts whose labels carry no evidence"}
+              "no_evidence": "the same model on prompts whose labels carry no evidence",
+              "permuted": "the same values with each dimension shuffled across prompts (no shared structure)"}
 
 
 @dataclass(frozen=True)
