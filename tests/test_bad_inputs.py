@@ -237,7 +237,7 @@ def test_default_run_folders_differ_by_configuration_and_are_portable() -> None:
     architecture or preset of its own gets a name of its own, with no ``:`` in it."""
     import argparse
 
-    from windtunnel.cli import _default_run_folder
+    from windtunnel.cli.run import _default_run_folder
 
     def name(task=None, seed=None, steps=None, params=None, preset="quick", arch="transformer", **tp):
         args = argparse.Namespace(task=task, seed=seed, steps=steps, params=params, preset=preset)

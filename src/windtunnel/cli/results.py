@@ -1,0 +1,116 @@
+"""What ``results/`` holds: ``windtunnel reproduce`` works the cells the papers' claims need and the folder
+lacks; ``windtunnel claims`` renders every claim's verdict from the committed artifacts; ``windtunnel
+diversity`` writes the task-diversity sweep's table and figure from its cells (neither trains anything)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .args import UsageError, positive_int
+from .outputs import out_path, writable_file
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``reproduce``, ``claims`` and ``diversity``, in that order."""
+    from .. import grid
+    from ..reproduce import TARGETS as REPRODUCE_TARGETS
+
+    rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
+    rep.add_argument("target", choices=list(REPRODUCE_TARGETS),
+                     help="whose claims: paper1 (Paper I's cells and their controls), paper2, paper3, beyond (the "
+                          "tests beyond the papers: belief geometry on Mess3, the task-diversity sweeps), scale (the "
+                          "HMM cells in the authors' regime, for --preset paper on a GPU), or all")
+    rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
+    rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
+    rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: three per GPU, else one per core)")
+    rep.add_argument("--threads", type=positive_int,
+                     help="torch threads per worker on CPU (default: the cores shared out among the workers; "
+                          "1 where other jobs share the machine, since a thread that waits for a busy core "
+                          "stalls every step)")
+    rep.add_argument("--dry-run", dest="dry_run", action="store_true",
+                     help="list the missing cells and where each stands (not started, trained to step S of N, "
+                          "trained with artifacts missing); work nothing")
+    rep.add_argument("--only", nargs="+", metavar="PATTERN",
+                     help="work only the cells whose folder matches one of these shell patterns "
+                          "(e.g. 'hmm_pool_*-mamba-s0': one seed of a sweep's row)")
+    rep.set_defaults(func=cmd_reproduce)
+
+    cl = sub.add_parser("claims", help="render results/CLAIMS.md: every claim's verdict from the committed artifacts")
+    cl.add_argument("--results", help="the results folder (default results)")
+    cl.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells the verdicts read (default quick)")
+    cl.add_argument("--out", help="the Markdown file (default RESULTS/CLAIMS.md)")
+    cl.set_defaults(func=cmd_claims)
+
+    dv = sub.add_parser("diversity", help="memorisation vs inference: the task-diversity sweep's table and figure "
+                                          "from its committed cells")
+    dv.add_argument("--results", help="the results folder (default results)")
+    dv.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells it reads (default quick)")
+    dv.set_defaults(func=cmd_diversity)
+
+
+def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
+    """Work every cell the target's claims need that its committed artifacts lack, then rewrite CLAIMS.md."""
+    from .. import claims
+    from ..reproduce import reproduce
+
+    results = Path(out_path(args.results) or "results")
+    if results.exists() and not results.is_dir():
+        raise UsageError(f"invalid results: {results} is a file")
+    summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run,
+                        threads=args.threads, only=args.only or ())
+    if args.only and not summary["cells"]:
+        raise UsageError(f"invalid only: no cell of {args.target} matches {' '.join(args.only)} "
+                         f"(`windtunnel reproduce {args.target} --dry-run` lists the missing ones)")
+    for rel, cmd in summary["external"]:
+        print(f"{results / rel} is missing: it is made by `{cmd}`", file=sys.stderr)
+    if args.dry_run:
+        print(f"{args.target} ({args.preset}): {summary['cells']} cells, {summary['missing']} missing"
+              + ("".join(f"\n  {f}  ({summary['progress'][f]})" for f in summary["todo"])))
+        return 0
+    print(f"{args.target} ({args.preset}): {summary['cells']} cells, {len(summary['done'])} worked "
+          f"in {summary['wall_s'] / 60:.1f} min; the rest were committed already")
+    # the scale cells are controls of the quick preset's claims (read at their own preset), so those are rewritten
+    path, counts = claims.write(results, preset=claims.DOCS_PRESET if args.target == "scale" else args.preset)
+    print(f"wrote {path}: " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
+    return 0
+
+
+def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
+    """Render results/CLAIMS.md from the committed artifacts (nothing is trained)."""
+    from .. import claims
+
+    results = Path(out_path(args.results) or "results")
+    if not results.is_dir():
+        raise UsageError(f"invalid results: {results} is not a folder")
+    out = out_path(args.out)
+    page = out if out is not None else results / "CLAIMS.md"
+    writable_file(page)
+    details = claims.pages.details_folder(Path(page))
+    if details.exists() and not details.is_dir():
+        raise UsageError(f"invalid out: {details}, where the claims' detail files go, is not a folder")
+    if details.is_dir():
+        writable_file(details / "A1.md")
+    path, counts = claims.write(results, out, preset=args.preset)
+    print(f"wrote {path}: {sum(counts.values())} claims — " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
+    return 0
+
+
+def cmd_diversity(args: argparse.Namespace, extra: list[str]) -> int:
+    """The task-diversity sweep's table and figure from its committed cells (nothing is trained)."""
+    from .. import diversity
+
+    results = Path(out_path(args.results) or "results")
+    if not results.is_dir():
+        raise UsageError(f"invalid results: {results} is not a folder")
+    for stem in ("diversity", "diversity_hmm"):
+        writable_file(results / args.preset / f"{stem}.md")
+    for sweep in diversity.SWEEPS:
+        path, doc = diversity.write(results, preset=args.preset, sweep=sweep)
+        for arch in doc["summary"]:
+            print(diversity.headline(doc, arch))
+        if doc["missing"]:
+            print(f"{len(doc['missing'])} {sweep} cells not yet made: windtunnel reproduce beyond")
+        print(f"wrote {path}")
+    return 0
