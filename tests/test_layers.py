@@ -8,9 +8,9 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
-LAYERS = [("errors", "stats", "trackers"), ("tasks", "metrics", "references"), ("models",), ("checkpoint", "runs", "train_config"),
+LAYERS = [("errors", "stats", "trackers"), ("tasks", "metrics", "references"), ("models",), ("checkpoint", "runs", "train_config", "locks"),
           ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training", "stacked"),
-          ("stages", "report", "grid", "table", "timescales", "claims", "reproduce", "compare", "diversity"),
+          ("stages", "report", "grid", "executors", "table", "timescales", "claims", "reproduce", "compare", "diversity"),
           ("cli", "__main__", "__init__")]
 """Bottom to top: foundations; tasks and metrics; models; the run folder and what a run is; what
 training is made of; the analyses (which read a trained model and never train one); the training

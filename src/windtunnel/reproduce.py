@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import multiprocessing as mp
 import os
+import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from . import grid
+from . import executors, grid, locks
 from .checkpoint import copy_atomic
 from .errors import InvalidValue
 from .runs import RunDir
@@ -55,18 +54,6 @@ class Job:
 
     def artifacts(self) -> tuple[str, ...]:
         return ARTIFACTS + ((GEOMETRY,) if self.analyze else ())
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel ``pool``'s queued cells and end its running workers at once (they hold no state a checkpoint
-    does not: each cell resumes from its last one)."""
-    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor keeps no public handle
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in workers:
-        if proc.is_alive():
-            proc.terminate()
-    for proc in workers:
-        proc.join(timeout=10)
 
 
 PAPERS = {"paper1": "I", "paper2": "II", "paper3": "III"}
@@ -224,7 +211,22 @@ def refresh_references(job: Job, results: Path) -> None:
 
 
 def _work(job: dict[str, Any]) -> dict[str, Any]:
-    """Train, evaluate and analyse one cell in its run folder (in a worker process)."""
+    """Train, evaluate and analyse one cell in its run folder and export its artifacts to its cell folder (in a
+    worker process, on this machine or a cluster node), holding the cell's claim (:mod:`windtunnel.locks`): a cell
+    another worker holds is left to it (``{"held_by": …}``), one whose artifacts are all there is skipped
+    (``{"skipped": …}``: another task finished it)."""
+    with locks.claimed(job["run_dir"]) as holder:
+        if holder is not None:
+            return {"run_dir": job["run_dir"], "held_by": holder.describe(), "wall_s": 0.0}
+        if "job" in job and not missing(job["job"], Path(job["results"])):
+            return {"run_dir": job["run_dir"], "skipped": "its artifacts are all there", "wall_s": 0.0}
+        out = _work_claimed(job)
+        if "job" in job:
+            export(job["job"], Path(job["results"]))
+        return out
+
+
+def _work_claimed(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from . import table
@@ -276,11 +278,13 @@ def export(job: Job, results: Path) -> Path:
 
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
               dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None,
-              only: Sequence[str] = ()) -> dict[str, Any]:
+              only: Sequence[str] = (), slurm: executors.SlurmOptions | None = None) -> dict[str, Any]:
     """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took.
     ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers).
     ``only``: shell patterns on the cell folders (``hmm_pool_*-mamba-s0``); when given, just the cells that
-    match one of them are worked (a row of a sweep, one seed of every cell)."""
+    match one of them are worked (a row of a sweep, one seed of every cell).  ``slurm``: work them as a SLURM job
+    array instead (:func:`windtunnel.executors.run_slurm`), each task a shard of cells run by the local pool on its
+    node; with ``dry_run``, the array's plan (:func:`array_plan`)."""
     import torch
 
     results = Path(results)
@@ -298,11 +302,16 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     if dry_run or not todo:
         summary["todo"] = [j.cell.folder for j in todo]
         summary["progress"] = {j.cell.folder: progress(j, results) for j in todo}
+        if slurm is not None:
+            summary["array"] = array_plan(todo, results, slurm)
         return summary
+    if slurm is not None:
+        executors.environment_ok()
     cores = os.cpu_count() or 1
-    n_gpu = torch.cuda.device_count()
-    workers = workers or min(n_gpu * grid.CELLS_PER_GPU or cores, len(todo))
-    threads = 1 if n_gpu else threads or max(1, cores // workers)
+    n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
+    workers = (slurm.cells_at_once if slurm is not None else
+               workers or min(n_gpu * grid.CELLS_PER_GPU or cores, len(todo)))
+    threads = 1 if n_gpu else threads or max(1, (slurm.cpus if slurm is not None else cores) // workers)
     summary.update(workers=workers, threads=threads)
     todo = schedule(todo, results, workers)
     payload = []
@@ -312,48 +321,34 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
             "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
-            "analyze_n": analyze_n,
+            "analyze_n": analyze_n, "job": j, "results": str(results),
         })
     t0 = time.perf_counter()
     by_dir = {p["run_dir"]: j for p, j in zip(payload, todo)}
+    if slurm is not None:
+        seconds = {p["run_dir"]: estimate_seconds(by_dir[p["run_dir"]], results) for p in payload}
+        outcomes = executors.run_slurm(_work, payload, slurm, lambda p: seconds[p["run_dir"]],
+                                       Path(slurm.folder) if slurm.folder else executors.default_folder(results))
+    else:
+        outcomes = executors.run_local(_work, payload, workers)
 
-    def outcomes() -> Iterator[tuple[dict[str, Any], dict[str, Any] | None, Exception | None]]:
-        """(payload, what ``_work`` returned, what it raised) for each cell as it finishes."""
-        if workers == 1:
-            for p in payload:
-                try:
-                    yield p, _work(p), None
-                except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
-                    yield p, None, exc
-            return
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
-        try:
-            futures = {pool.submit(_work, p): p for p in payload}
-            for fut in as_completed(futures):
-                try:
-                    yield futures[fut], fut.result(), None
-                except Exception as exc:  # noqa: BLE001 - re-raised below, once the other cells are worked
-                    yield futures[fut], None, exc
-        except BaseException:
-            # Ctrl-C (or any exit of this loop) stops every worker now: a pool left to shut down by itself would
-            # wait for each running cell and then start the queued ones.  A stopped cell resumes from its last
-            # checkpoint; the finished ones are exported already.
-            _stop(pool)
-            raise
-        pool.shutdown()
-
-    # each cell is exported as it finishes; a failed one is reported and the others go on, so a long unattended
-    # reproduction never loses its finished cells to one that broke
+    # each cell is exported by its worker as it finishes; a failed one is reported and the others go on, so a long
+    # unattended reproduction never loses its finished cells to one that broke
     failed: list[tuple[str, Exception]] = []
-    for p, out, error in outcomes():
+    summary["held"] = {}
+    for p, out, error in outcomes:
         job = by_dir[p["run_dir"]]
         if error is not None:
             failed.append((job.cell.folder, error))
             print(f"  failed {job.cell.folder}: {error}", flush=True)
             continue
-        export(job, results)
+        if "held_by" in out:
+            summary["held"][job.cell.folder] = out["held_by"]
+            print(f"  left {job.cell.folder} to {out['held_by']}", flush=True)
+            continue
         summary["done"].append(job.cell.folder)
-        print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {out['wall_s']:.0f} s)", flush=True)
+        said = "finished by another task" if "skipped" in out else f"{out['wall_s']:.0f} s"
+        print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {said})", flush=True)
     summary["wall_s"] = time.perf_counter() - t0
     if failed:  # the first failure as itself: a user's mistake stays one line, a bug keeps its traceback
         if len(failed) > 1:
@@ -386,6 +381,89 @@ def _cost(job: Job, results: Path) -> float:
     from .models.catalog import step_cost
 
     return step_cost(job.cell.arch) * (cfg.get("params") or 1) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
+
+
+def _timings(folder: Path) -> float | None:
+    """Seconds a committed cell took, from its ``timings.json`` (training, evaluation and analysis)."""
+    try:
+        t = json.loads((folder / "timings.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return sum(float(t.get(k) or 0.0) for k in ("train_s", "eval_s", "analyze_s")) or None
+
+
+def estimate_seconds(job: Job, results: Path) -> float:
+    """Seconds ``job`` is expected to take, from committed timings: its sibling seeds' mean (``timings.json``) where
+    committed; else the benchmarked step time of its column and architecture (:func:`_benchmarked`); else its cost
+    (:func:`_cost`) at the median seconds per unit of cost of the preset's committed cells (every preset's, where its
+    own has none) — on the devices those were measured on, not the one it will run on."""
+    own = [t for s in grid.SEEDS if (t := _timings(cell_dir(results, grid.Cell(job.cell.preset, job.cell.column,
+                                                                                job.cell.arch, s)))) is not None]
+    if own:
+        return statistics.fmean(own) * _remaining(job, results)
+    measured = _benchmarked(results).get((job.cell.preset, job.cell.column, job.cell.arch))
+    if measured is not None:
+        return measured * _remaining(job, results)
+    return _cost(job, results) * _rate(results, job.cell.preset)
+
+
+def _benchmarked(results: Path) -> dict[tuple[str, str, str], float]:
+    """Seconds a paper-preset cell is projected to take alone on a GPU, by (preset, column, architecture), from the
+    committed step timings of ``benchmarks/paper_gpu.py`` (``benchmarks/results/paper_gpu.json``), where present."""
+    try:
+        doc = json.loads((results.parent / "benchmarks" / "results" / "paper_gpu.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {("paper", c["column"], c["arch"]): 3600 * c["projected_cell_h"] for c in (doc.get("cells") or {}).values()
+            if isinstance(c, dict) and c.get("projected_cell_h")}
+
+
+def _remaining(job: Job, results: Path) -> float:
+    """The share of its steps a cell still has to train (an analysis still to do counts as a tenth)."""
+    steps = job.cell.config()["steps"]
+    done = RunDir(run_dir(results, job.cell)).latest_step()
+    return max(1 - done / steps, 0.1) if steps else 1.0
+
+
+def _rate(results: Path, preset: str) -> float:
+    """Median seconds per unit of :func:`_cost` over the committed cells of ``preset`` (every preset's, if none)."""
+    rates: dict[str, list[float]] = {}
+    for folder in sorted(results.glob("*/cells/*")):
+        seconds = _timings(folder)
+        try:
+            cfg = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if seconds is None:
+            continue
+        from . import tasks
+        from .models.catalog import step_cost
+
+        try:
+            T = tasks.make(cfg["task"]["name"], **cfg["task"]["params"]).seq_len
+            full = step_cost(cfg["model"]["arch"]) * (cfg["train"].get("params") or 1) * cfg["train"]["steps"] \
+                * cfg["train"]["batch_size"] * T
+        except Exception:  # noqa: BLE001 - a record of an older layout: no rate from it
+            continue
+        if full > 0:
+            rates.setdefault(folder.parent.parent.name, []).append(seconds / full)
+    pool = rates.get(preset) or [r for rs in rates.values() for r in rs]
+    return statistics.median(pool) if pool else 0.0
+
+
+def array_plan(todo: Sequence[Job], results: Path, opts: executors.SlurmOptions) -> dict[str, Any]:
+    """The job array ``todo`` would be submitted as: each task's cells and estimated hours (its cells' seconds
+    shared over the cells it works at once), the array's makespan, and the same cells worked one at a time."""
+    seconds = {j.cell.folder: estimate_seconds(j, results) for j in todo}
+    parts = executors.shards([{"folder": j.cell.folder} for j in todo], opts.tasks, lambda p: seconds[p["folder"]])
+    tasks = []
+    for part in parts:
+        total = sum(seconds[p["folder"]] for p in part)
+        tasks.append({"cells": [p["folder"] for p in part], "serial_h": total / 3600,
+                      "hours": max(total / min(opts.cells_at_once, len(part)),
+                                   max(seconds[p["folder"]] for p in part)) / 3600})
+    return {"tasks": tasks, "makespan_h": max((t["hours"] for t in tasks), default=0.0),
+            "serial_h": sum(seconds.values()) / 3600, "options": opts.parameters()}
 
 
 def _eval_n(preset: str) -> int:

@@ -32,14 +32,13 @@ import base64
 import html
 import json
 import math
-import multiprocessing as mp
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
-from . import grid
-from .errors import InvalidValue, did_you_mean, is_int
+
+from . import executors, grid, locks
+from .errors import InvalidValue, UserError, did_you_mean, is_int
 
 COLUMNS: dict[str, dict[str, Any]] = {
     name: {"primitive": e.primitive, "metric": e.metric, "unit": e.unit,
@@ -68,6 +67,15 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
         return _run_cell(job)
     finally:
         torch.set_num_threads(threads)
+
+
+def claimed_cell(job: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_cell` holding the cell's claim (:mod:`windtunnel.locks`); ``{"held_by": …}`` where another worker
+    holds it."""
+    with locks.claimed(job["run_dir"]) as holder:
+        if holder is not None:
+            return {"held_by": holder.describe()}
+        return run_cell(job)
 
 
 def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
@@ -373,8 +381,11 @@ def run_table(
     workers: int | None = None,
     steps: int | None = None,
     eval_n: int | None = None,
+    slurm: "executors.SlurmOptions | None" = None,
 ) -> Path:
-    """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}."""
+    """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}; with ``slurm``, the
+    cells are worked as a SLURM job array (:func:`windtunnel.executors.run_slurm`) and the table is written once
+    every one has come back."""
     import torch
 
     from . import models
@@ -410,9 +421,13 @@ def run_table(
     except OSError as exc:
         raise InvalidValue(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
 
-    n_gpu = torch.cuda.device_count()
-    cores = os.cpu_count() or 1
-    if workers is None:
+    if slurm is not None:
+        executors.environment_ok()
+    n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
+    cores = (os.cpu_count() or 1) if slurm is None else slurm.cpus
+    if slurm is not None:
+        workers = slurm.cells_at_once
+    elif workers is None:
         workers = n_gpu * grid.CELLS_PER_GPU if n_gpu else max(1, cores)
     threads = 1 if n_gpu else max(1, cores // workers)
     jobs = []
@@ -446,17 +461,27 @@ def run_table(
 
     jobs.sort(key=lambda j: (j["seed"], -step_cost(j["arch"]), j["column"]))
     t0 = time.perf_counter()
-    if workers == 1:
-        for job in jobs:
-            cells.append(run_cell(job))
-            print(f"  done {job['column']}/{job['arch']}/s{job['seed']}", flush=True)
+    if slurm is not None:
+        outcomes = executors.run_slurm(claimed_cell, jobs, slurm, lambda j: step_cost(j["arch"]) * j["config"]["steps"],
+                                       Path(slurm.folder) if slurm.folder else executors.default_folder(out))
     else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(run_cell, job): job for job in jobs}
-            for fut in as_completed(futures):
-                job = futures[fut]
-                cells.append(fut.result())
-                print(f"  done {job['column']}/{job['arch']}/s{job['seed']} ({len(cells)}/{n_cells})", flush=True)
+        outcomes = executors.run_local(claimed_cell, jobs, workers)
+    held, failed = [], []
+    for job, cell, error in outcomes:
+        name = f"{job['column']}/{job['arch']}/s{job['seed']}"
+        if error is not None:  # the others go on; the first failure is raised once every cell is back
+            failed.append(error)
+            print(f"  failed {name}: {error}", flush=True)
+        elif "held_by" in cell:
+            held.append(f"{name} ({cell['held_by']})")
+        else:
+            cells.append(cell)
+            print(f"  done {name} ({len(cells)}/{n_cells})", flush=True)
+    if failed:
+        raise failed[0]
+    if held:
+        raise UserError(f"{len(held)} cell(s) are being worked by another windtunnel process: {'; '.join(held)}; "
+                        "run the table again when they finish (finished cells are reused)")
     wall = time.perf_counter() - t0
     wall_total = sum(c["train_s"] for c in cells)
     table = aggregate_cells(cells)

@@ -1,0 +1,282 @@
+"""Where a plan's cells are worked: a process pool on this machine, or a SLURM job array through submitit.
+
+Both take the same ``work(payload) -> dict`` function (``windtunnel reproduce``'s and ``windtunnel table``'s own)
+and the cells' payloads, and yield ``(payload, result, error)`` as cells finish, so the commands above them
+neither know nor care where a cell ran.
+
+* :func:`run_local` — ``workers`` processes on this machine (in this process when ``workers`` is 1).
+* :func:`run_slurm` — the cells split into :attr:`SlurmOptions.tasks` shards, longest first onto the least loaded
+  shard (:func:`shards`), submitted as one job array; each array task works its shard with :func:`run_local` on
+  its node (:func:`run_shard`) and writes results to the shared filesystem exactly as the local path does.  A
+  cell's claim (:mod:`windtunnel.locks`) keeps two tasks from training it, and a requeued or preempted task
+  resumes each of its cells from the last checkpoint.  ``pip install windtunnel[slurm]`` brings submitit.
+
+Options come from flags or a small TOML file (``[slurm]`` table: ``partition``, ``time`` in minutes, ``gpus``,
+``cpus``, ``tasks``, ``workers``, ``parallel``, ``account``, ``qos``, ``mem_gb``, ``folder``): :func:`slurm_options`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import subprocess
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from .errors import InvalidValue, UserError
+
+Work = Callable[[dict[str, Any]], dict[str, Any]]
+Outcome = tuple[dict[str, Any], "dict[str, Any] | None", "Exception | None"]
+EXECUTORS = ("local", "slurm")
+
+
+class CellFailed(UserError):
+    """A cell that raised on a cluster node: its error in one line, with the task's log."""
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel ``pool``'s queued cells and end its running workers at once (they hold no state a checkpoint does not
+    keep: a stopped cell resumes from its last checkpoint)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # the executor keeps no public handle
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in workers:
+        proc.join(timeout=10)
+
+
+def run_local(work: Work, payloads: Sequence[dict[str, Any]], workers: int) -> Iterator[Outcome]:
+    """Each payload through ``work`` on ``workers`` processes of this machine, yielded as it finishes; a cell that
+    raises is yielded with its exception and the others go on."""
+    if workers == 1:
+        for p in payloads:
+            try:
+                yield p, work(p), None
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, once the other cells are worked
+                yield p, None, exc
+        return
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    try:
+        futures = {pool.submit(work, p): p for p in payloads}
+        for fut in as_completed(futures):
+            try:
+                yield futures[fut], fut.result(), None
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                yield futures[fut], None, exc
+    except BaseException:
+        # Ctrl-C (or any exit of the caller's loop) stops every worker now: a pool left to shut down by itself
+        # would wait for each running cell and then start the queued ones
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def shards(payloads: Sequence[dict[str, Any]], n: int, cost: Callable[[dict[str, Any]], float]) -> list[list[dict[str, Any]]]:
+    """The payloads split into at most ``n`` shards of near-equal cost: longest first, each onto the shard with
+    the least cost so far (the longest-processing-time rule; its makespan is within 4/3 of the best)."""
+    if n < 1:
+        raise InvalidValue(f"invalid tasks: must be a positive integer, got {n!r}")
+    loads = [0.0] * min(n, len(payloads))
+    out: list[list[dict[str, Any]]] = [[] for _ in loads]
+    for p in sorted(payloads, key=cost, reverse=True):
+        i = loads.index(min(loads))
+        out[i].append(p)
+        loads[i] += cost(p)
+    return out
+
+
+def run_shard(work: Work, payloads: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
+    """An array task's body on its node: its cells through :func:`run_local`; never raises, so one failed cell does
+    not lose the task's others — each is ``{"ok": result}`` or ``{"error": one line, "traceback": text}``."""
+    out = []
+    for p, result, exc in run_local(work, payloads, max(1, min(workers, len(payloads)))):
+        if exc is None:
+            out.append({"payload": p, "ok": result})
+        else:
+            out.append({"payload": p, "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                        "traceback": "".join(traceback.format_exception(exc))})
+    return out
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How the job array is asked for: ``tasks`` array tasks (each a shard of cells), ``workers`` cells at once in
+    each (default: its GPUs × 3, else its CPUs), ``parallel`` tasks running at once (SLURM's ``%`` limit), the
+    partition, time limit (minutes), GPUs, CPUs and memory (GB) per task, account and QoS, and the folder of
+    submitit's logs (on the shared filesystem)."""
+
+    tasks: int = 1
+    workers: int | None = None
+    partition: str | None = None
+    time: int = 240
+    gpus: int = 0
+    cpus: int = 2
+    mem_gb: int | None = None
+    parallel: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    folder: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "time", "cpus"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidValue(f"invalid slurm {name}: must be a positive integer, got {v!r}")
+        for name in ("workers", "parallel", "mem_gb"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise InvalidValue(f"invalid slurm {name}: must be a positive integer, got {v!r}")
+        if not isinstance(self.gpus, int) or self.gpus < 0:
+            raise InvalidValue(f"invalid slurm gpus: must be a non-negative integer, got {self.gpus!r}")
+
+    @property
+    def cells_at_once(self) -> int:
+        """Cells one task works at once."""
+        return self.workers or (self.gpus * 3 if self.gpus else self.cpus)
+
+    def parameters(self) -> dict[str, Any]:
+        """submitit's ``update_parameters`` for these options."""
+        extra: dict[str, Any] = {}
+        if self.account:
+            extra["account"] = self.account
+        if self.qos:
+            extra["qos"] = self.qos
+        out: dict[str, Any] = {"timeout_min": self.time, "cpus_per_task": self.cpus, "tasks_per_node": 1,
+                               "nodes": 1, "slurm_additional_parameters": extra}
+        if self.partition:
+            out["slurm_partition"] = self.partition
+        if self.gpus:
+            out["gpus_per_node"] = self.gpus
+        if self.mem_gb:
+            out["mem_gb"] = self.mem_gb
+        if self.parallel:
+            out["slurm_array_parallelism"] = self.parallel
+        return out
+
+
+def slurm_options(config: str | Path | None = None, **flags: Any) -> SlurmOptions:
+    """:class:`SlurmOptions` from a TOML file's ``[slurm]`` table (when given) with ``flags`` (those not ``None``)
+    on top."""
+    values: dict[str, Any] = {}
+    if config is not None:
+        import tomllib
+
+        path = Path(config)
+        try:
+            doc = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise InvalidValue(f"invalid slurm config: {path} does not exist") from None
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidValue(f"invalid slurm config: {path} is not TOML ({exc})") from None
+        table = doc.get("slurm", doc)
+        known = {f.name for f in fields(SlurmOptions)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise InvalidValue(f"invalid slurm config: unknown key(s) {', '.join(unknown)} in {path}: "
+                               f"choose from {', '.join(sorted(known))}")
+        values.update(table)
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return SlurmOptions(**values)
+
+
+def _submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise UserError("the SLURM executor needs submitit: pip install 'windtunnel[slurm]'") from None
+    return submitit
+
+
+def submit(work: Work, payloads: Sequence[dict[str, Any]], opts: SlurmOptions,
+           cost: Callable[[dict[str, Any]], float], folder: Path) -> tuple[list[Any], list[list[dict[str, Any]]]]:
+    """Submit the payloads as one job array of shards; returns submitit's jobs and the shards, in the same order."""
+    submitit = _submitit()
+    parts = shards(payloads, opts.tasks, cost)
+    executor = submitit.AutoExecutor(folder=str(folder / "%j"), cluster="slurm")  # an array task: ARRAY_TASK
+    executor.update_parameters(name="windtunnel", **opts.parameters())
+    jobs = executor.map_array(run_shard, [work] * len(parts), parts, [opts.cells_at_once] * len(parts))
+    return jobs, parts
+
+
+def _listed(job_ids: Sequence[str]) -> set[str] | None:
+    """The job ids of ``job_ids`` that ``squeue`` still lists; ``None`` if it cannot be asked."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(sorted({j.split("_")[0] for j in job_ids}))],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return set() if "Invalid job id" in out.stderr else None
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+
+def _result_of(job: Any) -> list[dict[str, Any]] | Exception:
+    """What an array task returned, or an exception saying in one line why it has no result (with its log)."""
+    try:
+        return job.result()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line for the user
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        return CellFailed(f"SLURM task {job.job_id} failed: {first[:300]} (log: {job.paths.stderr})")
+
+
+def run_slurm(work: Work, payloads: Sequence[dict[str, Any]], opts: SlurmOptions,
+              cost: Callable[[dict[str, Any]], float], folder: Path, poll_s: float = 5.0,
+              say: Callable[[str], None] = print) -> Iterator[Outcome]:
+    """The payloads as one job array (:func:`submit`), yielded cell by cell as each task ends.  A task that ended
+    without a result (its time limit, a node failure, a cancel) yields each of its cells with one line naming its
+    log; its cells keep their checkpoints and are resumed by the next ``reproduce``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs, parts = submit(work, payloads, opts, cost, folder)
+    say(f"submitted job array {jobs[0].job_id.split('_')[0]}: {len(jobs)} task(s), "
+        f"{', '.join(str(len(p)) for p in parts)} cell(s) each; logs in {folder}")
+    pending = dict(zip((j.job_id for j in jobs), zip(jobs, parts)))
+    while pending:
+        listed = _listed(list(pending))
+        for job_id, (job, part) in list(pending.items()):
+            result_file = Path(job.paths.result_pickle)
+            if not (result_file.is_file() or (listed is not None and job_id not in listed)):
+                continue
+            del pending[job_id]
+            got = _result_of(job)
+            if isinstance(got, Exception):
+                for p in part:
+                    yield p, None, got
+                continue
+            for row in got:
+                if "ok" in row:
+                    yield row["payload"], row["ok"], None
+                else:
+                    yield row["payload"], None, CellFailed(f"{row['error']} (SLURM task {job_id}; log: "
+                                                           f"{job.paths.stderr})")
+        if pending:
+            time.sleep(poll_s)
+
+
+def scheduler_available() -> bool:
+    """Whether a SLURM controller answers here (``sinfo`` runs and lists a partition)."""
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def default_folder(results: Path) -> Path:
+    """Where submitit keeps a submission's logs and pickles: under the results folder, on the shared filesystem."""
+    return results / ".slurm" / time.strftime("%Y%m%d-%H%M%S")
+
+
+def environment_ok() -> None:
+    """Refuse the SLURM executor where it cannot work: no submitit, or no SLURM controller answering."""
+    _submitit()
+    if not scheduler_available():
+        raise UserError("the SLURM executor needs a SLURM cluster: sinfo lists no partition here (run it on a "
+                        "login node, or use --executor local)")
+
+
+__all__ = ["EXECUTORS", "CellFailed", "SlurmOptions", "default_folder", "environment_ok", "run_local", "run_shard",
+           "run_slurm", "scheduler_available", "shards", "slurm_options", "submit"]
