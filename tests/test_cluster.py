@@ -213,3 +213,64 @@ def test_the_slurm_executor_refuses_where_there_is_no_cluster(monkeypatch: pytes
     monkeypatch.setitem(sys.modules, "submitit", None)  # not installed
     with pytest.raises(executors.UserError, match=r"pip install 'windtunnel\[slurm\]'"):
         executors.environment_ok()
+
+
+def test_the_command_line_refuses_slurm_options_without_the_slurm_executor(capsys: pytest.CaptureFixture) -> None:
+    from windtunnel.cli import main
+
+    assert main(["reproduce", "paper1", "--slurm-tasks", "2"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--slurm-tasks needs --executor slurm")
+    assert main(["table", "--slurm-config", "x.toml"]) == 2
+    assert "--slurm-config needs --executor slurm" in capsys.readouterr().err
+
+
+def test_the_dry_run_prints_the_array_plan(capsys: pytest.CaptureFixture) -> None:
+    from windtunnel.cli import main
+
+    assert main(["reproduce", "scale", "--preset", "paper", "--dry-run", "--executor", "slurm",
+                 "--slurm-tasks", "8", "--slurm-gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "as a SLURM job array of" in out and "3 cell(s) at once" in out and "the array ends in ≈" in out
+
+
+def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """Built by the code that writes it in real use: one cell reproduced, one whose last attempt failed, one held by
+    a live process, one not started."""
+    from windtunnel.cli import main
+
+    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
+        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=False)
+                for s in (0, 1, 2, 3)]
+
+    monkeypatch.setattr(reproduce, "plan", plan)
+    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+    results = tmp_path / "results"
+    reproduce.reproduce("paper1", results=results, workers=1, only=["main-transformer-s0"])
+    broken = plan("paper1")[1]
+    real = reproduce._work_claimed
+    monkeypatch.setattr(reproduce, "_work_claimed", lambda job: (_ for _ in ()).throw(RuntimeError("out of disk")))
+    with pytest.raises(RuntimeError, match="out of disk"):
+        reproduce.reproduce("paper1", results=results, workers=1, only=[broken.cell.folder])
+    monkeypatch.setattr(reproduce, "_work_claimed", real)
+    held = reproduce.run_dir(results, plan("paper1")[2].cell)
+    ctx = mp.get_context("spawn")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold, args=(str(held), ready, done))
+    child.start()
+    try:
+        assert ready.wait(60)
+        capsys.readouterr()
+        assert main(["status", str(results), "--target", "paper1"]) == 1
+    finally:
+        done.set()
+        child.join(60)
+    out = capsys.readouterr().out
+    assert "main-transformer-s1: failed (RuntimeError: out of disk; on " in out
+    assert f"main-transformer-s2: running (process {child.pid} on " in out
+    assert "main-transformer-s3: waiting (not started)" in out
+    assert "paper1 (quick): 4 cells — done 1, running 1, failed 1, waiting 1" in out
+    reproduce.reproduce("paper1", results=results, workers=1)  # the failed one worked again: its record goes
+    assert not reproduce.failure_path(reproduce.run_dir(results, broken.cell)).exists()
+    assert main(["status", str(results), "--target", "paper1"]) == 0
+    assert main(["status", str(tmp_path / "none")]) == 2

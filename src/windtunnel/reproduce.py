@@ -220,10 +220,54 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
             return {"run_dir": job["run_dir"], "held_by": holder.describe(), "wall_s": 0.0}
         if "job" in job and not missing(job["job"], Path(job["results"])):
             return {"run_dir": job["run_dir"], "skipped": "its artifacts are all there", "wall_s": 0.0}
-        out = _work_claimed(job)
+        failure = failure_path(job["run_dir"])
+        try:
+            out = _work_claimed(job)
+        except Exception as exc:
+            # the one line `windtunnel status` shows, wherever the cell ran (a node's error is not lost with its
+            # task); a later success removes it
+            from .checkpoint import write_text_atomic
+
+            write_text_atomic(failure, json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                                                   "job": locks.slurm_job(), "host": locks.Holder.me().host,
+                                                   "when": time.time()}))
+            raise
         if "job" in job:
             export(job["job"], Path(job["results"]))
+        failure.unlink(missing_ok=True)
         return out
+
+
+def failure_path(run_dir: str | Path) -> Path:
+    """Where a cell's last failure is recorded (beside its run folder, like its claim)."""
+    run_dir = Path(run_dir)
+    return run_dir.with_name(run_dir.name + ".failed")
+
+
+def status(target: str, preset: str, results: Path) -> list[tuple[str, str, str]]:
+    """Every cell of ``target``: ``(folder, state, detail)`` with state ``done`` (its artifacts all committed),
+    ``running`` (a live holder has its claim: where), ``failed`` (its last attempt raised: the error, and the SLURM
+    job or host) or ``waiting`` (where it stands: :func:`progress`)."""
+    rows = []
+    for j in plan(target, preset):
+        folder, run = j.cell.folder, run_dir(results, j.cell)
+        if not missing(j, results):
+            rows.append((folder, "done", ""))
+            continue
+        holder = locks.read_holder(locks.claim_path(run))
+        if holder is not None and locks.alive(holder):
+            rows.append((folder, "running", holder.describe()))
+            continue
+        try:
+            failed = json.loads(failure_path(run).read_text())
+        except (OSError, ValueError):
+            failed = None
+        if failed:
+            where = f"SLURM job {failed['job']}" if failed.get("job") else f"on {failed.get('host', '?')}"
+            rows.append((folder, "failed", f"{failed['error']}; {where}; {progress(j, results)}"))
+            continue
+        rows.append((folder, "waiting", progress(j, results)))
+    return rows
 
 
 def _work_claimed(job: dict[str, Any]) -> dict[str, Any]:

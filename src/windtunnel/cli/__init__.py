@@ -9,7 +9,7 @@ destroyed.
 One module per command or group of commands, each adding its own with ``register(subparsers)`` beside
 the functions that run them: :mod:`.tasks`, :mod:`.train`, :mod:`.run` (run, eval, report, analyze),
 :mod:`.table`, :mod:`.routing`, :mod:`.runs` (runs, compare), :mod:`.results` (reproduce, claims,
-diversity), :mod:`.llm`.  :mod:`.args` holds the parser and argument types they share, :mod:`.outputs` the
+diversity), :mod:`.cluster` (status, and the executor options reproduce and table share), :mod:`.llm`.  :mod:`.args` holds the parser and argument types they share, :mod:`.outputs` the
 output-file policy.  This module assembles the parser and turns errors into exit statuses.
 """
 
@@ -23,12 +23,12 @@ import sys
 from typing import Sequence
 
 from ..errors import DiagnosticFailed, UserError, did_you_mean
-from . import llm, results, routing, run, runs, table, tasks, train
+from . import cluster, llm, results, routing, run, runs, table, tasks, train
 from .args import Parser, UsageError
 
 EXIT_USAGE = 2
 
-COMMANDS = (tasks, train, run, table, routing, runs, results, llm)
+COMMANDS = (tasks, train, run, table, routing, runs, results, cluster, llm)
 """The command modules, in the order ``windtunnel --help`` lists their commands."""
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "UsageError", "main", "make_parser"]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .args import UsageError, positive_int
+from .cluster import add_executor_options, array_lines, slurm_from
 from .outputs import out_path, writable_file
 
 
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--only", nargs="+", metavar="PATTERN",
                      help="work only the cells whose folder matches one of these shell patterns "
                           "(e.g. 'hmm_pool_*-mamba-s0': one seed of a sweep's row)")
+    add_executor_options(rep)
     rep.set_defaults(func=cmd_reproduce)
 
     cl = sub.add_parser("claims", help="render results/CLAIMS.md: every claim's verdict from the committed artifacts")
@@ -58,8 +60,9 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     results = Path(out_path(args.results) or "results")
     if results.exists() and not results.is_dir():
         raise UsageError(f"invalid results: {results} is a file")
+    slurm = slurm_from(args)
     summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run,
-                        threads=args.threads, only=args.only or ())
+                        threads=args.threads, only=args.only or (), slurm=slurm)
     if args.only and not summary["cells"]:
         raise UsageError(f"invalid only: no cell of {args.target} matches {' '.join(args.only)} "
                          f"(`windtunnel reproduce {args.target} --dry-run` lists the missing ones)")
@@ -68,12 +71,19 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     if args.dry_run:
         print(f"{args.target} ({args.preset}): {summary['cells']} cells, {summary['missing']} missing"
               + ("".join(f"\n  {f}  ({summary['progress'][f]})" for f in summary["todo"])))
+        if "array" in summary:
+            print("\n".join(array_lines(summary["array"], slurm)))
         return 0
     print(f"{args.target} ({args.preset}): {summary['cells']} cells, {len(summary['done'])} worked "
           f"in {summary['wall_s'] / 60:.1f} min; the rest were committed already")
     # the scale cells are controls of the quick preset's claims (read at their own preset), so those are rewritten
     path, counts = claims.write(results, preset=claims.DOCS_PRESET if args.target == "scale" else args.preset)
     print(f"wrote {path}: " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
+    if summary.get("held"):  # not finished here: another worker has them (exit 3, so a script can wait and rerun)
+        print(f"{len(summary['held'])} cell(s) left to the workers that hold them: "
+              + "; ".join(f"{f} ({h})" for f, h in summary["held"].items()) + "; `windtunnel status` follows them",
+              file=sys.stderr)
+        return 3
     return 0
 
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from .args import UsageError, positive_int
+from .cluster import add_executor_options, slurm_from
 from .outputs import keep_result, out_path
 
 
@@ -25,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: three per GPU, else one per core)")
     tb.add_argument("--steps", type=positive_int, help="override every cell's training steps (smoke runs)")
     tb.add_argument("--force", action="store_true", help="replace a finished table.json in the output folder")
+    add_executor_options(tb)
     tb.set_defaults(func=cmd_table)
 
 
@@ -33,11 +35,12 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
+    slurm = slurm_from(args)  # before anything is checked on disk: a flag the executor would ignore is a mistake
     out = out_path(args.out) or Path(f"results/{args.preset}")
     keep_result(out / "table.json", args.force)
     path = run_table(
         preset=args.preset, seeds=args.seeds, archs=args.archs, tasks=args.tasks, params=args.params,
-        out=out, workers=args.workers, steps=args.steps,
+        out=out, workers=args.workers, steps=args.steps, slurm=slurm,
     )
     print(f"wrote {path}")
     return 0
