@@ -4,6 +4,7 @@ the SLURM options, and the array's dry-run plan.  The real-cluster tests are in 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -12,6 +13,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -28,22 +30,40 @@ def _hold(run_dir: str, ready: "mp.synchronize.Event", done: "mp.synchronize.Eve
         done.wait(60)
 
 
-def test_a_claim_held_by_a_live_process_is_left_to_it_and_free_once_it_ends(tmp_path: Path) -> None:
-    run = tmp_path / "runs" / "main-transformer-s0"
+@contextlib.contextmanager
+def _held_by_another_process(run_dir: Path) -> Iterator[mp.process.BaseProcess]:
+    """Another live process holding the claim of ``run_dir`` for the duration."""
     ctx = mp.get_context("spawn")
     ready, done = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=_hold, args=(str(run), ready, done))
+    child = ctx.Process(target=_hold, args=(str(run_dir), ready, done))
     child.start()
     try:
         assert ready.wait(60)
+        yield child
+    finally:
+        done.set()
+        child.join(60)
+
+
+def _tiny_plan(monkeypatch: pytest.MonkeyPatch, seeds: tuple[int, ...]) -> Callable[..., list[reproduce.Job]]:
+    """A reproduction of tiny main-job cells, one per seed (the real code paths, a few steps each)."""
+    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
+        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=False)
+                for s in seeds]
+
+    monkeypatch.setattr(reproduce, "plan", plan)
+    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+    return plan
+
+
+def test_a_claim_held_by_a_live_process_is_left_to_it_and_free_once_it_ends(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "main-transformer-s0"
+    with _held_by_another_process(run) as child:
         ok, holder = locks.try_claim(run)
         assert not ok and holder.pid == child.pid and holder.host == socket.gethostname()
         assert f"process {child.pid}" in holder.describe()
         with locks.claimed(run) as other:
             assert other is not None and other.pid == child.pid
-    finally:
-        done.set()
-        child.join(60)
     assert not locks.claim_path(run).exists()  # released by its holder
     with locks.claimed(run) as holder:
         assert holder is None and locks.read_holder(locks.claim_path(run)).pid == os.getpid()
@@ -180,24 +200,10 @@ def test_the_array_plan_is_read_from_committed_timings() -> None:
 
 
 def test_a_local_reproduce_leaves_a_cell_another_process_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
-        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=False)
-                for s in (0, 1)]
-
-    monkeypatch.setattr(reproduce, "plan", plan)
-    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+    plan = _tiny_plan(monkeypatch, (0, 1))
     results = tmp_path / "results"
-    held = reproduce.run_dir(results, plan("paper1")[1].cell)
-    ctx = mp.get_context("spawn")
-    ready, done = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=_hold, args=(str(held), ready, done))
-    child.start()
-    try:
-        assert ready.wait(60)
+    with _held_by_another_process(reproduce.run_dir(results, plan("paper1")[1].cell)) as child:
         out = reproduce.reproduce("paper1", results=results, workers=1)
-    finally:
-        done.set()
-        child.join(60)
     assert out["done"] == ["main-transformer-s0"] and list(out["held"]) == ["main-transformer-s1"]
     assert f"process {child.pid}" in out["held"]["main-transformer-s1"]
     assert not (results / "quick" / "cells" / "main-transformer-s1").exists()
@@ -239,12 +245,7 @@ def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, mon
     a live process, one not started."""
     from windtunnel.cli import main
 
-    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
-        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=False)
-                for s in (0, 1, 2, 3)]
-
-    monkeypatch.setattr(reproduce, "plan", plan)
-    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+    plan = _tiny_plan(monkeypatch, (0, 1, 2, 3))
     results = tmp_path / "results"
     reproduce.reproduce("paper1", results=results, workers=1, only=["main-transformer-s0"])
     broken = plan("paper1")[1]
@@ -253,18 +254,9 @@ def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, mon
     with pytest.raises(RuntimeError, match="out of disk"):
         reproduce.reproduce("paper1", results=results, workers=1, only=[broken.cell.folder])
     monkeypatch.setattr(reproduce, "_work_claimed", real)
-    held = reproduce.run_dir(results, plan("paper1")[2].cell)
-    ctx = mp.get_context("spawn")
-    ready, done = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=_hold, args=(str(held), ready, done))
-    child.start()
-    try:
-        assert ready.wait(60)
+    with _held_by_another_process(reproduce.run_dir(results, plan("paper1")[2].cell)) as child:
         capsys.readouterr()
         assert main(["status", str(results), "--target", "paper1"]) == 1
-    finally:
-        done.set()
-        child.join(60)
     out = capsys.readouterr().out
     assert "main-transformer-s1: failed (RuntimeError: out of disk; on " in out
     assert f"main-transformer-s2: running (process {child.pid} on " in out
