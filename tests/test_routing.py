@@ -397,7 +397,8 @@ def test_constant_lr_timescales_hold_the_rate_after_warmup(tmp_path: Path) -> No
 
 def test_no_state_is_ever_unpickled() -> None:
     """Resume state is safetensors and JSON everywhere: a file dropped into a results folder cannot run code when a
-    run resumes from it.  No module of the package unpickles anything."""
+    run resumes from it.  No module of the package unpickles anything itself (the SLURM executor's submitit
+    exchanges its own submission and result pickles, only in the fresh folder each submission creates)."""
     import re
 
     src = Path(em.__file__).resolve().parents[1]
