@@ -71,7 +71,7 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     if args.dry_run:
         print(f"{args.target} ({args.preset}): {summary['cells']} cells, {summary['missing']} missing"
               + ("".join(f"\n  {f}  ({summary['progress'][f]})" for f in summary["todo"])))
-        if "array" in summary:
+        if summary.get("array", {}).get("tasks"):
             print("\n".join(array_lines(summary["array"], slurm)))
         return 0
     print(f"{args.target} ({args.preset}): {summary['cells']} cells, {len(summary['done'])} worked "
