@@ -266,3 +266,18 @@ def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, mon
     assert not reproduce.failure_path(reproduce.run_dir(results, broken.cell)).exists()
     assert main(["status", str(results), "--target", "paper1"]) == 0
     assert main(["status", str(tmp_path / "none")]) == 2
+
+
+def test_a_task_that_ended_without_a_result_is_reported_not_waited_on(tmp_path: Path) -> None:
+    """A task cancelled (or killed, or lost with its node) writes no result: once the grace for a late file is over
+    it is one line naming why and its log — submitit itself would wait for ever where ``sacct`` cannot be asked."""
+    from types import SimpleNamespace
+
+    err = tmp_path / "41_1_0_log.err"
+    err.write_text("slurmstepd-vm: error: *** JOB 41 ON vm CANCELLED AT 2026-11-27T17:07:38 ***\nsrun: Killed\n")
+    job = SimpleNamespace(job_id="41_1", paths=SimpleNamespace(result_pickle=tmp_path / "none.pkl", stderr=err),
+                          result=lambda: pytest.fail("waited on a task that wrote no result"))
+    assert executors._result_of(job, waited_s=0.0) is None  # its result may still be on its way
+    failed = executors._result_of(job, waited_s=executors.RESULT_GRACE_S)
+    assert isinstance(failed, executors.CellFailed)
+    assert str(failed) == f"SLURM task 41_1 ended without a result (JOB 41 ON vm CANCELLED AT 2026-11-27T17:07:38; log: {err})"

@@ -59,8 +59,14 @@ def _options(tmp_path: Path, **kw: Any) -> executors.SlurmOptions:
                                      "folder": str(tmp_path / "slurm-logs"), **kw})
 
 
-def _within(seconds: float, fn: Callable[[], Any]) -> Any:
-    """``fn()`` in a thread, given ``seconds``; past them every windtunnel job is cancelled and the test fails."""
+def _own_jobs(logs: Path) -> list[str]:
+    """The SLURM jobs this test submitted: submitit names a folder of its log folder after each (``41``, ``41_0``),
+    so a test never touches another run's jobs on a shared cluster."""
+    return sorted({p.name.split("_")[0] for p in logs.iterdir() if p.is_dir()}) if logs.is_dir() else []
+
+
+def _within(seconds: float, fn: Callable[[], Any], logs: Path) -> Any:
+    """``fn()`` in a thread, given ``seconds``; past them the test's own jobs are cancelled and the test fails."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -73,16 +79,13 @@ def _within(seconds: float, fn: Callable[[], Any]) -> Any:
     t.start()
     t.join(seconds)
     if t.is_alive():
-        subprocess.run(["scancel", "-n", "windtunnel"], check=False)
+        subprocess.run(["scancel", *_own_jobs(logs)], check=False)
         pytest.fail(f"the SLURM run did not end within {seconds:.0f} s")
     if "error" in box:
         raise box["error"]
     return box["out"]
 
 
-def _jobs() -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-n", "windtunnel", "-o", "%i"], capture_output=True, text=True, check=True)
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
 def test_slurm_writes_the_artifacts_the_local_pool_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -90,7 +93,7 @@ def test_slurm_writes_the_artifacts_the_local_pool_writes(tmp_path: Path, monkey
     _plan(monkeypatch, steps=40)
     local = reproduce.reproduce("paper1", results=tmp_path / "local", workers=1, threads=1)
     cluster = _within(600, lambda: reproduce.reproduce("paper1", results=tmp_path / "cluster",
-                                                       slurm=_options(tmp_path)))
+                                                       slurm=_options(tmp_path)), tmp_path / "slurm-logs")
     assert sorted(cluster["done"]) == sorted(local["done"]) == ["main-transformer-s0", "main-transformer-s1"]
     assert "submitted job array" in capsys.readouterr().out
     for folder in local["done"]:
@@ -117,7 +120,7 @@ def test_a_requeued_task_resumes_its_cell_and_ends_where_an_uninterrupted_run_do
     while time.time() < deadline and RunDir(run).latest_step() < 500:  # its first checkpoint written
         time.sleep(1)
     assert RunDir(run).latest_step() >= 500, "the task never wrote a checkpoint"
-    (job,) = _jobs()
+    (job,) = _own_jobs(tmp_path / "slurm-logs")
     subprocess.run(["scontrol", "requeue", job], check=True)
     for _ in range(60):  # SLURM holds a requeued job back a while: release it once it is pending again
         state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
@@ -148,7 +151,8 @@ def test_two_tasks_given_one_cell_train_it_once(tmp_path: Path, monkeypatch: pyt
         "eval_n": 32, "lengths": None, "threads": 1, "device": None, "analyze": False, "analyze_n": 24,
         "job": job, "results": str(results)}
     outcomes = _within(600, lambda: list(executors.run_slurm(
-        reproduce._work, [payload, dict(payload)], _options(tmp_path), lambda p: 1.0, tmp_path / "slurm-logs")))
+        reproduce._work, [payload, dict(payload)], _options(tmp_path), lambda p: 1.0, tmp_path / "slurm-logs")),
+        tmp_path / "slurm-logs")
     results_ = [out for _, out, error in outcomes if error is None]
     assert len(results_) == 2
     trained = [r for r in results_ if "held_by" not in r and "skipped" not in r]
@@ -166,7 +170,8 @@ def test_a_task_past_its_time_limit_leaves_its_cell_resumable(tmp_path: Path, mo
     results = tmp_path / "cluster"
     (job,) = reproduce.plan("paper1")
     with pytest.raises(executors.CellFailed, match=r"timed-out.*log: .*slurm-logs"):
-        _within(400, lambda: reproduce.reproduce("paper1", results=results, slurm=_options(tmp_path, tasks=1, time=1)))
+        _within(400, lambda: reproduce.reproduce("paper1", results=results, slurm=_options(tmp_path, tasks=1, time=1)),
+                tmp_path / "slurm-logs")
     from windtunnel.runs import RunDir
 
     done = RunDir(reproduce.run_dir(results, job.cell)).latest_step()

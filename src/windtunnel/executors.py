@@ -214,8 +214,30 @@ def _listed(job_ids: Sequence[str]) -> set[str] | None:
     return {line.strip() for line in out.stdout.splitlines() if line.strip()}
 
 
-def _result_of(job: Any) -> list[dict[str, Any]] | Exception:
-    """What an array task returned, or an exception saying in one line why it has no result (with its log)."""
+RESULT_GRACE_S = 60.0
+"""How long a task no longer listed by ``squeue`` is given for its result file to appear (a shared filesystem may
+show it late) before it counts as ended without one."""
+
+
+def _ended_why(stderr: Path) -> str:
+    """Why a task ended without a result, from the scheduler's line in its log (cancelled, time limit, node)."""
+    try:
+        lines = stderr.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    said = [line.split("***")[1].strip() for line in lines if line.count("***") >= 2]
+    return said[-1] if said else (lines[-1].strip() if lines else "an empty log")
+
+
+def _result_of(job: Any, waited_s: float = 0.0) -> list[dict[str, Any]] | Exception | None:
+    """What an array task returned, an exception saying in one line why it has none (with its log), or ``None`` while
+    its result file may still be on its way.  A task that ended without writing one (cancelled, killed past its time
+    limit, its node lost) is never waited on: submitit would wait for it for ever where ``sacct`` cannot be asked."""
+    if not Path(job.paths.result_pickle).is_file():
+        if waited_s < RESULT_GRACE_S:
+            return None
+        return CellFailed(f"SLURM task {job.job_id} ended without a result ({_ended_why(Path(job.paths.stderr))[:200]}; "
+                          f"log: {job.paths.stderr})")
     try:
         return job.result()
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line for the user
@@ -234,14 +256,17 @@ def run_slurm(work: Work, payloads: Sequence[dict[str, Any]], opts: SlurmOptions
     say(f"submitted job array {jobs[0].job_id.split('_')[0]}: {len(jobs)} task(s), "
         f"{', '.join(str(len(p)) for p in parts)} cell(s) each; logs in {folder}")
     pending = dict(zip((j.job_id for j in jobs), zip(jobs, parts)))
+    gone: dict[str, float] = {}  # when each task was first seen no longer listed
     while pending:
         listed = _listed(list(pending))
         for job_id, (job, part) in list(pending.items()):
             result_file = Path(job.paths.result_pickle)
             if not (result_file.is_file() or (listed is not None and job_id not in listed)):
                 continue
+            got = _result_of(job, time.monotonic() - gone.setdefault(job_id, time.monotonic()))
+            if got is None:
+                continue
             del pending[job_id]
-            got = _result_of(job)
             if isinstance(got, Exception):
                 for p in part:
                     yield p, None, got
