@@ -29,7 +29,7 @@ import torch
 
 from common import median_time
 from windtunnel import grid, models, tasks
-from windtunnel.models.mamba import cpu_kernel, selective_scan, selective_scan_ref
+from windtunnel.models.scans import cpu_kernel, selective_scan, selective_scan_ref
 from windtunnel.training import loss_fn
 
 

@@ -1,4 +1,4 @@
-"""Test-session settings: one intra-op thread everywhere.
+"""Test-session settings: one intra-op thread everywhere; the fused C++ kernel as a session fixture.
 
 The tests use tiny tensors, where thread start-up costs more than it saves, and a fixed thread
 count keeps float reductions — and so the bitwise-resume checks — identical in this process and
@@ -9,6 +9,20 @@ import os
 
 os.environ["OMP_NUM_THREADS"] = "1"
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def kernel():
+    """The fused C++ scan kernel (``windtunnel.models.scans.cpu_kernel``), built at most once per run and
+    only when a test asks for it — never at collection (a first build takes about 30 s); the tests that
+    ask are skipped where it cannot be built (no compiler or ninja, or ``WINDTUNNEL_NO_KERNEL=1``)."""
+    from windtunnel.models.scans import cpu_kernel
+
+    mod = cpu_kernel()
+    if mod is None:
+        pytest.skip("the fused CPU kernel cannot be built here")
+    return mod

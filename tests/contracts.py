@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from windtunnel import models, tasks
+from windtunnel.models import catalog
 from windtunnel.tasks import IGNORE
 
 
@@ -37,13 +38,18 @@ def check_task_contract(task: tasks.Task, seed: int, n: int) -> None:
     assert torch.allclose(torch.softmax(logits.double(), -1), ep.posterior, atol=1e-10)
 
 
+def tiny_model(arch: str, task: tasks.Task, seed: int = 0, **overrides) -> models.WindTunnelModel:
+    """Registered architecture ``arch``'s tiny instance for ``task`` — ``Arch.tiny``, declared where the
+    architecture is registered, with ``overrides`` on top — seeded with ``seed``, in eval mode: the one
+    small model every test over the registry builds (so a new architecture needs no test edit)."""
+    torch.manual_seed(seed)
+    return models.make(arch, task, **{**catalog.get(arch).tiny, **overrides}).eval()
+
+
 def check_arch_contract(arch: str, task: tasks.Task) -> None:
     """An architecture's tiny instance maps [B,T] tokens to finite [B,T,C] logits, is causal, rebuilds
     from its config, exposes the skeleton's hooks, and sizes itself to a parameter target (±3%)."""
-    from windtunnel.models.catalog import get
-
-    torch.manual_seed(0)
-    model = models.make(arch, task, **get(arch).tiny).eval()
+    model = tiny_model(arch, task)
     ep = task.sample(3, 0)
     with torch.no_grad():
         out = model(**ep.inputs)

@@ -65,7 +65,7 @@ def test_bad_task_parameter(name: str, field: str, bad: str, capsys: pytest.Capt
     ["tasks", "show", ""], ["tasks", "show", "nope"], ["tasks", "show", "bijection", "--nope", "1"],
     ["tasks", "show", "bijection", "--L", "true"], ["tasks", "show", "bijection", "--V", "1e400"],
     ["tasks", "frobnicate"], ["--bogus"], ["tasks", "--bogus"], ["eval"], ["table", "--seeds", "0"],
-    ["table", "--archs", "gru"], ["table", "--tasks", "sudoku"], ["table", "--steps", "0"], ["table", "--steps", "-3"],
+    ["table", "--archs", "no-such-arch"], ["table", "--tasks", "sudoku"], ["table", "--steps", "0"], ["table", "--steps", "-3"],
     ["table", "--params", "5"], ["table", "--out", ""], ["run", "--n", "0"], ["run", "bijection", "--arch", "nope"],
     ["run", "nope"], ["train", "--task", "bijection", "--out", ""], ["train", "--task", "bijection"],
     ["regression_sigma_overflow"], ["sticky_noise_overflow"],
@@ -166,7 +166,7 @@ def test_config_file_arch_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixt
 # --- damaged run folders: every reader refuses them in one line ---------------------------------------
 CONFIG_DAMAGE = ["", "{}", "[]", "garbage", '{"train": {}, "task": {"name": "bijection"}}',
                  '{"train": {}, "task": {"name": "nope", "params": {}}, "model": {"arch": "lstm"}}',
-                 '{"train": {}, "task": {"name": "bijection", "params": {}}, "model": {"arch": "gru"}}']
+                 '{"train": {}, "task": {"name": "bijection", "params": {}}, "model": {"arch": "no-such-arch"}}']
 
 
 @pytest.mark.parametrize("damage", CONFIG_DAMAGE)

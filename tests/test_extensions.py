@@ -19,7 +19,7 @@ from windtunnel.geometry import registry as geometry_registry
 from windtunnel.models import catalog
 from windtunnel.tasks import base as task_base
 
-from contracts import check_arch_contract, check_task_contract
+from contracts import check_arch_contract, check_task_contract, tiny_model
 
 EXTENSION = '''
 from dataclasses import dataclass
@@ -218,7 +218,7 @@ def test_a_diagnostic_whose_hooks_a_model_lacks_says_not_applicable(arch: str) -
     model with no hooks at all."""
     task = tasks.make("hmm", S=3, O=3, K=5)  # a hidden state, so every per-task diagnostic has its input
     torch.manual_seed(0)
-    model = _Hookless(task) if arch == "hookless" else models.make(arch, task, **catalog.get(arch).tiny)
+    model = _Hookless(task) if arch == "hookless" else tiny_model(arch, task)
     ep = task.sample(12, 0)
     for name, diag in geometry_registry.discover().items():
         if diag.checkpoints or diag.applies(model):

@@ -1,4 +1,4 @@
-"""windtunnel.geometry on hand-built models whose answers are known, and on all four architectures."""
+"""windtunnel.geometry on hand-built models whose answers are known, and on every registered architecture."""
 
 from __future__ import annotations
 
@@ -14,14 +14,10 @@ from windtunnel import geometry as G
 from windtunnel import models, tasks
 from windtunnel.models.base import Block, HookPoint, ModelConfig, WindTunnelModel
 
+from contracts import tiny_model as tiny  # an architecture's registered tiny instance (Arch.tiny), overrides on top
+
 PNG = b"\x89PNG\r\n\x1a\n"
-ARCHS = ("transformer", "mamba", "lstm", "mlp")
-
-
-def tiny(arch: str, task: tasks.Task, seed: int = 0, **kw) -> WindTunnelModel:
-    torch.manual_seed(seed)
-    over = {"d_model": 16, "n_layers": 2, **({"n_heads": 2} if arch == "transformer" else {}), **kw}
-    return models.make(arch, task, **over).eval()
+ARCHS = models.names()  # every registered architecture
 
 
 def jsonable(result: dict) -> dict:

@@ -3,7 +3,8 @@
 Golden files pin a few sampled episodes per task so that a silent change of a generator (a
 different random stream, a re-ordered token layout, a changed posterior) fails loudly.  After an
 *intended* change, regenerate them with ``WINDTUNNEL_REGEN_GOLDEN=1 pytest tests/test_tasks_contract.py``
-and say why in the commit.
+and say why in the commit.  A new task's golden file is written by its first run, which is skipped
+saying so: commit the file, and later runs compare against it.
 """
 
 import json
@@ -72,6 +73,11 @@ def test_golden_episodes(name: str) -> None:
     path = GOLDEN / f"{name}.json"
     if os.environ.get("WINDTUNNEL_REGEN_GOLDEN") == "1":
         path.write_text(json.dumps(record))
+    elif not path.exists():  # a new task: this run's episodes become its golden file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+        pytest.skip(f"no golden file for task {name!r}: wrote {path.relative_to(GOLDEN.parent.parent)} from this run; "
+                    "commit it (later runs compare against it)")
     gold = json.loads(path.read_text())
     assert gold["params"] == record["params"]
     assert gold["tokens"] == record["tokens"]

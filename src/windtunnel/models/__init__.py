@@ -13,7 +13,8 @@ from .attention_layer import AttentionLayer, AttentionLayerConfig, attention_lay
 from .external import ExternalModel, is_external, load_factory
 from .hf import HFConfig, HFModel, hf_names, is_hf
 from .lstm import LSTM, LSTMConfig
-from .mamba import Mamba, MambaConfig, selective_scan, selective_scan_ref
+from .mamba import Mamba, MambaConfig
+from .scans import selective_scan, selective_scan_ref
 from .mlp import MLP, MLPConfig, PointwiseMLP, PointwiseMLPConfig
 from .registry import build, count_params, fit_width, make, names
 from .transformer import Transformer, TransformerConfig

@@ -22,9 +22,10 @@ class Arch:
     ``from_task``: config fields filled from the task (name -> function of the task); ``refine``:
     the secondary size capacity matching turns when the width grid is too coarse (``d_ff``,
     ``d_inner``; ``None``: width only); ``width_step(config fields) -> int``: the spacing of
-    admissible widths; ``order``: the place in ``names()``; ``tiny``: overrides of a small instance
-    for the contract tests; ``step_cost``: the time of a training step relative to the transformer's at
-    the same size, one thread (orders work so that the slowest cells start first)."""
+    admissible widths; ``order``: the place in ``names()``; ``tiny``: config overrides of the small
+    instance every test over the registry builds (at least two layers); ``step_cost``: the time of a
+    training step relative to the transformer's at the same size, one thread (orders work so that the
+    slowest cells start first)."""
 
     model: type[WindTunnelModel]
     config: type[ModelConfig]

@@ -146,6 +146,6 @@ class PointwiseMLP(MLP):
 
 
 register_arch("mlp", Arch(MLP, MLPConfig, {"window": lambda task: task.seq_len}, "d_ff", order=40,
-                          tiny={"d_model": 16, "n_layers": 2}))
+                          tiny={"d_model": 16, "n_layers": 2, "d_embed": 4}))
 register_arch("mlp_pointwise", Arch(PointwiseMLP, PointwiseMLPConfig, {"max_len": lambda task: 4 * task.seq_len},
-                                    "d_ff", order=50, tiny={"d_model": 16, "n_layers": 2}))
+                                    "d_ff", order=50, tiny={"d_model": 16, "n_layers": 2, "d_embed": 4}))

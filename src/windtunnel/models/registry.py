@@ -15,7 +15,7 @@ from .external import build_external, is_external, make_external
 from .hf import build_hf, is_hf, make_hf
 from ..errors import InvalidValue, did_you_mean
 
-_NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "hf_layout", "attention_layer", "sizing",
+_NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "hf_layout", "attention_layer", "sizing", "scans",
                "contract"}
 
 

@@ -1,6 +1,6 @@
 // Fused CPU selective scan for windtunnel's Mamba (forward and backward).
 //
-// Same contract as windtunnel.models.mamba.selective_scan_ref with h_{-1} = 0:
+// Same contract as windtunnel.models.scans.selective_scan_ref with h_{-1} = 0:
 //   h_t = exp(delta_t * A) * h_{t-1} + delta_t * u_t * B_t,   y_t = <h_t, C_t> + D * u_t
 // per (batch b, channel c) over the state index n.  One pass over time per sequence with its state
 // in cache, instead of a dozen full-size tensor operations per step.

@@ -426,4 +426,4 @@ def _width_step(cfg: dict) -> int:
 
 
 register_arch("transformer", Arch(Transformer, TransformerConfig, {"max_len": lambda task: 4 * task.seq_len}, "d_ff",
-                                  width_step=_width_step, order=10, tiny={"d_model": 16, "n_layers": 2, "n_heads": 2}))
+                                  width_step=_width_step, order=10, tiny={"d_model": 24, "n_layers": 2, "n_heads": 3}))
