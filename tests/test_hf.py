@@ -78,6 +78,7 @@ def test_unknown_family_and_bad_options_are_one_line_errors(capsys: pytest.Captu
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_train_resume_eval_and_table_rows(tmp_path: Path) -> None:
     out = tmp_path / "run"
     base = ["train", "--task", "bijection", "--V", "4", "--L", "4", "--arch", "hf:gpt_neox", "--params", "20000",
