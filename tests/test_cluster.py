@@ -233,7 +233,7 @@ def test_the_command_line_refuses_slurm_options_without_the_slurm_executor(capsy
 def test_the_dry_run_prints_the_array_plan(capsys: pytest.CaptureFixture) -> None:
     from windtunnel.cli import main
 
-    assert main(["reproduce", "scale", "--preset", "paper", "--dry-run", "--executor", "slurm",
+    assert main(["reproduce", "paper1", "--preset", "paper", "--dry-run", "--executor", "slurm",
                  "--slurm-tasks", "8", "--slurm-gpus", "1"]) == 0
     out = capsys.readouterr().out
     assert "as a SLURM job array of" in out and "3 cell(s) at once" in out and "the array ends in ≈" in out

@@ -119,7 +119,7 @@ def test_table_resumes_without_redoing(tmp_path: Path) -> None:
         run_table(**{**kw, "steps": 30})
     assert {p: p.read_bytes() for p in tmp_path.glob("runs/**/*") if p.is_file()} == snapshot
     with pytest.raises(ValueError, match="unknown arch"):
-        run_table(preset="quick", archs=["gru"], out=tmp_path)
+        run_table(preset="quick", archs=["no-such-arch"], out=tmp_path)
 
 
 def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_gone(tmp_path: Path) -> None:
