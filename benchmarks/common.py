@@ -56,8 +56,8 @@ def train_and_evaluate(config: dict, run_dir: str, n: int, threads: int = 1) -> 
     Returns ``(TrainConfig, training wall seconds, model, {metric: value})``."""
     from pathlib import Path
 
-    from windtunnel.evaluation import evaluate
-    from windtunnel.training import TrainConfig, load, train
+    from windtunnel.evaluation.evaluate import evaluate
+    from windtunnel.training.loop import TrainConfig, load, train
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_dict(config)

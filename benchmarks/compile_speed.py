@@ -3,7 +3,7 @@
     python benchmarks/compile_speed.py [--archs transformer lstm] [--rounds 9] [--threads 1]
 
 For every table column and architecture it builds the cell's task and model as the table does
-(``windtunnel.grid``) and times one training step on fresh episodes (sampled before the clock starts) —
+(``windtunnel.run.grid``) and times one training step on fresh episodes (sampled before the clock starts) —
 forward, the cell's loss, backward, AdamW; no clipping or schedule, which cost the same either way — eager and through
 ``torch.compile`` (inductor's CPU code generation), the two timed in turn in each round so that drift in
 the machine's speed hits both alike.  It prints the median step of each, the median of the per-round
@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from windtunnel import grid
-from windtunnel.training import TrainConfig, build, loss_fn
+from windtunnel.run import grid
+from windtunnel.training.loop import TrainConfig, build, loss_fn
 
 
 def step_fn(column: str, arch: str, compiled: bool):

@@ -19,8 +19,8 @@ import time
 import torch
 
 from windtunnel import models, tasks
-from windtunnel.evaluation import evaluate
-from windtunnel.metrics import entropy_bits
+from windtunnel.evaluation.evaluate import evaluate
+from windtunnel.evaluation.metrics import entropy_bits
 
 AUTHORS_S_PER_SEQUENCE = 20.2 / 200  # the authors' evaluator here: 200 sequences in 20.2 s
 

@@ -57,7 +57,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 
 
 def config(name: str, seed: int = 0) -> dict[str, Any]:
-    from windtunnel import grid
+    from windtunnel.run import grid
 
     cfg = grid.preset("quick", grid.DEFAULT_TASK, "transformer")
     cfg.update(CANDIDATES[name], progress=False, seed=seed)

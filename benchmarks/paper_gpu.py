@@ -5,9 +5,9 @@ trained against the clock, and the whole paper table's projected time on one GPU
     python benchmarks/paper_gpu.py cells --minutes M [--columns bijection hmm] [--out DIR]
     python benchmarks/paper_gpu.py summary [--jsonl F] [--cells DIR]        # anywhere: the projection
 
-``measure`` trains every cell of the paper table (``windtunnel.grid``: the columns × the rows,
+``measure`` trains every cell of the paper table (``windtunnel.run.grid``: the columns × the rows,
 capacity-matched at ≈2.67M parameters, each on its own paper recipe) for ``--steps`` optimiser steps
-through ``windtunnel.training.train`` — the same loop, data stream, bf16 autocast and logging as a
+through ``windtunnel.training.loop.train`` — the same loop, data stream, bf16 autocast and logging as a
 real run — and reads the step time off ``metrics.jsonl`` between the first and the last logged step
 (so start-up and the first steps' allocation are left out).  Each row: ms/step, tokens/s, the model
 FLOPs per step (``table_budget.cell_flops``: 6·N per token plus the transformer's attention) and their
@@ -46,9 +46,10 @@ import torch
 from common import matmul_peak_flops
 from reproduce_budget import makespan
 from table_budget import cell_flops
-from windtunnel import grid, tasks
-from windtunnel.runs import RunDir
-from windtunnel.training import TrainConfig, train
+from windtunnel.run import grid
+from windtunnel import tasks
+from windtunnel.run.runs import RunDir
+from windtunnel.training.loop import TrainConfig, train
 
 SEEDS = 3
 """Seeds per cell of the paper table (as ``windtunnel table`` trains it)."""

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from windtunnel.evaluation import evaluate
-from windtunnel.training import TrainConfig, load, train
+from windtunnel.evaluation.evaluate import evaluate
+from windtunnel.training.loop import TrainConfig, load, train
 
 
 def main() -> None:

@@ -22,12 +22,12 @@ Grids (the same knobs for every architecture; ``heads`` only applies to the tran
   episodes whose keys come from a pool of 3 (``bijection`` ``key_pool``), at LR 2e-3 and 1e-3;
 * ``store`` (recall): the experiment's own recipe, and the same behind a store curriculum — over the first
   third of training the episodes hold 4 pairs, then twice as many, and so on up to the task's own
-  (``windtunnel.grid.store_curriculum``; the same key and value vocabularies);
+  (``windtunnel.run.grid.store_curriculum``; the same key and value vocabularies);
 * ``transformer``: the quick recipe (run as its grid cell) with one of the transformer's own choices changed at a time — learned or no
   position encoding (rotary is the default), LayerNorm (RMSNorm), the gated SwiGLU block (GELU);
 * ``dimension`` (regression): the experiment's own recipe, and the same behind a dimension curriculum — over
   the first third of training the inputs use 1, then 2, … of the task's d dimensions
-  (``windtunnel.grid.dimension_curriculum``);
+  (``windtunnel.run.grid.dimension_curriculum``);
 * ``block``: the quick preset's own recipe (its shape, LR and curriculum) with the transformer's
   MLP as the papers' GELU block and as the gated SwiGLU block of Llama-family models
   (``mlp="swiglu"``), capacity-matched alike — the one change that separates our transformer from
@@ -48,7 +48,7 @@ from common import run_logged, train_and_evaluate
 
 def candidates(grid: str, task: str, arch: str, steps: int,
                blocks: tuple[str, ...] = ("swiglu", "gelu"), task_params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    from windtunnel import grid as experiment_grid  # not `grid`: that name is the sweep's grid
+    from windtunnel.run import grid as experiment_grid  # not `grid`: that name is the sweep's grid
 
     base = experiment_grid.preset("quick", task, arch)
     base["task_params"] = {**base["task_params"], **(task_params or {})}

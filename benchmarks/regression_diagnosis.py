@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 from common import run_logged, train_and_evaluate
 
-from windtunnel import grid
+from windtunnel.run import grid
 from windtunnel.tasks.base import Episodes, register
 from windtunnel.tasks.regression import Regression
 
@@ -122,7 +122,7 @@ def probe_runs(runs: list[str], log: str) -> None:
     """:func:`pair_probe` on trained run folders (a cell's ``results/quick/runs/...``): one JSON line each."""
     import json
 
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     for path in runs:
         run = RunDir(path)

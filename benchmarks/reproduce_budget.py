@@ -2,13 +2,13 @@
 
     python benchmarks/reproduce_budget.py [--target paper1] [--preset quick] [--workers 2] [--results results]
 
-For every cell the target plans (``windtunnel.reproduce.plan``) it reads the cell's committed
+For every cell the target plans (``windtunnel.orchestration.reproduce.plan``) it reads the cell's committed
 ``timings.json`` (training, evaluation and analysis seconds, each as that cell's run recorded them) and
 sums them into the cell's work; a cell not yet committed (or committed from a GPU) is estimated from the cells that are: its
 remaining work in the reproduction's own cost units (``reproduce._cost``: tokens weighted by the
 architecture's step cost) times the measured seconds per unit of committed cells of the same
 architecture.  It then prints the target's total core-time and its wall time on ``--workers`` workers
-handing the cells out as ``reproduce`` does (:func:`windtunnel.reproduce.schedule`: longest first for
+handing the cells out as ``reproduce`` does (:func:`windtunnel.orchestration.reproduce.schedule`: longest first for
 several workers) and, beside it, cheapest first — the makespan of a greedy list schedule, each cell to
 the first worker free.  The timings were recorded on 2 cores often shared with other jobs, so the figures
 are what this machine did, not its floor (``table_budget.py`` gives the FLOP floor of the table).
@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NoReturn
 
-from windtunnel import reproduce
+from windtunnel.orchestration import reproduce
 
 TARGET_MINUTES = 120.0
 """The wall time the quick reproduction of Paper I should fit in on 2 cores."""

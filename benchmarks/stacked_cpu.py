@@ -4,7 +4,7 @@
                                      [--cores 2] [--device cpu] [--json benchmarks/results/stacked_cpu.json]
 
 The same ``--seeds`` runs of a grid cell (its quick recipe, ``--steps`` steps, no evaluation or checkpoint on the
-way) trained two ways on the same machine in the same invocation: as one stacked model (``windtunnel.stacked``,
+way) trained two ways on the same machine in the same invocation: as one stacked model (``windtunnel.training.stacked``,
 one process on all ``--cores``) and as separate processes started together, the cores shared out among them (each
 ``max(1, cores // seeds)`` torch threads) — what ``windtunnel reproduce --workers`` does today.  The figure is each
 way's wall time for the whole set and their ratio (separate / stacked: above 1, stacking is faster per member), with
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from windtunnel import grid
-from windtunnel.stacked import train_stacked
-from windtunnel.training import TrainConfig, train
+from windtunnel.run import grid
+from windtunnel.training.stacked import train_stacked
+from windtunnel.training.loop import TrainConfig, train
 
 
 def _configs(column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:

@@ -3,7 +3,7 @@
     python benchmarks/table_budget.py [--table results/quick/table.json] [--preset quick] [--cores 2]
 
 For every cell of the table (column × architecture) it builds the cell's model exactly as the
-table does (``windtunnel.grid``, capacity-matched) and counts the model FLOPs of its training run:
+table does (``windtunnel.run.grid``, capacity-matched) and counts the model FLOPs of its training run:
 ``steps × batch × T × (6·N + attention)`` — 6·N per token for the weights (forward + backward),
 plus ``12·n_layers·T·d_model`` per token for a transformer's attention scores and mixing (the
 nanoGPT/PaLM convention of ``train_throughput.py``; a Mamba's scan and an LSTM's gates beyond
@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from common import matmul_peak_flops
-from windtunnel import grid, models, tasks
+from windtunnel.run import grid
+from windtunnel import models, tasks
 
 
 def cell_flops(preset: str, column: str, arch: str) -> tuple[int, float]:

@@ -57,7 +57,7 @@ AUTHORS = {"arch": "benchmarks.authors_tinygpt:tinygpt", "params": None, "model"
 
 
 def config(name: str, seed: int = 0) -> dict[str, Any]:
-    from windtunnel import grid
+    from windtunnel.run import grid
 
     if name == "authors":
         cfg = {"task": "bijection", "task_params": dict(TASK), **AUTHORS, "progress": False, "seed": seed,
@@ -92,7 +92,7 @@ def run_cli(job: dict[str, Any]) -> dict[str, Any]:
     import sys
     import time
 
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     env = {**os.environ, "OMP_NUM_THREADS": str(job["threads"])}
     t0 = time.perf_counter()
@@ -128,9 +128,9 @@ def run_authors(run_dir: str, minutes: float, threads: int, seed: int = 0) -> di
 
     import torch
 
-    from windtunnel.evaluation import evaluate
-    from windtunnel.runs import RunDir
-    from windtunnel.training import TrainConfig, load, train
+    from windtunnel.evaluation.evaluate import evaluate
+    from windtunnel.run.runs import RunDir
+    from windtunnel.training.loop import TrainConfig, load, train
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_dict(config("authors", seed))

@@ -5,7 +5,7 @@
 
 Setting (the papers' bijection model): bijection V=20, L=19 (37 tokens), the 6-layer,
 6-head, d=192 transformer (≈2.7M parameters), batch 128, AdamW with gradient clipping, fp32 on
-CPU.  One step = fresh episodes + forward + backward + clip + AdamW, exactly as ``windtunnel.training`` does.
+CPU.  One step = fresh episodes + forward + backward + clip + AdamW, exactly as ``windtunnel.training.loop`` does.
 MFU = achieved model FLOP/s ÷ a dense fp32 matmul peak measured in the same run.  The model FLOPs
 per token are 6·N (weights, forward+backward) + 12·n_layers·T·d (attention scores and mixing),
 the nanoGPT/PaLM convention.  The authors' TinyGPT step on this CPU ran ≈7,100 tokens/s
@@ -22,7 +22,7 @@ import torch
 
 from common import matmul_peak_flops, median_time
 from windtunnel import models, tasks
-from windtunnel.training import TrainConfig, loss_fn
+from windtunnel.training.loop import TrainConfig, loss_fn
 
 AUTHORS_TOKENS_PER_S = 7100.0
 

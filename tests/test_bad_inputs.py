@@ -13,8 +13,8 @@ import pytest
 
 from windtunnel import tasks
 from windtunnel.cli import main
-from windtunnel.runs import RunDir
-from windtunnel.training import TrainConfig, train
+from windtunnel.run.runs import RunDir
+from windtunnel.training.loop import TrainConfig, train
 
 TASKS = [n for n in tasks.names()]
 BAD_VALUES = ["true", "-1", "abc", "1e400", "nan", ""]
@@ -408,7 +408,7 @@ WRONG_KIND = {"str": [3, True, ""], "int": [True, "3", 2.5], "float": [True, "x"
 
 
 def config_type_cases() -> list[tuple[str, "Any"]]:
-    from windtunnel.train_config import _KINDS
+    from windtunnel.run.config import _KINDS
 
     return [(f.name, bad) for f in dataclasses.fields(TrainConfig) for bad in WRONG_KIND[_KINDS[str(f.type)]]]
 
@@ -529,7 +529,7 @@ def test_a_failing_diagnostic_fails_the_command_and_keeps_the_others(full_run: P
 
 
 def test_a_short_run_scales_the_preset_curriculum() -> None:
-    from windtunnel import grid
+    from windtunnel.run import grid
 
     cfg = grid.with_steps(grid.preset("quick", "bijection_replacement", "transformer"), 400)
     assert cfg["steps"] == 400 and [s["until"] for s in cfg["curriculum"]] == [50]

@@ -105,7 +105,7 @@ def test_ridge_r2_and_the_pair_probe_on_cases_known_by_construction(monkeypatch:
 def test_a_cell_trained_on_a_gpu_is_estimated_not_read() -> None:
     """A committed cell's seconds count as CPU work only where it was trained on the CPU: the GPU-trained
     paper-size main job is estimated like a missing cell, the CPU-trained main job read from its timings."""
-    from windtunnel import reproduce
+    from windtunnel.orchestration import reproduce
 
     results = Path(__file__).resolve().parents[1] / "results"
     jobs = {(j.cell.preset, j.cell.folder): j for t, p in (("paper1", "quick"), ("scale", "paper"))

@@ -10,7 +10,9 @@ from typing import Any, Sequence
 
 import pytest
 
-from windtunnel import claims, grid, reproduce
+from windtunnel import claims
+from windtunnel.run import grid
+from windtunnel.orchestration import reproduce
 from windtunnel.claims.base import CellNeed
 from windtunnel.claims.evidence import Evidence
 

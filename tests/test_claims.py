@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from windtunnel import claims, grid, reproduce
+from windtunnel import claims
+from windtunnel.run import grid
+from windtunnel.orchestration import reproduce
 from windtunnel.claims import docs
 from windtunnel.claims.evidence import Evidence, Measure, _g, pooled
 
@@ -397,7 +399,7 @@ def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, m
                                                                capsys: pytest.CaptureFixture) -> None:
     """``--dry-run`` reads each missing cell's run folder: not started, killed part-way (the step it resumes
     from), or trained with artifacts still to make."""
-    from windtunnel.training import TrainConfig, train
+    from windtunnel.training.loop import TrainConfig, train
 
     _tiny_plan(monkeypatch)
     results = tmp_path / "results"
@@ -428,7 +430,7 @@ def test_a_cell_stopped_while_analysed_keeps_its_trained_files(tmp_path: Path, m
     without training again, leaving the evaluation as it was."""
     import shutil
 
-    from windtunnel import stages
+    from windtunnel.orchestration import stages
 
     _tiny_plan(monkeypatch)
     results = tmp_path / "results"
@@ -501,7 +503,7 @@ def test_a_cell_that_fails_costs_the_others_nothing(tmp_path: Path, monkeypatch:
                                                     workers: int) -> None:
     """One broken cell (its run folder's place taken by a file) is reported and re-raised only after every
     other cell is worked and exported, one worker or several."""
-    from windtunnel.runs import RunError
+    from windtunnel.run.runs import RunError
 
     _tiny_plan(monkeypatch)
     results = tmp_path / "results"
@@ -705,7 +707,7 @@ def test_a19_and_a23_judge_binding_at_the_largest_store_both_are_measured_at(tmp
     """A19/A23 compare Mamba with the transformer at the largest store of the binding ladder where both have
     all three seeds committed (the nearest to the papers' 64 pairs over 256), the column's 8 pairs beside;
     with a seed of that store missing, the next store down (here the column) decides."""
-    from windtunnel import stats
+    from windtunnel.evaluation import stats
 
     quick = tmp_path / "quick"
     (quick / "cells").mkdir(parents=True)
@@ -750,7 +752,7 @@ def test_a19_reads_the_state_control_beside_the_ladder(tmp_path: Path, monkeypat
     intervals give; a control whose seeds are not all committed (the LSTM's here) is left out."""
     from dataclasses import replace
 
-    from windtunnel import stats
+    from windtunnel.evaluation import stats
 
     sched = grid.Cell("quick", "recall_p16_sched64", "mamba", 0).config()
     rung16, rung64 = (grid.Cell("quick", c, "mamba", 0).config() for c in ("recall_p16", "recall_p64"))
@@ -916,7 +918,8 @@ def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeyp
 
 _INTERRUPTED = """
 import sys
-from windtunnel import grid, reproduce
+from windtunnel.orchestration import reproduce
+from windtunnel.run import grid
 # three cells long enough to be interrupted, on two workers: one queued behind the running two
 reproduce.plan = lambda target, preset="quick": [
     reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=20_000), analyze=False)
@@ -935,7 +938,7 @@ def test_ctrl_c_stops_every_worker_of_a_parallel_reproduce(tmp_path: Path) -> No
     import sys
     import time
 
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     root = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED, str(root)], stdout=subprocess.PIPE,

@@ -90,7 +90,7 @@ def test_runs_lists_where_each_run_stands(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_eval_says_when_it_works_on_an_unfinished_run_and_keeps_run_s_size(tmp_path: Path, capsys) -> None:
-    from windtunnel.training import TrainConfig, train
+    from windtunnel.training.loop import TrainConfig, train
 
     run = tmp_path / "stopped"
     train(TrainConfig(task="bijection", task_params={"V": 4, "L": 4}, params=6000, steps=12, ckpt_every=6,

@@ -17,7 +17,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from windtunnel import executors, grid, locks, reproduce
+from windtunnel.orchestration import executors, reproduce
+from windtunnel.run import grid, locks
 from windtunnel.errors import InvalidValue
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"

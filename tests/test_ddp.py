@@ -1,6 +1,6 @@
 """Data-parallel training: the shard semantics, and ``torchrun`` runs that equal one process.
 
-The promise (``windtunnel.training``): ``batch_size`` is the global batch, split into
+The promise (``windtunnel.training.loop``): ``batch_size`` is the global batch, split into
 ``data_shards`` shards each drawn from its own stream; ``W`` processes each train on ``S/W`` of
 them with the loss normalised by the global count of scored positions.  So a two-process run is
 the one-process run with the same shards, and a two-process run killed mid-way resumes exactly.
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from windtunnel import tasks
-from windtunnel.runs import RunDir
+from windtunnel.run.runs import RunDir
 from windtunnel.tasks.base import Episodes
-from windtunnel.training import ConfigError, TrainConfig, load, resolve_shards, step_batch, stream_seed, train
+from windtunnel.training.loop import ConfigError, TrainConfig, load, resolve_shards, step_batch, stream_seed, train
 
 CONFIG = dict(task="bijection", task_params={"V": 5, "L": 5}, arch="transformer", params=20_000,
               model={"n_layers": 2, "n_heads": 2}, batch_size=16, lr=1e-3, warmup=5, log_every=5,

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from windtunnel import diversity, grid, tasks
+from windtunnel.orchestration import diversity
+from windtunnel.run import grid
+from windtunnel import tasks
 from windtunnel.cli import main
-from windtunnel.evaluation import evaluate
-from windtunnel.runs import RunDir
+from windtunnel.evaluation.evaluate import evaluate
+from windtunnel.run.runs import RunDir
 
 
 def _cells(results: Path, arch: str, prior: str, seeds=(0, 1)) -> None:

@@ -1,4 +1,4 @@
-"""windtunnel.evaluation: chunking, the oracle beside the model, bootstrap intervals, lengths, JSON."""
+"""windtunnel.evaluation.evaluate: chunking, the oracle beside the model, bootstrap intervals, lengths, JSON."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from windtunnel import metrics as M
+from windtunnel.evaluation import metrics as M
 from windtunnel import tasks
-from windtunnel.evaluation import EvalResult, aggregate, evaluate, percentile_ci, predict, resample_weights
+from windtunnel.evaluation.evaluate import (EvalResult, aggregate, evaluate, percentile_ci, predict, resample_weights)
 from windtunnel.tasks.bijection import Bijection
 
 

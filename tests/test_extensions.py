@@ -143,8 +143,8 @@ def test_a_task_an_architecture_and_a_diagnostic_each_from_one_file(extension, t
         check_task_contract(task, seed, 5)
     check_arch_contract("gru_demo", task)
     # it trains, evaluates and is analysed like any built-in: the new diagnostic runs on the new model
-    from windtunnel.stages import analyze_run
-    from windtunnel.training import TrainConfig, train
+    from windtunnel.orchestration.stages import analyze_run
+    from windtunnel.training.loop import TrainConfig, train
 
     cfg = TrainConfig(task="copy_previous_demo", task_params={"V": 4, "T": 6}, arch="gru_demo", model={"d_model": 8},
                       steps=4, batch_size=8, eval_every=4, ckpt_every=4, eval_n=8, progress=False, device="cpu",

@@ -14,7 +14,7 @@ import torch
 from windtunnel import models, tasks
 from windtunnel.cli import main
 from windtunnel.errors import InvalidValue
-from windtunnel.table import run_table
+from windtunnel.orchestration.table import run_table
 
 THIRD_PARTY = '''
 """A user's model, written without windtunnel's base classes (only its HookPoint, for a hook)."""
@@ -131,7 +131,7 @@ def test_broken_contracts_are_refused(third_party: Path, arch: str, message: str
 
 def test_a_readout_learning_rate_needs_a_windtunnel_readout(third_party: Path) -> None:
     """A user's module has no ``norm``/``head`` skeleton: a readout multiplier is refused before training."""
-    from windtunnel.training import TrainConfig, build
+    from windtunnel.training.loop import TrainConfig, build
 
     cfg = TrainConfig(task="bijection", task_params={"V": 4, "L": 4}, arch="thirdparty:make", readout_lr_mult=3.0)
     with pytest.raises(InvalidValue, match="no separate readout"):
@@ -141,7 +141,7 @@ def test_a_readout_learning_rate_needs_a_windtunnel_readout(third_party: Path) -
 
 def test_the_main_job_runs_a_user_model_without_the_readout_multiplier(
         third_party: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from windtunnel import grid
+    from windtunnel.run import grid
 
     assert main(["run", "--arch", "thirdparty:make", "--steps", "2", "--n", "16", "--out", str(third_party / "m"), "--no-progress", "--no-analyze"]) == 0
     train = json.loads((third_party / "m" / "config.json").read_text())["train"]

@@ -260,13 +260,13 @@ def test_every_diagnostic_runs_on_every_architecture(arch: str, tmp_path: Path) 
 
 
 def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
-    from windtunnel.training import TrainConfig, train
+    from windtunnel.training.loop import TrainConfig, train
 
     cfg = TrainConfig(task="bijection", task_params={"V": 5, "L": 4}, arch="transformer",
                       model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=12, batch_size=16, eval_every=12,
                       ckpt_every=6, eval_n=16, progress=False, device="cpu", warmup=2)
     run = train(cfg, tmp_path / "run")
-    from windtunnel.stages import analyze_run
+    from windtunnel.orchestration.stages import analyze_run
 
     untouched = {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()}
     doc = G.diagnose(run, n=24, n_boot=30, device="cpu")  # the analysis writes nothing: the stage does
@@ -319,7 +319,7 @@ def test_bayes_lens_reads_each_layer_through_the_readout() -> None:
     """The last layer's lens is the model's output; an inert layer reads the same as the one before it;
     layer 0's value is the hand-computed KL of head(norm(stream)) against the posterior."""
     from windtunnel.geometry.bayes_lens import bayes_lens
-    from windtunnel.metrics import kl_bits
+    from windtunnel.evaluation.metrics import kl_bits
 
     task = tasks.make("hmm", S=2, O=2, K=4)
     model = tiny("transformer", task)
@@ -382,7 +382,7 @@ def test_per_layer_diagnostics_say_what_a_model_without_layers_lacks() -> None:
 def test_a_model_evaluated_first_can_still_be_differentiated(pos: str) -> None:
     """Evaluation runs under inference mode; the position caches it builds must not leak into the
     autograd graph of a diagnostic run on the same model afterwards (the routing law)."""
-    from windtunnel.evaluation import predict
+    from windtunnel.evaluation.evaluate import predict
 
     task = tasks.make("bijection", V=4, L=3)
     model = models.make("transformer", task, d_model=16, n_layers=1, n_heads=2, pos=pos)

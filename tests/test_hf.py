@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from windtunnel import models, tasks  # noqa: E402
 from windtunnel.cli import main  # noqa: E402
 from windtunnel.errors import InvalidValue  # noqa: E402
-from windtunnel.table import run_table  # noqa: E402
+from windtunnel.orchestration.table import run_table  # noqa: E402
 
 FAMILIES = [
     ("hf:llama", {"num_key_value_heads": 1}),  # grouped-query: 4 query heads share one KV head

@@ -8,13 +8,16 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "windtunnel"
-LAYERS = [("errors", "stats", "trackers"), ("tasks", "metrics", "references"), ("models",), ("checkpoint", "runs", "train_config", "locks"),
-          ("streams", "optim", "evaluation"), ("geometry", "routing", "llm"), ("training", "stacked"),
-          ("stages", "report", "grid", "executors", "table", "timescales", "claims", "reproduce", "compare", "diversity"),
-          ("cli", "__main__", "__init__")]
-"""Bottom to top: foundations; tasks and metrics; models; the run folder and what a run is; what
-training is made of; the analyses (which read a trained model and never train one); the training
-loop; the orchestration (what trains, evaluates, analyses and writes results); the command line."""
+LAYERS = [("errors", "io"), ("tasks",), ("models", "evaluation"), ("run",), ("geometry", "routing", "llm"),
+          ("report", "claims"), ("training",), ("orchestration",), ("cli", "__main__", "__init__")]
+"""Bottom to top: foundations (errors, atomic file writes); the tasks; the models and the evaluation
+with its measures; what a run is and where it lives (config, the experiment grid, the run folder,
+checkpoints, trackers, a cell's claim); the analyses (which read a trained model and never train
+one); the report and the claims (which read the analyses and the committed artifacts, and never
+train); the training loop; the orchestration (what trains, evaluates, analyses and writes results);
+the command line.  Each layer is a package, except the two foundation modules."""
+TOP_MODULES = {"errors", "io", "__init__", "__main__"}
+"""The only modules at the top of the package: every other module lives in the package of its layer."""
 LAYER = {name: i for i, group in enumerate(LAYERS) for name in group}
 
 
@@ -57,6 +60,12 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 def test_every_top_level_module_has_a_layer() -> None:
     names = {p.stem if p.is_file() else p.name for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
     assert names <= set(LAYER), sorted(names - set(LAYER))
+
+
+def test_the_top_level_holds_packages_and_only_the_foundation_modules() -> None:
+    loose = {p.stem for p in SRC.glob("*.py")}
+    assert loose == TOP_MODULES, sorted(loose ^ TOP_MODULES)
+    assert all((p / "__init__.py").is_file() for p in SRC.iterdir() if p.is_dir() and p.name != "__pycache__")
 
 
 def test_no_package_reaches_into_another_packages_private_module() -> None:

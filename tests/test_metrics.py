@@ -1,4 +1,4 @@
-"""windtunnel.metrics against distributions worked out by hand, analytic baselines and properties."""
+"""windtunnel.evaluation.metrics against distributions worked out by hand, analytic baselines and properties."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from windtunnel import metrics as M
+from windtunnel.evaluation import metrics as M
 from windtunnel import tasks
 from windtunnel.tasks.base import IGNORE, Episodes
 

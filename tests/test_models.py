@@ -676,7 +676,7 @@ def test_mamba_trains_under_bf16_autocast(method):
 
 def test_pick_device_gives_cuda_an_index(monkeypatch):
     """``--device cuda`` must name this process's GPU by index: ``torch.cuda.set_device`` refuses a bare "cuda"."""
-    from windtunnel.optim import pick_device
+    from windtunnel.run.config import pick_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "0")

@@ -319,7 +319,7 @@ def test_a_diagnostic_over_checkpoints_is_gated_by_its_declaration(own_module: P
     layers ``frame_precision`` is "not applicable" naming what it reads, and ``reference_predictors``
     (outputs only) runs.  (On the user's transformer both run: the CLI test above.)"""
     from windtunnel.geometry import diagnose
-    from windtunnel.training import TrainConfig, train
+    from windtunnel.training.loop import TrainConfig, train
 
     (own_module / "no_layers.py").write_text(NO_LAYERS)
     try:

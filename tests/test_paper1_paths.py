@@ -83,7 +83,7 @@ def test_sublayer_ablation_of_a_dead_mlp_changes_nothing_and_matches_a_manual_ze
     s = r["summary"]
     assert s["mlp_fold_by_layer"][1] == pytest.approx(1.0, abs=1e-12)
     row = next(x for x in r["rows"] if x["layer"] == 0 and x["sublayer"] == "attn")
-    from windtunnel import metrics as M
+    from windtunnel.evaluation import metrics as M
 
     with model.hooks([("blocks.0.hook_attn_out", lambda t, n: torch.zeros_like(t))]), torch.no_grad():
         per = M.compute(model(**ep.inputs), ep)["per_position"]["kl"]
@@ -199,7 +199,7 @@ def test_scale_target_is_the_cells_the_claims_read_at_paper_size(tmp_path) -> No
     2.67M parameters, and HMM as the authors' recipe trains (7,813 steps of batch 64 over one fixed set of 10,000
     episodes) with learned and rotary positions and grouped-query attention — three seeds, analysed where a claim
     reads their geometry."""
-    from windtunnel import reproduce
+    from windtunnel.orchestration import reproduce
 
     jobs = reproduce.plan("scale", "paper")
     columns = ("main_paper_size", "hmm_fixed", "hmm_fixed_rotary", "hmm_fixed_gqa")
@@ -220,7 +220,7 @@ def test_scale_target_is_the_cells_the_claims_read_at_paper_size(tmp_path) -> No
 def test_reproduce_hands_out_the_longest_cells_first_to_several_workers(tmp_path) -> None:
     """One worker: cheapest first (a stopped run has the most cells); several: longest first, so no core is
     left alone on a long cell at the end."""
-    from windtunnel import reproduce
+    from windtunnel.orchestration import reproduce
 
     jobs = reproduce.plan("paper1")
     cost = [reproduce._cost(j, tmp_path) for j in reproduce.schedule(jobs, tmp_path, workers=1)]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import metrics
-from windtunnel import references as R
+from windtunnel.evaluation import metrics
+from windtunnel.evaluation import references as R
 from windtunnel import tasks
 from windtunnel.geometry.reference_predictors import nearest_reference, reference_path, reference_predictors
 from windtunnel.tasks.base import ConditionalMean
@@ -191,11 +191,11 @@ def test_nearest_and_path_by_hand() -> None:
 
 
 def test_the_diagnostic_over_a_real_runs_checkpoints(tmp_path: Path) -> None:
-    from windtunnel import metrics
-    from windtunnel.evaluation import predict
+    from windtunnel.evaluation import metrics
+    from windtunnel.evaluation.evaluate import predict
     from windtunnel.geometry._common import GEOMETRY_SEED
-    from windtunnel.runs import RunDir
-    from windtunnel.training import TrainConfig, train
+    from windtunnel.run.runs import RunDir
+    from windtunnel.training.loop import TrainConfig, train
 
     cfg = TrainConfig(task="hmm", task_params={"S": 3, "O": 3, "K": 6}, arch="transformer",
                       model={"d_model": 16, "n_layers": 2, "n_heads": 2}, steps=30, batch_size=16, eval_every=30,

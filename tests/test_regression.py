@@ -386,9 +386,9 @@ def test_windowed_posterior_is_the_quadrature_on_the_window_alone() -> None:
 def test_dimension_curriculum_grows_the_inputs_over_the_first_third() -> None:
     """``grid.dimension_curriculum(4, 3000)``: d_active 1, 2, 3 for 333 steps each, then the full task; the
     stream's task at each step (``streams.curriculum_task``) draws inputs with exactly that many dimensions."""
-    from windtunnel import grid
-    from windtunnel.streams import curriculum_task
-    from windtunnel.train_config import TrainConfig
+    from windtunnel.run import grid
+    from windtunnel.training.streams import curriculum_task
+    from windtunnel.run.config import TrainConfig
 
     stages = grid.dimension_curriculum(4, 3000)
     assert stages == [{"until": 333, "task_params": {"d_active": 1}}, {"until": 666, "task_params": {"d_active": 2}},

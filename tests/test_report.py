@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import report, stages
-from windtunnel.runs import RunDir, RunError
-from windtunnel.training import TrainConfig
+from windtunnel import report
+from windtunnel.orchestration import stages
+from windtunnel.run.runs import RunDir, RunError
+from windtunnel.training.loop import TrainConfig
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -158,7 +159,7 @@ def test_compare_lines_up_the_scored_positions_of_runs_of_different_layouts(tmp_
 
     from windtunnel import tasks
     from windtunnel.cli import main
-    from windtunnel.compare import curves
+    from windtunnel.orchestration.compare import curves
 
     a, b = tmp_path / "hmm", tmp_path / "bij"
     assert main(["run", "hmm", "--K", "6", "--steps", "3", "--n", "16", "--out", str(a), "--no-progress",

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import metrics, models, routing, tasks
+from windtunnel.evaluation import metrics
+from windtunnel import models, routing, tasks
 from windtunnel.routing.law import scored_cross_entropy
 from windtunnel.errors import InvalidValue
-from windtunnel.stats import mean_std, paired, t975
-from windtunnel.training import TrainConfig, load, train
+from windtunnel.evaluation.stats import mean_std, paired, t975
+from windtunnel.training.loop import TrainConfig, load, train
 
 
 def _double(ep):
@@ -335,7 +336,7 @@ def test_single_attention_layer_fused_and_explicit_paths_agree() -> None:
 
 
 # --- frame before precision ------------------------------------------------------------------------
-from windtunnel import timescales as TS  # noqa: E402
+from windtunnel.orchestration import timescales as TS  # noqa: E402
 
 
 def test_timescales_of_a_known_exponential() -> None:
@@ -363,7 +364,7 @@ def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
     assert seeds[0]["frame"][-1] == 0.0  # JS to the final checkpoint vanishes there
     assert "| bijection | 2 |" in md.read_text()
     assert set(seeds[0]) >= {"t90_ratio", "log_t90_ratio", "tau_ratio", "log_tau_ratio", "precision_log_t90"}
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     stamp = (tmp_path / "runs" / "bijection-s0.curves.json").stat().st_mtime_ns
     TS.run_timescales({"bijection": setup}, tmp_path, progress=False)  # resumes: nothing redone
@@ -385,7 +386,7 @@ def test_constant_lr_timescales_hold_the_rate_after_warmup(tmp_path: Path) -> No
                               steps=40, checkpoints=4, seeds=(0,), n=16, min_lr=2e-3)
     md = TS.run_timescales({"bijection": setup}, tmp_path, progress=False)
     assert "constant after warmup" in md.read_text()
-    from windtunnel.runs import RunDir, read_jsonl
+    from windtunnel.run.runs import RunDir, read_jsonl
     run = RunDir(tmp_path / "runs" / "bijection-s0")
     assert run.read_config()["train"]["min_lr"] == 2e-3
     logged = [r["lr"] for r in read_jsonl(run.path / "metrics.jsonl") if "lr" in r and r["step"] >= 4]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from windtunnel import grid, models, reproduce, tasks
+from windtunnel.run import grid
+from windtunnel import models, tasks
+from windtunnel.orchestration import reproduce
 from windtunnel.errors import InvalidValue
 
 

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import pytest
 
-from windtunnel import executors, grid, locks, reproduce
+from windtunnel.orchestration import executors, reproduce
+from windtunnel.run import grid, locks
 
 pytestmark = pytest.mark.slurm
 
@@ -115,7 +116,7 @@ def test_a_requeued_task_resumes_its_cell_and_ends_where_an_uninterrupted_run_do
         "paper1", results=results, slurm=_options(tmp_path, tasks=1))), daemon=True)
     worker.start()
     deadline = time.time() + 300
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     while time.time() < deadline and RunDir(run).latest_step() < 500:  # its first checkpoint written
         time.sleep(1)
@@ -172,7 +173,7 @@ def test_a_task_past_its_time_limit_leaves_its_cell_resumable(tmp_path: Path, mo
     with pytest.raises(executors.CellFailed, match=r"timed-out.*log: .*slurm-logs"):
         _within(400, lambda: reproduce.reproduce("paper1", results=results, slurm=_options(tmp_path, tasks=1, time=1)),
                 tmp_path / "slurm-logs")
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     done = RunDir(reproduce.run_dir(results, job.cell)).latest_step()
     assert done > 0  # stopped at its limit with its progress checkpointed (the loop saves where it stops)

@@ -1,4 +1,4 @@
-"""Stacked training (``windtunnel.stacked``): several seeds of one cell trained as one model must each follow the
+"""Stacked training (``windtunnel.training.stacked``): several seeds of one cell trained as one model must each follow the
 trajectory the same seed follows alone — own data, own clipping, own optimizer moments, own run folder — and resume
 from their own checkpoints."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import checkpoint as ckpt
-from windtunnel.runs import RunDir
-from windtunnel.stacked import train_stacked
-from windtunnel.training import ConfigError, TrainConfig, train
+from windtunnel.run import checkpoint as ckpt
+from windtunnel.run.runs import RunDir
+from windtunnel.training.stacked import train_stacked
+from windtunnel.training.loop import ConfigError, TrainConfig, train
 
 SEEDS = (0, 1, 2)
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from windtunnel import grid, models, tasks
-from windtunnel.evaluation import evaluate, mean_std
-from windtunnel.table import cell_config
-from windtunnel.training import ConfigError, TrainConfig, curriculum_task, train
+from windtunnel.run import grid
+from windtunnel import models, tasks
+from windtunnel.evaluation.evaluate import evaluate, mean_std
+from windtunnel.orchestration.table import cell_config
+from windtunnel.training.loop import ConfigError, TrainConfig, curriculum_task, train
 
 from test_bijection import brute_force
 
@@ -149,8 +150,8 @@ def test_mean_std_interval_by_hand() -> None:
 def test_the_grid_reproduces_every_recorded_recipe() -> None:
     """Every (preset, experiment, arch) config equals the one recorded before the grid existed
     (tests/golden/presets.json), compared as validated TrainConfigs."""
-    from windtunnel import grid
-    from windtunnel.training import TrainConfig
+    from windtunnel.run import grid
+    from windtunnel.training.loop import TrainConfig
 
     golden = json.loads((Path(__file__).parent / "golden" / "presets.json").read_text())
     for key, old in golden.items():
@@ -164,8 +165,8 @@ def test_the_grid_reproduces_every_recorded_recipe() -> None:
 def test_committed_cells_were_trained_with_todays_grid() -> None:
     """Every committed cell (results/quick/cells/*/config.json, written by the training loop and
     exported by ``windtunnel reproduce``) was trained with the config its grid cell gives today."""
-    from windtunnel import grid
-    from windtunnel.training import TrainConfig
+    from windtunnel.run import grid
+    from windtunnel.training.loop import TrainConfig
 
     configs = sorted((Path(__file__).parents[1] / "results" / "quick" / "cells").glob("*/config.json"))
     assert configs, "no committed cells: results/quick/cells is part of the repository"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from windtunnel.cli import main
-from windtunnel.table import run_table
+from windtunnel.orchestration.table import run_table
 
 
 def test_tasks_list_and_show(capsys: pytest.CaptureFixture) -> None:
@@ -46,7 +46,7 @@ def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
     shortened here), and a folder written before a config key existed still resumes."""
     from dataclasses import replace
 
-    from windtunnel import grid
+    from windtunnel.run import grid
 
     args = ["run", "--n", "32", "--steps", "4", "--out", str(tmp_path / "main"), "--no-progress", "--no-analyze"]
     assert main(args) == 0
@@ -70,7 +70,7 @@ def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
 def test_run_trains_the_main_job_of_the_size_it_names(tmp_path: Path) -> None:
     """``run bijection --V 20`` (or ``run --V 20``) is the main job on the papers' V=20, L=19 cell with
     its own recipe; another V keeps the V=10 recipe with the parameters changed; another task is itself."""
-    from windtunnel import grid
+    from windtunnel.run import grid
 
     assert grid.main_job(None, {}) == grid.MAIN_JOB == grid.main_job("bijection", {"L": 5})
     assert grid.main_job("bijection", {"V": 20}) == grid.main_job(None, {"V": 20, "L": 7}) == "main_v20"
@@ -128,14 +128,15 @@ def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_go
     recipe is never taken for it."""
     import shutil
 
-    from windtunnel import grid, reproduce
+    from windtunnel.run import grid
+    from windtunnel.orchestration import reproduce
 
     out = tmp_path / "quick"
     kw = dict(preset="quick", archs=["lstm"], tasks=["recall"], out=out, workers=1, steps=20, eval_n=64, seeds=1)
     run_table(**kw)
     first = json.loads((out / "table.json").read_text())
-    from windtunnel.runs import RunDir
-    from windtunnel.table import references
+    from windtunnel.run.runs import RunDir
+    from windtunnel.orchestration.table import references
 
     cell = grid.Cell("quick", "recall", "lstm", 0, None, 20)
     RunDir(out / "runs" / cell.folder).write_references(references("quick", "recall", 64, None))  # as reproduce does
@@ -157,7 +158,7 @@ def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_go
         assert (out / "runs" / cell.folder / "cell.json").is_file(), change
         assert json.loads((out / "table.json").read_text())["meta"]["cells_reused"] == 0
     # a run folder of its own, even unfinished, is the cell: the committed one is not taken in its place
-    from windtunnel.table import committed_cell
+    from windtunnel.orchestration.table import committed_cell
 
     job = {"config": cell.config(), "run_dir": str(out / "runs" / cell.folder), "eval_n": 64, "lengths": None}
     assert committed_cell(job, out) is None
@@ -191,7 +192,7 @@ def test_table_cells_are_in_the_tables_order_and_read_by_column_and_row(tmp_path
 def test_aggregate_cells_orders_by_column_row_and_seed_whatever_order_they_come_in(tmp_path: Path) -> None:
     import random
 
-    from windtunnel.table import aggregate_cells
+    from windtunnel.orchestration.table import aggregate_cells
 
     def cell(task: str, arch: str, seed: int) -> dict:
         v = {"kl": 0.1 * seed + (1.0 if arch == "mlp" else 0.0)}

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from windtunnel import trackers
+from windtunnel.run import trackers
 from windtunnel.errors import UserError
-from windtunnel.train_config import ConfigError, TrainConfig
+from windtunnel.run.config import ConfigError, TrainConfig
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -39,7 +39,7 @@ def test_tensorboard_holds_every_metric_of_the_run(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from windtunnel.training import train
+    from windtunnel.training.loop import train
 
     run = train(_cfg(trackers=["tensorboard"]), tmp_path / "run")
     acc = EventAccumulator(str(run / "tensorboard"))
@@ -57,7 +57,7 @@ def test_mlflow_file_store_and_resume_continue_one_run(tmp_path: Path, monkeypat
     pytest.importorskip("mlflow")
     import mlflow
 
-    from windtunnel.training import train
+    from windtunnel.training.loop import train
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = _cfg(trackers=["mlflow"])
@@ -107,7 +107,7 @@ def _wandb_history(path: Path) -> dict[str, dict[int, float]]:
 
 def test_wandb_offline_history_holds_every_metric(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
-    from windtunnel.training import train
+    from windtunnel.training.loop import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -122,7 +122,7 @@ def test_wandb_offline_history_holds_every_metric(tmp_path: Path, monkeypatch: p
 
 def test_unknown_or_missing_trackers_are_refused_before_anything_is_written(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from windtunnel.training import build, train
+    from windtunnel.training.loop import build, train
 
     with pytest.raises(ConfigError, match="trackers"):
         _cfg(trackers=["neptune"])
@@ -138,8 +138,8 @@ def test_unknown_or_missing_trackers_are_refused_before_anything_is_written(tmp_
 
 
 def test_a_run_is_the_same_run_whatever_it_is_tracked_with(tmp_path: Path) -> None:
-    from windtunnel.runs import RunDir
-    from windtunnel.training import train
+    from windtunnel.run.runs import RunDir
+    from windtunnel.training.loop import train
 
     run = RunDir(train(_cfg(), tmp_path / "run"))
     assert run.holds(_cfg(trackers=["tensorboard"]).to_dict())

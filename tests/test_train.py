@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel import checkpoint as ckpt
-from windtunnel import models, optim, tasks
+from windtunnel.run import checkpoint as ckpt
+from windtunnel import models, tasks
+from windtunnel.training import optim
 from windtunnel.cli import main as cli_main
-from windtunnel.runs import RunDir
-from windtunnel.training import ConfigError, TrainConfig, TrainingDiverged, load, train
+from windtunnel.run.runs import RunDir
+from windtunnel.training.loop import ConfigError, TrainConfig, TrainingDiverged, load, train
 
 
 def tiny(**kw) -> TrainConfig:
@@ -47,7 +48,7 @@ def test_every_architecture_learns_bijection(tmp_path: Path, arch: str) -> None:
     task, model = load(tmp_path / arch)
     ep = task.sample(512, 999)
     untrained = models.build(json.loads((tmp_path / arch / "config.json").read_text())["model"])
-    from windtunnel.metrics import compute
+    from windtunnel.evaluation.metrics import compute
 
     with torch.no_grad():
         kl_after = compute(model(**ep.inputs), ep)["values"]["kl"]
@@ -69,7 +70,8 @@ def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
 def test_a_fixed_training_set_is_the_only_data_and_resumes_exactly(tmp_path: Path) -> None:
     """``train_set=N``: every step's episodes are rows of one set of N episodes, the same set after a
     resume and in a fresh process's cache; the default draws fresh episodes that are not in it."""
-    from windtunnel import streams, tasks
+    from windtunnel.training import streams
+    from windtunnel import tasks
 
     cfg = tiny(train_set=12, batch_size=8)
     task = tasks.make(cfg.task, **cfg.task_params)
@@ -107,8 +109,9 @@ KILL_SCRIPT = textwrap.dedent(
     from pathlib import Path
     import torch
     torch.set_num_threads(__THREADS__)  # same float reductions as the parent's uninterrupted run
-    from windtunnel import checkpoint, runs
-    from windtunnel.training import TrainConfig, train
+    from windtunnel import io
+    from windtunnel.run import checkpoint, runs
+    from windtunnel.training.loop import TrainConfig, train
     where = sys.argv[2]
 
     def die(path, data):  # half the bytes on disk, then the process is gone
@@ -116,8 +119,8 @@ KILL_SCRIPT = textwrap.dedent(
             f.write(data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
 
-    real_save, real_atomic, real_bytes, real_rmtree = (checkpoint.save_file, checkpoint.write_bytes_atomic,
-                                                       checkpoint._write_bytes, checkpoint.shutil.rmtree)
+    real_save, real_atomic, real_bytes, real_rmtree = (checkpoint.save_file, io.write_bytes_atomic,
+                                                       checkpoint.write_bytes_synced, checkpoint.shutil.rmtree)
     def save_file(tensors, path):
         if "step_00000020" in path and path.endswith(where + ".safetensors"):
             die(path, b"x" * 64)
@@ -144,7 +147,7 @@ KILL_SCRIPT = textwrap.dedent(
                 f.write('{"step": 15, "lo')
             os.kill(os.getpid(), signal.SIGKILL)
         return real_append(self, record)
-    checkpoint.save_file, checkpoint._write_bytes, checkpoint.write_bytes_atomic = save_file, write_bytes, write_bytes_atomic
+    checkpoint.save_file, checkpoint.write_bytes_synced, io.write_bytes_atomic = save_file, write_bytes, write_bytes_atomic
     checkpoint.shutil.rmtree, runs.RunDir.append_metrics = rmtree, append_metrics
     train(TrainConfig(**__CFG__), sys.argv[1], resume=where == "log-rewrite")
     """
@@ -214,7 +217,7 @@ def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(every: int
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    train_mod = importlib.import_module("windtunnel.training")  # the module (windtunnel.train is the function)
+    train_mod = importlib.import_module("windtunnel.training.loop")  # the module (windtunnel.train is the function)
 
     real = train_mod.loss_fn
     calls = {"n": 0}
@@ -279,10 +282,12 @@ def test_modules_and_functions_do_not_shadow_each_other() -> None:
     import windtunnel as wt
 
     assert callable(wt.train) and callable(wt.evaluate)
-    assert importlib.import_module("windtunnel.training").train is wt.train
-    assert importlib.import_module("windtunnel.evaluation").evaluate is wt.evaluate
-    for sub in ("geometry", "models", "tasks", "runs", "stages", "table", "report", "metrics"):
-        assert getattr(wt, sub).__name__ == f"windtunnel.{sub}"
+    assert importlib.import_module("windtunnel.training.loop").train is wt.train
+    assert importlib.import_module("windtunnel.evaluation.evaluate").evaluate is wt.evaluate
+    for sub, module in {"geometry": "geometry", "models": "models", "tasks": "tasks", "report": "report",
+                        "runs": "run.runs", "stages": "orchestration.stages", "table": "orchestration.table",
+                        "metrics": "evaluation.metrics"}.items():
+        assert getattr(wt, sub).__name__ == f"windtunnel.{module}"
     with pytest.raises(ImportError):
         importlib.import_module("windtunnel.train")
 
@@ -338,7 +343,7 @@ def weights_of(cfg: TrainConfig, run: Path) -> dict[str, torch.Tensor]:
 def test_train_command_records_its_training_time(tmp_path: Path) -> None:
     """``windtunnel train`` goes through the stages: the run folder gets ``timings.json`` with the
     loop's own wall time, and a resume adds to the same record."""
-    from windtunnel.runs import RunDir
+    from windtunnel.run.runs import RunDir
 
     out = tmp_path / "r"
     assert cli_main(["train", "--task", "bijection", "--V", "4", "--L", "4", "--params", "5000", "--steps", "3",
@@ -373,9 +378,9 @@ ARTIFACT_KILL = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from windtunnel import checkpoint
-    from windtunnel.stages import evaluate_run
-    real = checkpoint.write_bytes_atomic
+    from windtunnel import io
+    from windtunnel.orchestration.stages import evaluate_run
+    real = io.write_bytes_atomic
     def dying(path, data):
         path = Path(path)
         if path.name == "eval.json":  # half the new record in the temporary file, then the process is gone
@@ -383,15 +388,15 @@ ARTIFACT_KILL = textwrap.dedent(
                 f.write(data[: len(data) // 2])
             os.kill(os.getpid(), signal.SIGKILL)
         return real(path, data)
-    checkpoint.write_bytes_atomic = dying
+    io.write_bytes_atomic = dying
     evaluate_run(sys.argv[1], n=32, force=True)
     """
 )
 
 
 def test_sigkill_inside_an_artifact_write_keeps_the_old_one_and_a_rerun_writes_it(tmp_path: Path) -> None:
-    from windtunnel.runs import RunDir
-    from windtunnel.stages import evaluate_run
+    from windtunnel.run.runs import RunDir
+    from windtunnel.orchestration.stages import evaluate_run
 
     run = tmp_path / "run"
     train(tiny(steps=10), run)

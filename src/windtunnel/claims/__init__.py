@@ -64,7 +64,7 @@ def write(results: str | Path = "results", out: str | Path | None = None, preset
     fact spans of README.md and the results READMEs (:mod:`windtunnel.claims.docs`); returns the path and the counts.
     Under another preset the default is ``results/CLAIMS-{preset}.md``, and the documents are left alone: they quote
     :data:`DOCS_PRESET`'s numbers."""
-    from ..checkpoint import write_text_atomic
+    from ..io import write_text_atomic
 
     from . import docs
 

@@ -71,7 +71,7 @@ def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
     exactly one line (``one``) or at least one line is picked."""
     from fnmatch import fnmatchcase
 
-    from ..runs import read_jsonl
+    from ..run.runs import read_jsonl
 
     if not file.is_file():
         raise KeyError(str(file))
@@ -112,7 +112,7 @@ def _span(values: list[float]) -> str:
 
 def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
     """The text of fact ``key`` (see the module docstring); :class:`UserError` for a key that reads nothing."""
-    from ..grid import SEEDS
+    from ..run.grid import SEEDS
 
     kind, _, rest = key.partition(":")
     spread, first = kind == "range", kind == "first"
@@ -192,7 +192,7 @@ def stale(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[tuple[
 
 def write_all(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[Path]:
     """Refresh the facts of every document; returns the files that changed."""
-    from ..checkpoint import write_text_atomic
+    from ..io import write_text_atomic
 
     changed = []
     for path in documents(repo):

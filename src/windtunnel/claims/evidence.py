@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import UserError, is_real
-from ..stats import t975
+from ..evaluation.stats import t975
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Evidence:
         """A table cell's metric over its seeds (mean, t-interval across seeds), read from the committed
         cells where every seed is committed — they are the table's own cells (``windtunnel table`` takes
         them) — else from ``table.json``.  ``metric`` is a table metric name (``kl``, ``kl@K=30`` …)."""
-        from ..grid import SEEDS
+        from ..run.grid import SEEDS
 
         name, _, length = metric.partition("@K=")
         meta = (self.json(f"{self.preset}/table.json") or {}).get("meta") or {}
@@ -147,8 +147,8 @@ class Evidence:
         """The cell folders of every seed, or ``None`` unless all are committed.  A committed cell trained
         under another recipe than the grid's for it now is a :class:`UserError` naming it: its numbers
         would be another experiment's.  ``column`` may name its preset (:meth:`folder`)."""
-        from .. import grid
-        from ..runs import RunDir
+        from ..run import grid
+        from ..run.runs import RunDir
 
         name, _, preset = column.partition("@")
         if preset and preset != self.preset:

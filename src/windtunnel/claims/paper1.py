@@ -12,8 +12,8 @@ import math
 from dataclasses import replace
 from typing import Any, Callable
 
-from .. import grid
-from ..grid import SEEDS
+from ..run import grid
+from ..run.grid import SEEDS
 from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, declared, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..grid import SEEDS
+from ..run.grid import SEEDS
 from ..routing.em import seed_steps
 from dataclasses import replace
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..grid import SEEDS
+from ..run.grid import SEEDS
 from .base import (AGREE, DISAGREE, NOT_MEASURABLE, Verdict, claim,
                    fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..grid import SEEDS
+from ..run.grid import SEEDS
 from .base import CellNeed, Verdict, claim, missing
 from .evidence import Evidence, Measure
 

@@ -1,5 +1,5 @@
 """Beyond one machine: the executor options ``reproduce`` and ``table`` share (the local pool, or a SLURM job array
-through submitit: :mod:`windtunnel.executors`), and ``windtunnel status``, which says of every cell of a target
+through submitit: :mod:`windtunnel.orchestration.executors`), and ``windtunnel status``, which says of every cell of a target
 whether it is done, running (and where), failed or waiting."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .outputs import out_path
 SLURM_FLAGS = {"slurm_tasks": "tasks", "slurm_partition": "partition", "slurm_time": "time", "slurm_gpus": "gpus",
                "slurm_cpus": "cpus", "slurm_mem_gb": "mem_gb", "slurm_parallel": "parallel",
                "slurm_account": "account", "slurm_qos": "qos", "slurm_folder": "folder"}
-"""Each ``--slurm-*`` flag's :class:`~windtunnel.executors.SlurmOptions` field."""
+"""Each ``--slurm-*`` flag's :class:`~windtunnel.orchestration.executors.SlurmOptions` field."""
 
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
@@ -41,9 +41,9 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
 
 
 def slurm_from(args: argparse.Namespace) -> Any:
-    """The :class:`~windtunnel.executors.SlurmOptions` the flags ask for, ``None`` for the local executor (which
+    """The :class:`~windtunnel.orchestration.executors.SlurmOptions` the flags ask for, ``None`` for the local executor (which
     refuses ``--slurm-*`` flags: they would be silently ignored)."""
-    from .. import executors
+    from ..orchestration import executors
 
     given = {field: getattr(args, flag) for flag, field in SLURM_FLAGS.items() if getattr(args, flag) is not None}
     if args.executor != "slurm":
@@ -69,8 +69,8 @@ def array_lines(plan: dict[str, Any], opts: Any) -> list[str]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``status``."""
-    from .. import grid
-    from ..reproduce import TARGETS
+    from ..run import grid
+    from ..orchestration.reproduce import TARGETS
 
     st = sub.add_parser("status", help="which cells of a reproduction are done, running (and where), failed or "
                                        "waiting, from the run folders and the scheduler")
@@ -82,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace, extra: list[str]) -> int:
     """Exit 0 when every cell is done, 1 while any is running, waiting or failed."""
-    from ..reproduce import status
+    from ..orchestration.reproduce import status
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")

@@ -76,7 +76,7 @@ def new_json_file(out: Path, force: bool) -> None:
 
 def write_json(out: Path, record: dict[str, Any]) -> None:
     """Write ``record`` to ``out`` atomically (its folder created), or say in one line why it cannot be written."""
-    from ..checkpoint import write_text_atomic
+    from ..io import write_text_atomic
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

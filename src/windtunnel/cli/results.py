@@ -15,8 +15,8 @@ from .outputs import out_path, writable_file
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``reproduce``, ``claims`` and ``diversity``, in that order."""
-    from .. import grid
-    from ..reproduce import TARGETS as REPRODUCE_TARGETS
+    from ..run import grid
+    from ..orchestration.reproduce import TARGETS as REPRODUCE_TARGETS
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
     rep.add_argument("target", choices=list(REPRODUCE_TARGETS),
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     """Work every cell the target's claims need that its committed artifacts lack, then rewrite CLAIMS.md."""
     from .. import claims
-    from ..reproduce import reproduce
+    from ..orchestration.reproduce import reproduce
 
     results = Path(out_path(args.results) or "results")
     if results.exists() and not results.is_dir():
@@ -109,7 +109,7 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_diversity(args: argparse.Namespace, extra: list[str]) -> int:
     """The task-diversity sweep's table and figure from its committed cells (nothing is trained)."""
-    from .. import diversity
+    from ..orchestration import diversity
 
     results = Path(out_path(args.results) or "results")
     if not results.is_dir():

@@ -53,10 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_routing_law(args: argparse.Namespace, extra: list[str]) -> int:
     """``routing law RUN``: Paper II's gradient law checked against autograd on every head of a run."""
-    from ..evaluation import EVAL_SEED
+    from ..evaluation.evaluate import EVAL_SEED
     from ..routing import check_all_heads
-    from ..runs import RunDir
-    from ..training import load
+    from ..run.runs import RunDir
+    from ..training.loop import load
 
     run = RunDir(args.run)
     task, model = load(run)
@@ -74,7 +74,7 @@ def cmd_routing_timescales(args: argparse.Namespace, extra: list[str]) -> int:
     """``routing timescales``: when attention settles against when the error does, over training."""
     import dataclasses
 
-    from ..timescales import DEFAULT_SETUPS, run_timescales
+    from ..orchestration.timescales import DEFAULT_SETUPS, run_timescales
 
     setups = {}
     for name, setup in DEFAULT_SETUPS.items():
@@ -135,7 +135,7 @@ def _adds_seeds(result: Path, setup: "Any") -> bool:
     from dataclasses import asdict
 
     from ..routing.em import EMSetup
-    from ..stats import json_safe
+    from ..evaluation.stats import json_safe
 
     def recorded(s: Any) -> dict[str, Any]:
         return json.loads(json.dumps(json_safe({k: v for k, v in asdict(s).items() if k != "device"})))

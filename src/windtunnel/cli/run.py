@@ -18,8 +18,8 @@ from .train import first_line, train_args
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run``, ``eval``, ``report`` and ``analyze``, in that order."""
-    from .. import grid
-    from ..evaluation import EVAL_SEED
+    from ..run import grid
+    from ..evaluation.evaluate import EVAL_SEED
 
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
     r.add_argument("task", nargs="?", help="experiment or task (default: the main job, a transformer on bijection V=10; "
@@ -59,12 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     """The main job: train → evaluate → report.  Re-running the same command resumes it."""
-    from .. import grid
-    from ..training import TrainConfig, build
+    from ..run import grid
+    from ..training.loop import TrainConfig, build
 
-    from ..runs import RunDir
-    from ..evaluation import EVAL_SEED
-    from ..stages import evaluate_run, train_run, write_report
+    from ..run.runs import RunDir
+    from ..evaluation.evaluate import EVAL_SEED
+    from ..orchestration.stages import evaluate_run, train_run, write_report
 
     arch = args.arch or grid.DEFAULT_ARCH
     task_name = args.task if args.task is not None else grid.DEFAULT_TASK
@@ -118,7 +118,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         result = (_EvalRecord(run.read_eval()) if "eval.json" in current else
                   evaluate_run(run, n=n, lengths=lengths, seed=EVAL_SEED))
         if not args.no_analyze and "geometry.json" not in current:  # the mechanism beside the number
-            from ..stages import analyze_run
+            from ..orchestration.stages import analyze_run
 
             analyze_run(run, report=False)
     geometry = run.geometry_path if not args.no_analyze and run.geometry_path.is_file() else None
@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
 def _default_run_folder(args: argparse.Namespace, task: str, arch: str, task_params: dict[str, Any]) -> str:
     """``runs/main`` for the main job as shipped; otherwise a portable name that differs whenever the
     task, architecture, preset, seed, steps, size or task parameters do (so sweeps do not collide)."""
-    from .. import grid
+    from ..run import grid
 
     changed = [f"s{args.seed}" if args.seed is not None else "", f"{args.steps}steps" if args.steps is not None else "",
                f"{args.params}p" if args.params is not None else "",
@@ -147,7 +147,7 @@ def _default_run_folder(args: argparse.Namespace, task: str, arch: str, task_par
 
 def _current_results(run: "Any", n: int) -> set[str]:
     """Which of ``eval.json`` (of ``n`` sequences or more), ``geometry.json`` and ``report.html`` are current
-    (:meth:`~windtunnel.runs.RunDir.result_states`)."""
+    (:meth:`~windtunnel.run.runs.RunDir.result_states`)."""
     out = {name for name, state in run.result_states().items() if state == "current"}
     if "eval.json" in out:
         ev = run.read_eval()
@@ -166,13 +166,13 @@ class _EvalRecord:
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..runs import RunDir
+    from ..run.runs import RunDir
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")
-    from ..stages import evaluate_run
+    from ..orchestration.stages import evaluate_run
 
-    from .. import grid
+    from ..run import grid
 
     run = RunDir(args.run)
     record = run.read_config()
@@ -206,8 +206,8 @@ def _print_metrics(result: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..runs import RunDir
-    from ..stages import write_report
+    from ..run.runs import RunDir
+    from ..orchestration.stages import write_report
 
     path = write_report(RunDir(args.run))
     print(f"wrote {path}")
@@ -215,8 +215,8 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..runs import RunDir
-    from ..stages import analyze_run
+    from ..run.runs import RunDir
+    from ..orchestration.stages import analyze_run
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")

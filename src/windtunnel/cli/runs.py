@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_runs(args: argparse.Namespace, extra: list[str]) -> int:
     """``runs [DIR]``: one line per run folder under DIR — where it stands and what is left to do."""
-    from ..runs import survey
+    from ..run.runs import survey
 
     root = Path(args.folder)
     if not root.is_dir():
@@ -49,8 +49,8 @@ def cmd_runs(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     """Several runs' metrics side by side, and their per-position curves overlaid in one figure."""
-    from ..compare import compare, default_figure
-    from ..runs import RunDir
+    from ..orchestration.compare import compare, default_figure
+    from ..run.runs import RunDir
 
     for r in args.runs:  # every run is read before a figure is written anywhere
         RunDir(r).read_eval()

@@ -1,5 +1,5 @@
 """``windtunnel table``: the architecture × inference-primitive table, its cells trained, evaluated and read
-(:func:`windtunnel.table.run_table`)."""
+(:func:`windtunnel.orchestration.table.run_table`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .outputs import keep_result, out_path
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``table``."""
-    from .. import grid
+    from ..run import grid
 
     tb = sub.add_parser("table", help="the architecture × inference-primitive table")
     tb.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (default) or paper")
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..table import run_table
+    from ..orchestration.table import run_table
 
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r}")

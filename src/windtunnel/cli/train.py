@@ -13,7 +13,7 @@ from .outputs import check_out
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``train``."""
-    from ..train_config import TrainConfig
+    from ..run.config import TrainConfig
 
     train_defaults = TrainConfig()  # what `train` uses for every flag not given
     tr = sub.add_parser("train", help="train one model (extra --NAME VALUE pairs are task parameters)")
@@ -32,9 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
-    from ..runs import RunDir
-    from ..stages import train_run
-    from ..training import TrainConfig, build, process_group
+    from ..run.runs import RunDir
+    from ..orchestration.stages import train_run
+    from ..training.loop import TrainConfig, build, process_group
 
     if getattr(args, "seeds", None):
         return _train_stacked(args, extra)
@@ -79,13 +79,13 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
-    """``train --out DIR --seeds 0,1,2``: the seeds as one stacked model (:func:`windtunnel.stacked.train_stacked`),
+    """``train --out DIR --seeds 0,1,2``: the seeds as one stacked model (:func:`windtunnel.training.stacked.train_stacked`),
     each seed's run in ``DIR-sSEED``."""
     from dataclasses import replace
 
-    from ..runs import RunDir
-    from ..stacked import train_stacked
-    from ..training import build, process_group
+    from ..run.runs import RunDir
+    from ..training.stacked import train_stacked
+    from ..training.loop import build, process_group
 
     if args.resume is not None or args.seed is not None:
         raise UsageError("--seeds trains new runs: it takes neither --resume (resume each run alone) nor --seed")
@@ -107,7 +107,7 @@ def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
-    from ..training import TrainConfig, load_config_file
+    from ..training.loop import TrainConfig, load_config_file
 
     d: dict[str, Any] = {}
     if args.config is not None:

@@ -12,7 +12,7 @@ without the part it measures, and has a figure function ``f_figure(result, path)
 * :func:`frame_precision` — over checkpoints: attention change vs manifold precision vs error.
 
 :func:`diagnose` runs all that apply to a run folder and returns the ``geometry.json`` record, which
-:func:`windtunnel.stages.analyze_run` writes (``windtunnel analyze DIR``).  Each diagnostic
+:func:`windtunnel.orchestration.stages.analyze_run` writes (``windtunnel analyze DIR``).  Each diagnostic
 registers itself in its own module (:mod:`windtunnel.geometry.registry`): a new one is one new file.
 """
 

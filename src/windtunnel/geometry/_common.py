@@ -13,11 +13,11 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..stats import pearson, rankdata, spearman  # noqa: F401  (shared with llm through stats)
+from ..evaluation.stats import pearson, rankdata, spearman  # noqa: F401  (shared with llm through stats)
 
 from ..tasks.base import Episodes, Task, entropy_bits
 from ..errors import InvalidValue
-from ..stats import finite, finite_ci, json_safe as clean, resample_weights  # noqa: F401 (the diagnostics import them from here)
+from ..evaluation.stats import finite, finite_ci, json_safe as clean, resample_weights  # noqa: F401 (the diagnostics import them from here)
 
 GEOMETRY_SEED = 2**62 + 2**40
 """Episode seed of the diagnostics: below 2^63, so disjoint from every training and in-training

@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .. import metrics as M
-from ..evaluation import predict
+from ..evaluation import metrics as M
+from ..evaluation.evaluate import predict
 from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, needs, register
@@ -132,7 +132,7 @@ def head_ablation(
 ) -> dict[str, Any]:
     r"""Zero each attention head (:func:`zero_head`: its ``z`` at ``blocks.{l}.attn.hook_z`` is set to 0
     before ``W_O``, what ``Transformer.ablate_head`` does; no renormalisation, no mean ablation) and measure the change in ``entropy_mae`` and ``kl``
-    (bits; :mod:`windtunnel.metrics`, pooled over scored positions) on the same ``n`` episodes.
+    (bits; :mod:`windtunnel.evaluation.metrics`, pooled over scored positions) on the same ``n`` episodes.
 
     ``delta = metric(ablated) − metric(intact)``; ``delta_ci`` is a paired 95% percentile bootstrap
     over sequences (the same resampled sequences for both); ``fold = ablated / intact``.  The

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from ..metrics import _kl_from_log
+from ..evaluation.metrics import _kl_from_log
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .registry import Diagnostic, Reading, needs, register

@@ -8,10 +8,10 @@ from typing import Any
 
 import torch
 
-from .. import checkpoint as ckpt
-from .. import metrics as M
+from ..run import checkpoint as ckpt
+from ..evaluation import metrics as M
 from .. import models, tasks
-from ..runs import RunDir
+from ..run.runs import RunDir
 from ..tasks.base import Episodes
 from . import _plot
 from .registry import Diagnostic, Reading, lacks, missing, register
@@ -162,7 +162,7 @@ def frame_precision(
       final patterns.
     * **precision**: :math:`|\rho_S|` between PC1 of the last block's ``hook_resid_post`` at the
       scored positions (centred covariance PCA) and the Bayes entropy.
-    * **error**: ``entropy_mae`` and ``kl`` (bits, :mod:`windtunnel.metrics`); null: the uniform
+    * **error**: ``entropy_mae`` and ``kl`` (bits, :mod:`windtunnel.evaluation.metrics`); null: the uniform
       predictor's values.
 
     Settling (:func:`settle_step`, one rule for attention and error): the first checkpoint from which

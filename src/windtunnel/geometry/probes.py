@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..metrics import kl_bits
+from ..evaluation.metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, needs, register

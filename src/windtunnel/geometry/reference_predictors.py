@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
-from .. import checkpoint as ckpt
+from ..run import checkpoint as ckpt
 from .. import models
-from ..evaluation import predict
-from ..metrics import _kl_from_log
-from ..references import predictors
-from ..runs import RunDir
+from ..evaluation.evaluate import predict
+from ..evaluation.metrics import _kl_from_log
+from ..evaluation.references import predictors
+from ..run.runs import RunDir
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, evenly_spaced
 from .registry import Diagnostic, Reading, register
@@ -60,7 +60,7 @@ def reference_predictors(
     max_checkpoints: int | None = None,
     fit_n: int = 20000,
 ) -> dict[str, Any]:
-    r"""The KL from each reference predictor (:mod:`windtunnel.references`) to the network at every
+    r"""The KL from each reference predictor (:mod:`windtunnel.evaluation.references`) to the network at every
     checkpoint of ``run_dir``, on ``n`` fixed episodes:
 
     .. math:: D_r(s) = \frac{1}{|\mathcal{S}|}\sum_{(b,t)\in\mathcal{S}} \mathrm{KL}\big(q_r(\cdot \mid x_{\le t}) \,\|\, p_{\theta_s}(\cdot \mid x_{\le t})\big)

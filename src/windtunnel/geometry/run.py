@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from .. import checkpoint as ckpt
+from ..run import checkpoint as ckpt
 from .. import models
-from ..runs import RunDir
-from ..evaluation import refuse_non_finite
+from ..run.runs import RunDir
+from ..evaluation.evaluate import refuse_non_finite
 from ._common import GEOMETRY_SEED, arch_of, clean, eval_mode, inputs_on
 from .registry import Diagnostic, Reading, discover, interpret, lacks
 
@@ -84,7 +84,7 @@ def diagnose(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_
     (``summary``), each diagnostic's readings (``interpretation``) and ``meta`` (episodes, seed,
     untrained null, versions, timings, the checkpoint's provenance).  Nothing is written but each
     applicable diagnostic's figure, drawn into ``figures`` (``geometry_{name}.png``) when given;
-    :func:`windtunnel.stages.analyze_run` writes the record.
+    :func:`windtunnel.orchestration.stages.analyze_run` writes the record.
 
     A diagnostic runs only on a model that exposes what it declares it reads (``Diagnostic.requires``);
     for any other it records "not applicable" naming what is missing, without calling it.

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..metrics import kl_bits
+from ..evaluation.metrics import kl_bits
 from ..tasks.base import Episodes, Task
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, collect_scored, episodes_for, n_layers, pearson, rankdata, spearman

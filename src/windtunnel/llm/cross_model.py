@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import InvalidValue
-from ..stats import json_safe, spearman
+from ..evaluation.stats import json_safe, spearman
 
 __all__ = ["global_pca", "cross_model"]
 

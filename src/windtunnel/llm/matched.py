@@ -43,9 +43,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ..checkpoint import find_latest, load as load_checkpoint, save as save_checkpoint, write_text_atomic
+from ..run.checkpoint import find_latest, load as load_checkpoint, save as save_checkpoint
+from ..io import write_text_atomic
 from ..errors import InvalidValue, is_int
-from ..stats import json_safe, mean_std, paired
+from ..evaluation.stats import json_safe, mean_std, paired
 
 SUMMARY = "summary.json"
 """The experiment's summary file in the output folder (with ``summary.md`` and ``focusing.png`` beside it)."""

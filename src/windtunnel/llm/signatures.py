@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import InvalidValue
-from ..stats import finite_ci, json_safe, resample_weights
+from ..evaluation.stats import finite_ci, json_safe, resample_weights
 from .load import encode
 
 
@@ -97,7 +97,7 @@ def read_final_token(model: torch.nn.Module, tokenizer: Any, prompts: Sequence[s
 
 
 def _spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
-    from ..stats import spearman
+    from ..evaluation.stats import spearman
 
     return spearman(x, y)
 

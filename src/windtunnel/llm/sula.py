@@ -67,7 +67,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from ..errors import InvalidValue
-from ..stats import finite_ci, json_safe, resample_weights
+from ..evaluation.stats import finite_ci, json_safe, resample_weights
 from .load import encode
 from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_layout
 

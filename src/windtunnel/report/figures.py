@@ -252,7 +252,7 @@ def training_curves(metrics_jsonl_path: str | Path, path: str | Path) -> Path:
     drawn in a small lower panel.  Anything else is skipped.  Loss is drawn in the units it was
     logged in (the training loop's cross-entropy); the Bayes gap is ``KL(Bayes ‖ model)`` in bits.
     """
-    from ..runs import read_jsonl
+    from ..run.runs import read_jsonl
 
     rows = read_jsonl(metrics_jsonl_path)
     series: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ("loss", "bayes_gap", "lr", "eval")}

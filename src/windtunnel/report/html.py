@@ -194,19 +194,19 @@ def _training_summary(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
 
 
 if TYPE_CHECKING:
-    from ..runs import RunDir
+    from ..run.runs import RunDir
 
 
 def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
     """A run folder's report: the self-contained ``report.html`` and the ``summary.md`` texts, which
-    :func:`windtunnel.stages.write_report` writes.  Figures an older evaluation lacks are drawn into
+    :func:`windtunnel.orchestration.stages.write_report` writes.  Figures an older evaluation lacks are drawn into
     the run's ``figures/``.
 
     The folder must hold a readable ``config.json``; ``eval.json`` and ``geometry.json`` are shown
     when present and must then be readable (``RunError`` otherwise: a damaged record is never
     reported as an empty one).
     """
-    from ..runs import RunDir
+    from ..run.runs import RunDir
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     run = rd.path

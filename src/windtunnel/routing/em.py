@@ -58,10 +58,11 @@ from typing import Any, Callable
 
 import torch
 
-from .. import metrics, models, tasks
+from ..evaluation import metrics
+from .. import models, tasks
 from ..errors import InvalidValue, is_int
 from ..models.attention_layer import attention_layer
-from ..stats import json_safe, mean_std, paired
+from ..evaluation.stats import json_safe, mean_std, paired
 from ..tasks.base import entropy_bits
 from .law import scored_cross_entropy
 
@@ -261,7 +262,7 @@ def _save_partial(path: Path, state: dict[str, Any]) -> None:
     atomically: a kill while writing leaves the previous one whole."""
     from safetensors.torch import save
 
-    from ..checkpoint import write_bytes_atomic
+    from ..io import write_bytes_atomic
 
     tensors = {f"model.{k}": v.contiguous() for k, v in state["model"].items()}
     adam = state["adam"]
@@ -281,8 +282,8 @@ def train_arm(arm: str, seed: int, setup: EMSetup, partial: Path | None = None) 
     the random-number state that the dropout masks draw from, the curves so far) and resumed from when it holds
     this setup's run, so a killed run goes on from there and ends bitwise as an unbroken one would; it is
     deleted when the run ends."""
-    from ..checkpoint import rng_state, set_rng_state
-    from ..optim import pick_device
+    from ..run.checkpoint import rng_state, set_rng_state
+    from ..run.config import pick_device
 
     device = pick_device(setup.device)
     task = setup.task()
@@ -534,8 +535,8 @@ def run_em(setup: EMSetup, out: Path, progress: bool = True) -> Path:
     ``em.md`` and ``em.png`` into ``out``.  Returns the markdown path."""
     import json
 
-    from ..checkpoint import write_text_atomic
-    from ..runs import read_jsonl
+    from ..io import write_text_atomic
+    from ..run.runs import read_jsonl
 
     setup.validate()
     out = Path(out)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import InvalidValue, is_int
+from ..errors import InvalidValue, is_int
 
 PRESETS = ("quick", "paper")
 
@@ -392,14 +392,14 @@ def _model_overrides(arch: str, recipe: Recipe) -> dict[str, Any]:
     gets only the parameter target and sizes itself."""
     from dataclasses import fields
 
-    from . import models  # the grid sits above models; imported here to keep module import light
+    from .. import models  # the grid sits above models; imported here to keep module import light
 
     if models.is_hf(arch):
         config = models.HFConfig
     elif models.is_external(arch):
         return {}
     else:
-        from .models.catalog import get
+        from ..models.catalog import get
 
         config = get(arch).config
     have = {f.name for f in fields(config)}
@@ -418,7 +418,7 @@ def _extra_model(e: Experiment, arch: str, recipe: Recipe) -> dict[str, Any]:
 
 
 def _own_archs() -> tuple[str, ...]:
-    from . import models  # the grid sits above models; imported here to keep module import light
+    from .. import models  # the grid sits above models; imported here to keep module import light
 
     return tuple(models.names())
 

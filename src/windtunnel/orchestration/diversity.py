@@ -3,7 +3,7 @@
 Each cell ``pool_{P}-{arch}-s{seed}`` trained the bijection column on a finite pool of ``P``
 permutations; its ``eval.json`` scores the model in the pool against the pool's posterior (what
 memorising can reach) and the true prior's (what inferring reaches), and on fresh permutations against
-their posterior (:class:`~windtunnel.evaluation.EvalResult` ``priors``).  The fresh column
+their posterior (:class:`~windtunnel.evaluation.evaluate.EvalResult` ``priors``).  The fresh column
 (``bijection-{arch}-s{seed}``) is the infinite pool.  Per architecture and pool size, over the training
 seeds (mean and Student-t 95% interval):
 
@@ -34,8 +34,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import grid
-from .stats import json_safe, mean_std
+from ..run import grid
+from ..evaluation.stats import json_safe, mean_std
 
 ARCHS = ("transformer", "mamba", "lstm")
 SEEDS = (0, 1, 2)
@@ -226,7 +226,7 @@ def figure(doc: dict[str, Any], path: Path) -> Path:
 def write(results: str | Path = "results", preset: str = "quick", sweep: str = "bijection") -> tuple[Path, dict[str, Any]]:
     """Write ``{results}/{preset}/{stem}.{json,md,png}`` of one sweep (``SWEEPS``); returns the Markdown path
     and the summary."""
-    from .checkpoint import write_text_atomic
+    from ..io import write_text_atomic
 
     doc = summarise(results, preset, sweep)
     out, stem = Path(results) / preset, SWEEPS[sweep][2]

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from .errors import InvalidValue
-from .tasks.base import BayesOracle, ConditionalMean, Task, fit_samples, oracle
+from ..errors import InvalidValue
+from ..tasks.base import BayesOracle, ConditionalMean, Task, fit_samples, oracle
 
 __all__ = ["Uniform", "Windowed", "has_window", "predictors", "window_sizes", "WINDOWS"]
 

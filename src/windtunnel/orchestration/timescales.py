@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidValue
-from .stats import json_safe, mean_std
+from ..errors import InvalidValue
+from ..evaluation.stats import json_safe, mean_std
 
 SETTLE = 0.1
 
@@ -138,11 +138,11 @@ def _ratio_summary(ratios: list[float | None]) -> dict[str, Any]:
 def run_timescales(setups: dict[str, TimescaleSetup], out: Path, progress: bool = True) -> Path:
     """Train (or resume) every seed of every setup under ``out/runs``, measure the curves and write
     ``timescales.json`` and ``timescales.md``.  Returns the markdown path."""
-    from .checkpoint import write_text_atomic
-    from .geometry.dynamics import frame_precision
-    from .runs import RunDir
+    from ..io import write_text_atomic
+    from ..geometry.dynamics import frame_precision
+    from ..run.runs import RunDir
     from .stages import train_run
-    from .training import TrainConfig
+    from ..training.loop import TrainConfig
 
     out = Path(out)
     if out.exists() and not out.is_dir():

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import InvalidValue
-from .runs import RunDir
+from ..errors import InvalidValue
+from ..run.runs import RunDir
 
 CURVES = ("kl", "entropy_mae", "entropy_model")
 """The per-position curves ``compare`` overlays (``entropy_model`` is drawn beside ``entropy_bayes``)."""
@@ -108,7 +108,7 @@ def compare(runs: Sequence[str | Path], out: str | Path | None = None, length: i
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from .report.figures import save_figure
+        from ..report.figures import save_figure
 
         fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.4))
         for ax, metric in zip(axes, CURVES):

@@ -33,15 +33,16 @@ from typing import Any, Sequence
 
 import torch
 
-from . import checkpoint as ckpt
-from .errors import UserError
-from .evaluation import held_out_metrics
-from .metrics import bayes_gap
-from .optim import log_spaced_steps, loss_fn, lr_at, param_groups, pick_device
-from .runs import RunDir
+from ..run import checkpoint as ckpt
+from ..errors import UserError
+from ..evaluation.evaluate import held_out_metrics
+from ..evaluation.metrics import bayes_gap
+from .optim import log_spaced_steps, loss_fn, lr_at, param_groups
+from ..run.config import pick_device
+from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
-from .training import LOG2E, TrainingDiverged, build
-from .train_config import ConfigError, TrainConfig
+from .loop import LOG2E, TrainingDiverged, build
+from ..run.config import ConfigError, TrainConfig
 
 __all__ = ["train_stacked", "stackable"]
 
@@ -69,7 +70,7 @@ def stackable(configs: Sequence[TrainConfig]) -> None:
 def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path | RunDir], resume: bool = False,
                   until: int | None = None, log_lines: bool = False) -> list[Path]:
     """Train (or resume) the runs ``configs`` into ``run_dirs`` as one stacked model (see the module docstring);
-    returns the run folders.  ``until`` and ``log_lines`` as :func:`windtunnel.training.train`."""
+    returns the run folders.  ``until`` and ``log_lines`` as :func:`windtunnel.training.loop.train`."""
     stackable(configs)
     if len(run_dirs) != len(configs):
         raise ConfigError(f"{len(configs)} configs but {len(run_dirs)} run folders")

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from .errors import UserError
+from ..errors import UserError
+from ..io import fsync_dir, write_bytes_synced, write_text_atomic
 from safetensors.torch import load_file, save_file
 
 LATEST = "latest"
@@ -33,45 +34,6 @@ LATEST = "latest"
 
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint is missing, unreadable, of another model, or holds non-finite weights."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically (temp file in the same folder, then rename)."""
-    write_bytes_atomic(path, text.encode())
-
-
-def copy_atomic(src: Path, dst: Path) -> None:
-    """Replace ``dst`` by a copy of ``src`` atomically (a reader never sees half a file)."""
-    write_bytes_atomic(dst, Path(src).read_bytes())
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically (temp file in the same folder, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    _write_bytes(tmp, data)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def _optimizer_tensors(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -145,7 +107,7 @@ def save(
         tensors, skeleton = _optimizer_tensors(optimizer.state_dict())
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         full_state["optimizer"] = skeleton
-    _write_bytes(tmp / "state.json", json.dumps(full_state, indent=1).encode())
+    write_bytes_synced(tmp / "state.json", json.dumps(full_state, indent=1).encode())
     mode = 0o666 & ~_umask()  # safetensors creates its files 0600: give them the mode any other file gets
     for f in tmp.iterdir():  # weights were written by safetensors: flush them too
         os.chmod(f, mode)
@@ -154,7 +116,7 @@ def save(
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(ckpt_root)
+    fsync_dir(ckpt_root)
     write_text_atomic(ckpt_root / LATEST, name + "\n")
     return final
 

@@ -8,7 +8,7 @@ neither know nor care where a cell ran.
 * :func:`run_slurm` — the cells split into :attr:`SlurmOptions.tasks` shards, longest first onto the least loaded
   shard (:func:`shards`), submitted as one job array; each array task works its shard with :func:`run_local` on
   its node (:func:`run_shard`) and writes results to the shared filesystem exactly as the local path does.  A
-  cell's claim (:mod:`windtunnel.locks`) keeps two tasks from training it, and a requeued or preempted task
+  cell's claim (:mod:`windtunnel.run.locks`) keeps two tasks from training it, and a requeued or preempted task
   resumes each of its cells from the last checkpoint.  ``pip install windtunnel[slurm]`` brings submitit.
 
 Options come from flags or a small TOML file (``[slurm]`` table: ``partition``, ``time`` in minutes, ``gpus``,
@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import InvalidValue, UserError
+from ..errors import InvalidValue, UserError
 
 Work = Callable[[dict[str, Any]], dict[str, Any]]
 Outcome = tuple[dict[str, Any], "dict[str, Any] | None", "Exception | None"]

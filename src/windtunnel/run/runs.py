@@ -3,7 +3,7 @@
 A run folder holds everything one training run produced::
 
     config.json      what rebuilds the task, model and optimiser   (write_config / read_config)
-    checkpoints/     atomic safetensors checkpoints, ``latest``    (checkpoint.py, via .checkpoints)
+    checkpoints/     atomic safetensors checkpoints, ``latest``    (run/checkpoint.py, via .checkpoints)
     metrics.jsonl    one JSON line per logged step                  (append_metrics / metrics)
     eval.json        the evaluation (EvalResult.to_dict)            (write_eval / read_eval)
     timings.json     wall seconds of the stages                     (add_timing / timings)
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import checkpoint as ckpt
-from .checkpoint import write_text_atomic
-from .errors import UserError
+from ..io import write_text_atomic
+from ..errors import UserError
 
 
 class RunError(UserError):
@@ -140,8 +140,8 @@ class RunDir:
     def load(self, step: int | None = None) -> tuple[Any, Any]:
         """``(task, model)`` of the run: the task and model rebuilt from ``config.json`` with the weights of
         the latest loadable checkpoint (or of ``step``), in eval mode."""
-        from . import models, tasks
-        from .errors import InvalidValue
+        from .. import models, tasks
+        from ..errors import InvalidValue
 
         record = self.read_config()
         try:
@@ -303,7 +303,7 @@ class RunDir:
         )
         if not ok:
             raise RunError(f"{self.config_path} is damaged: not a windtunnel run configuration")
-        from . import models, tasks
+        from .. import models, tasks
 
         arch = cfg["model"]["arch"]
         if cfg["task"]["name"] not in tasks.names() or (arch not in models.names() and not models.is_external(arch)):
@@ -315,7 +315,7 @@ class RunDir:
         """Whether the run here was trained with the ``TrainConfig`` fields ``train`` (the progress bar,
         the experiment trackers, the timed checkpoints and the device aside; fields added to ``TrainConfig`` since the run was made count at their defaults) — the one
         test every resuming command applies before it continues or reuses a run."""
-        from .train_config import recipe
+        from .config import recipe
 
         return self.is_run() and recipe(self.read_config()["train"]) == recipe(train)
 
@@ -400,7 +400,7 @@ class RunDir:
         """Load the newest checkpoint that can resume training (weights, optimizer, generator state) into
         ``model`` and ``optimizer``; return ``(step, training seconds so far)`` — ``(0, 0.0)`` for a run
         killed before its first checkpoint.  Newer damaged checkpoints are named on standard error
-        (``say``): their steps are trained again.  :class:`~windtunnel.checkpoint.CheckpointError` when
+        (``say``): their steps are trained again.  :class:`~windtunnel.run.checkpoint.CheckpointError` when
         none is whole although some exist, or ``checkpoints/`` is gone although the training log
         passed ``first_checkpoint`` (resuming would start a new run over the old log)."""
         import sys

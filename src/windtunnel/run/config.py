@@ -1,19 +1,20 @@
 """What a training run is: ``TrainConfig``, the fields that rebuild its task, model and optimiser
-(written to the run folder as ``config.json``), validated when it is made, and the TOML/JSON file
-that holds one."""
+(written to the run folder as ``config.json``), validated when it is made, the TOML/JSON file
+that holds one, and the device a run trains on (``pick_device``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import models
-from .errors import UserError, did_you_mean, is_int, is_real
+from .. import models
+from ..errors import UserError, did_you_mean, is_int, is_real
 
 
 class ConfigError(UserError, ValueError):
@@ -68,7 +69,7 @@ class TrainConfig:
     #: nothing can be memorised).  The data-regime control: the authors' recipes train epochs over a fixed set
     train_set: int | None = None
     #: experiment trackers that mirror ``metrics.jsonl``: any of ``tensorboard``, ``wandb``, ``mlflow``
-    #: (``windtunnel.trackers``; each package imported only when named here)
+    #: (``windtunnel.run.trackers``; each package imported only when named here)
     trackers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -157,6 +158,20 @@ NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes", "device")
 """``TrainConfig`` fields that say how a run is watched, kept and where it computes, not what it trains: a run
 resumed or reused with other values of these is the same run (a cell trained on a GPU is the grid's cell, and
 resumes on a CPU)."""
+
+
+def pick_device(name: str) -> torch.device:
+    """The device a run trains on: ``auto`` picks this process's GPU (``LOCAL_RANK``), else MPS, else the CPU;
+    ``cuda`` without an index is this process's GPU too (``torch.cuda.set_device`` needs an index)."""
+    if name == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
 
 
 def recipe(fields: dict[str, Any]) -> dict[str, Any]:

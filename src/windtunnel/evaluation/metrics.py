@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
-from .tasks.base import IGNORE, Episodes
-from .tasks.base import entropy_bits  # one definition, shared with the tasks
-from .errors import InvalidValue
+from ..tasks.base import IGNORE, Episodes
+from ..tasks.base import entropy_bits  # one definition, shared with the tasks
+from ..errors import InvalidValue
 
 __all__ = [
     "ERROR_METRICS",

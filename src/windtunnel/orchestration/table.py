@@ -37,8 +37,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import executors, grid, locks
-from .errors import InvalidValue, UserError, did_you_mean, is_int
+from . import executors
+from ..run import grid, locks
+from ..errors import InvalidValue, UserError, did_you_mean, is_int
 
 COLUMNS: dict[str, dict[str, Any]] = {
     name: {"primitive": e.primitive, "metric": e.metric, "unit": e.unit,
@@ -70,7 +71,7 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def claimed_cell(job: dict[str, Any]) -> dict[str, Any]:
-    """:func:`run_cell` holding the cell's claim (:mod:`windtunnel.locks`); ``{"held_by": …}`` where another worker
+    """:func:`run_cell` holding the cell's claim (:mod:`windtunnel.run.locks`); ``{"held_by": …}`` where another worker
     holds it."""
     with locks.claimed(job["run_dir"]) as holder:
         if holder is not None:
@@ -81,9 +82,9 @@ def claimed_cell(job: dict[str, Any]) -> dict[str, Any]:
 def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from .runs import RunDir
+    from ..run.runs import RunDir
     from .stages import EVAL_SEED, evaluate_run, train_run
-    from .training import TrainConfig
+    from ..training.loop import TrainConfig
 
     torch.set_num_threads(job["threads"])
     if job.get("device"):
@@ -120,7 +121,7 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
 
 def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Group seeds of the same (task, arch) into one table cell with mean/std (and the seed CI)."""
-    from .evaluation import mean_std
+    from ..evaluation.evaluate import mean_std
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     # the table's own order (its columns, then its rows, then seeds), whatever order the cells finished in,
@@ -278,7 +279,7 @@ def _is_table(path: Path) -> bool:
 def _validate_cells(preset: str, columns: list[str], archs: list[str], params: int | None, steps: int | None) -> None:
     """Build the task and model of every (column, architecture) once: a bad ``params`` or ``steps``
     is refused before the table touches its folder."""
-    from .training import TrainConfig, build
+    from ..training.loop import TrainConfig, build
 
     for col in columns:
         for arch in archs:
@@ -288,8 +289,8 @@ def _validate_cells(preset: str, columns: list[str], archs: list[str], params: i
 def _refuse_changed_recipes(jobs: list[dict[str, Any]]) -> None:
     """A cell folder trained under another recipe is never reused as this table's cell, nor trained
     on: ``InvalidValue`` naming the first such folder and what changed, before any work starts."""
-    from .runs import RunDir
-    from .train_config import recipe
+    from ..run.runs import RunDir
+    from ..run.config import recipe
 
     for job in jobs:
         run = RunDir(job["run_dir"])
@@ -308,9 +309,9 @@ def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
     job's and the job has no run folder of its own: the table takes it instead of retraining a cell whose
     (uncommitted) run folder is gone; its ``run_dir`` becomes the committed folder.  ``None`` otherwise — a
     damaged or older committed cell included, which the table then trains afresh."""
-    from .errors import UserError
-    from .evaluation import EVAL_SEED
-    from .runs import RunDir
+    from ..errors import UserError
+    from ..evaluation.evaluate import EVAL_SEED
+    from ..run.runs import RunDir
 
     if RunDir(job["run_dir"]).is_run():
         return None  # a run folder of its own (finished or resumable) is the cell
@@ -332,8 +333,8 @@ def committed_cell(job: dict[str, Any], out: Path) -> dict[str, Any] | None:
 def reference_rows(preset: str, column: str) -> list[str]:
     """The names of the rows :func:`references` writes for ``column`` (a ``references.json`` without one of
     them was written by an older version and is made again)."""
-    from . import tasks
-    from .references import window_sizes
+    from .. import tasks
+    from ..evaluation.references import window_sizes
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
@@ -348,9 +349,9 @@ def references(preset: str, column: str, eval_n: int, lengths: list[int] | None)
     the yardsticks of how much of its context a model reads — and on a task with real-valued inputs
     ``window_0``, the answer given the current input alone, the floor of a network without cross-position mixing
     there."""
-    from . import tasks
-    from .evaluation import EVAL_SEED, evaluate
-    from .references import Windowed
+    from .. import tasks
+    from ..evaluation.evaluate import EVAL_SEED, evaluate
+    from ..evaluation.references import Windowed
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
@@ -384,12 +385,12 @@ def run_table(
     slurm: "executors.SlurmOptions | None" = None,
 ) -> Path:
     """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}; with ``slurm``, the
-    cells are worked as a SLURM job array (:func:`windtunnel.executors.run_slurm`) and the table is written once
+    cells are worked as a SLURM job array (:func:`windtunnel.orchestration.executors.run_slurm`) and the table is written once
     every one has come back."""
     import torch
 
-    from . import models
-    from .checkpoint import write_text_atomic
+    from .. import models
+    from ..io import write_text_atomic
 
     archs = archs or list(ARCHS)
     columns = tasks or list(COLUMNS)
@@ -444,7 +445,7 @@ def run_table(
                     "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
                 })
     _refuse_changed_recipes(jobs)
-    from .runs import RunDir
+    from ..run.runs import RunDir
 
     # a cell finished in its run folder is reused there; one whose run folder is gone but that reproduce
     # committed (the same recipe) is taken from OUT/cells/
@@ -457,7 +458,7 @@ def run_table(
     n_cells = len(jobs)
     jobs = [j for i, j in enumerate(jobs) if i not in adopted]
     # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
-    from .models.catalog import step_cost
+    from ..models.catalog import step_cost
 
     jobs.sort(key=lambda j: (j["seed"], -step_cost(j["arch"]), j["column"]))
     t0 = time.perf_counter()

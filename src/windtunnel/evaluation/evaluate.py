@@ -4,7 +4,7 @@
 once per chunk of sequences under ``torch.inference_mode`` — a causal model's logits at every position
 come from that single pass; prefixes are never re-run one by one, unlike the authors'
 ``evaluate_entropy_calibration`` (the authors' released evaluator) — and scores the concatenated logits
-with ``windtunnel.metrics.compute``.  The Bayes oracle is evaluated beside the model on the same
+with ``windtunnel.evaluation.metrics.compute``.  The Bayes oracle is evaluated beside the model on the same
 episodes: its errors must be ~0 and are reported, not asserted.
 
 Uncertainty: a 95% percentile bootstrap over *sequences* (the independent unit), vectorised.
@@ -31,8 +31,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from . import metrics as M
-from .tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
-from .errors import InvalidValue, UserError, is_int
+from ..tasks.base import IGNORE, Episodes, Task, oracle as make_oracle
+from ..errors import InvalidValue, UserError, is_int
 from .stats import LEVEL, finite, mean_std, percentile_ci, resample_weights
 
 __all__ = ["EvalResult", "aggregate", "bootstrap", "evaluate", "held_out_metrics", "mean_std", "percentile_ci", "predict", "resample_weights"]
@@ -87,7 +87,7 @@ class EvalResult:
     ``accuracy`` are probabilities), with 95% percentile-bootstrap intervals over sequences.
 
     * ``metrics``: name → ``{"value": float, "ci": [lo, hi]}`` for every name in
-      ``windtunnel.metrics.METRICS``;
+      ``windtunnel.evaluation.metrics.METRICS``;
     * ``oracle``: the same for the Bayes oracle on the same episodes (errors ~0);
     * ``curves``: name → per-position list ``[T]`` (``None``/NaN at unscored positions): every metric
       plus ``entropy_model`` and ``entropy_bayes`` (mean entropies, bits);
@@ -311,7 +311,7 @@ def evaluate(
 
     Samples ``n`` episodes with ``task.sample(n, seed)``, runs the model once per chunk of
     ``chunk`` sequences on ``device`` (default: the model's own device), scores the logits with
-    ``windtunnel.metrics.compute`` and attaches 95% bootstrap intervals (``n_boot`` resamples of
+    ``windtunnel.evaluation.metrics.compute`` and attaches 95% bootstrap intervals (``n_boot`` resamples of
     the sequences, drawn with seed ``seed + 1``; the same resamples for the model, the oracle and
     every length).  ``lengths=[K, …]`` also
     evaluates ``task.with_length(K)`` for each ``K`` (``ValueError`` if the task has no length
@@ -327,7 +327,7 @@ def evaluate(
             f"invalid lengths: task {task.name!r} has no length parameter, so lengths={lengths} cannot be evaluated"
         )
     tasks = {int(K): task.with_length(int(K)) for K in lengths}  # validates every K up front
-    from .tasks.base import check_memory
+    from ..tasks.base import check_memory
 
     for t in [task, *tasks.values()]:
         check_memory(t, n, "n")

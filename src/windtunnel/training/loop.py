@@ -11,16 +11,16 @@
 4. AdamW, linear warmup then cosine decay to ``min_lr`` (``optim.lr_at``), gradient clipping;
 5. logs ``loss`` and the **Bayes gap** (``metrics.bayes_gap``) — ``KL(posterior ‖ model)`` in bits on
    the same batch, the excess cross-entropy over the Bayes oracle — to ``metrics.jsonl``, the
-   progress bar and any experiment trackers (``trackers.py``);
+   progress bar and any experiment trackers (``run/trackers.py``);
 6. evaluates on a fixed held-out batch every ``eval_every`` steps;
-7. checkpoints atomically (``checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
+7. checkpoints atomically (``run/checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
    (kept for the training-dynamics analyses), and after ``ckpt_minutes`` of training without one (a killed
    run loses at most that much); a checkpoint off that schedule (timed, or where ``until`` stopped) is removed
    once a newer one is whole and never counts among the ``keep_last``; a NaN/Inf loss stops the run with a clear message
    and leaves the last good checkpoint in place.
 
-What a run is lives in ``train_config.py``; the data and its shards in ``streams.py``; the schedule,
-parameter groups and loss in ``optim.py``.
+What a run is lives in ``run/config.py`` (and the device it trains on); the data and its shards in
+``training/streams.py``; the schedule, parameter groups and loss in ``training/optim.py``.
 
 Data parallel: launched under ``torchrun`` with ``W`` processes the same code wraps the model in
 DDP.  ``batch_size`` stays the *global* batch, the loss is normalised by the global number of
@@ -40,18 +40,18 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint as ckpt
-from . import models, tasks
-from .errors import UserError
-from .evaluation import held_out_metrics
-from .metrics import bayes_gap
-from .optim import log_spaced_steps, loss_fn, lr_at, param_groups, pick_device
-from .runs import RunDir
-from .streams import (_global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch,
-                      stream_seed)
-from .tasks.base import Episodes, Task
-from .trackers import Trackers
-from .train_config import ConfigError, TrainConfig, load_config_file
+from ..run import checkpoint as ckpt
+from .. import models, tasks
+from ..errors import UserError
+from ..evaluation.evaluate import held_out_metrics
+from ..evaluation.metrics import bayes_gap
+from .optim import log_spaced_steps, loss_fn, lr_at, param_groups
+from ..run.config import pick_device
+from ..run.runs import RunDir
+from .streams import _global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch, stream_seed
+from ..tasks.base import Episodes, Task
+from ..run.trackers import Trackers
+from ..run.config import ConfigError, TrainConfig, load_config_file
 
 __all__ = ["ConfigError", "TrainConfig", "TrainingDiverged", "build", "curriculum_task", "eval_seed", "load",
            "load_config_file", "loss_fn", "lr_at", "param_groups", "process_group", "resolve_shards", "step_batch",
@@ -74,13 +74,13 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
             task.replace(**stage["task_params"])  # validate every stage before training starts
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"curriculum: {exc}" if isinstance(exc, TypeError) else str(exc)) from exc
-    from .tasks.base import check_memory, physical_memory
+    from ..tasks.base import check_memory, physical_memory
 
     # weights, gradients and two AdamW moments: 16 bytes a parameter in float32
     if cfg.params is not None and physical_memory() and 16 * cfg.params > physical_memory() // 2:
         raise ConfigError(f"invalid params: {cfg.params} parameters need ≈{16 * cfg.params / 2**30:.0f} GiB to train, "
                           f"more than half of this machine's {physical_memory() / 2**30:.0f} GiB")
-    from .trackers import missing_package
+    from ..run.trackers import missing_package
 
     for name in cfg.trackers:  # checked here, not in the config: a run folder stays readable without the package
         package = missing_package(name)

@@ -15,9 +15,9 @@ import os
 
 import torch
 
-from .runs import RunDir
-from .tasks.base import Episodes, Task
-from .train_config import ConfigError, TrainConfig
+from ..run.runs import RunDir
+from ..tasks.base import Episodes, Task
+from ..run.config import ConfigError, TrainConfig
 
 
 def _hashed_seed(*parts: object) -> int:

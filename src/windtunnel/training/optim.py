@@ -1,17 +1,16 @@
 r"""The optimisation pieces of the loop: the learning-rate schedule, AdamW's parameter groups, the
-loss, the device, and which checkpoints are kept for the training-dynamics analyses."""
+loss, and which checkpoints are kept for the training-dynamics analyses."""
 
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .tasks.base import Episodes
-from .train_config import TrainConfig
+from ..tasks.base import Episodes
+from ..run.config import TrainConfig
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -39,20 +38,6 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any
             groups += [{"params": [p for p in members if decays(p)], "weight_decay": cfg.weight_decay, "lr_mult": mult},
                        {"params": [p for p in members if not decays(p)], "weight_decay": 0.0, "lr_mult": mult}]
     return groups
-
-
-def pick_device(name: str) -> torch.device:
-    """The device a run trains on: ``auto`` picks this process's GPU (``LOCAL_RANK``), else MPS, else the CPU;
-    ``cuda`` without an index is this process's GPU too (``torch.cuda.set_device`` needs an index)."""
-    if name == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool, n_scored: torch.Tensor | None = None) -> torch.Tensor:

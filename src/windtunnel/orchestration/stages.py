@@ -1,4 +1,4 @@
-"""The stages of a run, each taking a :class:`~windtunnel.runs.RunDir`: the CLI and the table only call these.
+"""The stages of a run, each taking a :class:`~windtunnel.run.runs.RunDir`: the CLI and the table only call these.
 
 * :func:`train_run` — train (or resume) and record the wall time (``timings.json``: ``train_s``);
 * :func:`evaluate_run` — evaluate against the exact posterior, write ``eval.json`` and the figures
@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from .grid import ANALYZE_N
-from .runs import RunDir
+from ..run.grid import ANALYZE_N
+from ..run.runs import RunDir
 
-from .evaluation import EVAL_SEED  # noqa: F401  (re-exported: the stages evaluate on it)
+from ..evaluation.evaluate import EVAL_SEED  # noqa: F401  (re-exported: the stages evaluate on it)
 
 
 def _rundir(run: str | Path | RunDir) -> RunDir:
@@ -29,8 +29,8 @@ def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: i
               log_lines: bool = False) -> RunDir:
     """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``) and record the
     training wall time in ``timings.json`` (under ``torchrun``, rank 0 alone writes).  ``log_lines``:
-    see :func:`~windtunnel.training.train`."""
-    from .training import process_group, train
+    see :func:`~windtunnel.training.loop.train`."""
+    from ..training.loop import process_group, train
 
     rd = _rundir(run)
     t0 = time.perf_counter()
@@ -43,14 +43,14 @@ def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: i
 def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | None = None,
                  seed: int = EVAL_SEED, device: str | None = None, force: bool = False) -> Any:
     """Evaluate the run's latest checkpoint on ``n`` episodes (and ``lengths``); write ``eval.json``
-    and the figures; return the :class:`~windtunnel.evaluation.EvalResult`.
+    and the figures; return the :class:`~windtunnel.evaluation.evaluate.EvalResult`.
 
     An ``eval.json`` of the same checkpoint made with more episodes, other episodes or lengths this one
     lacks is a better result than the one asked for: it is replaced only with ``force``
-    (:class:`~windtunnel.runs.RunError` otherwise, before any work)."""
-    from .evaluation import evaluate
-    from .report import figures
-    from .training import load
+    (:class:`~windtunnel.run.runs.RunError` otherwise, before any work)."""
+    from ..evaluation.evaluate import evaluate
+    from ..report import figures
+    from ..training.loop import load
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a folder that is not a run, before anything is written there
@@ -79,7 +79,7 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
 def _keep_better_eval(rd: RunDir, n: int, seed: int, lengths: list[int]) -> None:
     """:class:`RunError` if the run's ``eval.json`` is of its current checkpoint and configuration and was
     made with more episodes, another seed, or lengths that ``lengths`` lacks."""
-    from .runs import RunError
+    from ..run.runs import RunError
 
     if not rd.eval_path.is_file():
         return
@@ -110,9 +110,9 @@ def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = Tru
     (``reanalyze_s`` when ``only`` recomputes some diagnostics and keeps the others).  Returns the
     ``geometry.json`` path.  :class:`~windtunnel.errors.DiagnosticFailed` after writing them if any
     diagnostic raised.  A ``geometry.json`` of the same checkpoint computed on more episodes is replaced
-    only with ``force`` (:class:`~windtunnel.runs.RunError` otherwise)."""
-    from .errors import DiagnosticFailed
-    from .geometry import diagnose, failed_diagnostics
+    only with ``force`` (:class:`~windtunnel.run.runs.RunError` otherwise)."""
+    from ..errors import DiagnosticFailed
+    from ..geometry import diagnose, failed_diagnostics
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a damaged folder before any work
@@ -122,7 +122,7 @@ def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = Tru
         now = rd.provenance()
         same = all(meta.get(k) == now[k] for k in ("step", "config_sha256"))
         if not force and same and isinstance(meta.get("n_episodes"), int) and meta["n_episodes"] > n:
-            from .runs import RunError
+            from ..run.runs import RunError
 
             raise RunError(f"{rd.geometry_path} already holds the diagnostics of this checkpoint on {meta['n_episodes']} "
                            f"episodes (this one: {n}); pass --force to replace it")
@@ -141,7 +141,7 @@ def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = Tru
 
 def write_report(run: str | Path | RunDir) -> Path:
     """``report.html`` and ``summary.md`` of the run (:func:`windtunnel.report.render_report`)."""
-    from .report import render_report
+    from ..report import render_report
 
     rd = _rundir(run)
     rd.read_config()

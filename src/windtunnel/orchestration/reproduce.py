@@ -1,7 +1,7 @@
 """``windtunnel reproduce``: run whatever the papers' claims need and their committed artifacts lack.
 
 A *target* (``paper1``, ``paper2``, ``paper3``, ``all``) is a list of grid cells
-(:class:`~windtunnel.grid.Cell`: preset, experiment, architecture, seed), each with the stages it
+(:class:`~windtunnel.run.grid.Cell`: preset, experiment, architecture, seed), each with the stages it
 needs — train and evaluate, and for the geometry claims ``analyze``.  A cell is worked in an
 ordinary run folder under ``results/{preset}/runs/`` (git-ignored; the same folders the table
 uses, so a cell trained by either is reused by both) and its small artifacts are exported to
@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import executors, grid, locks
-from .checkpoint import copy_atomic
-from .errors import InvalidValue
-from .runs import RunDir
+from . import executors
+from ..run import grid, locks
+from ..io import copy_atomic
+from ..errors import InvalidValue
+from ..run.runs import RunDir
 
 TARGETS = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
@@ -74,7 +75,7 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
     if preset not in grid.PRESETS:
         raise InvalidValue(f"unknown preset {preset!r}: choose from {', '.join(grid.PRESETS)}")
     beyond = {**{c: False for c in DIVERSITY_CELLS + HMM_DIVERSITY_CELLS}, **{c: True for c in BELIEF_CELLS}}
-    from .claims import declared
+    from ..claims import declared
 
     if target in PAPERS:
         cells = declared((PAPERS[target],))
@@ -162,7 +163,7 @@ def missing(job: Job, results: Path) -> list[str]:
     if REFERENCES not in out and _stale_references(job, d / REFERENCES):
         out.append(REFERENCES)
     if job.analyze and GEOMETRY not in out:
-        from .geometry.run import stale_diagnostics
+        from ..geometry.run import stale_diagnostics
 
         if stale_diagnostics(json.loads((d / GEOMETRY).read_text())):
             out.append(GEOMETRY)
@@ -174,7 +175,7 @@ def progress(job: Job, results: Path) -> str:
     step S of N"`` (a killed or paused run, resumed from there), ``"trained; eval.json missing"``, or — a cell
     committed with an artifact missing whose run folder is elsewhere (trained on another machine) — that it is
     trained again."""
-    from .runs import RunDir
+    from ..run.runs import RunDir
 
     steps, folder = job.cell.config()["steps"], run_dir(results, job.cell)
     done = RunDir(folder).latest_step() if folder.is_dir() else 0
@@ -201,7 +202,7 @@ def refresh_references(job: Job, results: Path) -> None:
     one): the references are the task's alone, evaluated on the cell's evaluation episodes, so a cell whose
     only missing artifact they are needs no training."""
     from . import table
-    from .runs import RunDir
+    from ..run.runs import RunDir
 
     record = table.references(job.cell.preset, job.cell.column, _eval_n(job.cell.preset),
                               list(job.cell.experiment.lengths or []) or None)
@@ -212,7 +213,7 @@ def refresh_references(job: Job, results: Path) -> None:
 
 def _work(job: dict[str, Any]) -> dict[str, Any]:
     """Train, evaluate and analyse one cell in its run folder and export its artifacts to its cell folder (in a
-    worker process, on this machine or a cluster node), holding the cell's claim (:mod:`windtunnel.locks`): a cell
+    worker process, on this machine or a cluster node), holding the cell's claim (:mod:`windtunnel.run.locks`): a cell
     another worker holds is left to it (``{"held_by": …}``), one whose artifacts are all there is skipped
     (``{"skipped": …}``: another task finished it)."""
     with locks.claimed(job["run_dir"]) as holder:
@@ -226,7 +227,7 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:
             # the one line `windtunnel status` shows, wherever the cell ran (a node's error is not lost with its
             # task); a later success removes it
-            from .checkpoint import write_text_atomic
+            from ..io import write_text_atomic
 
             write_text_atomic(failure, json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0],
                                                    "job": locks.slurm_job(), "host": locks.Holder.me().host,
@@ -274,7 +275,7 @@ def _work_claimed(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from . import table
-    from .runs import RunDir
+    from ..run.runs import RunDir
     from .stages import analyze_run
 
     torch.set_num_threads(job["threads"])
@@ -292,7 +293,7 @@ def _work_claimed(job: dict[str, Any]) -> dict[str, Any]:
             (Path(job["cell_dir"]) / GEOMETRY).unlink(missing_ok=True)
         _copy_artifacts(rd.path, Path(job["cell_dir"]), ARTIFACTS)
     if job["analyze"]:
-        from .geometry import stale_diagnostics
+        from ..geometry import stale_diagnostics
 
         doc = rd.read_geometry()
         stale = stale_diagnostics(doc)
@@ -327,7 +328,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers).
     ``only``: shell patterns on the cell folders (``hmm_pool_*-mamba-s0``); when given, just the cells that
     match one of them are worked (a row of a sweep, one seed of every cell).  ``slurm``: work them as a SLURM job
-    array instead (:func:`windtunnel.executors.run_slurm`), each task a shard of cells run by the local pool on its
+    array instead (:func:`windtunnel.orchestration.executors.run_slurm`), each task a shard of cells run by the local pool on its
     node; with ``dry_run``, the array's plan (:func:`array_plan`)."""
     import torch
 
@@ -414,7 +415,7 @@ def _cost(job: Job, results: Path) -> float:
     weighted by its architecture's step cost (a trained cell costs nothing): what :func:`schedule` orders the
     cells by.  At the quick preset's 200k parameters a step is partly fixed overhead, so this overstates a
     larger model's seconds beside them."""
-    from . import tasks
+    from .. import tasks
 
     cfg = job.cell.config()
     rd = RunDir(run_dir(results, job.cell))
@@ -422,7 +423,7 @@ def _cost(job: Job, results: Path) -> float:
         return 0.0
     done = rd.latest_step()
     T = tasks.make(cfg["task"], **cfg["task_params"]).seq_len
-    from .models.catalog import step_cost
+    from ..models.catalog import step_cost
 
     return step_cost(job.cell.arch) * (cfg.get("params") or 1) * max(cfg["steps"] - done, 0) * cfg["batch_size"] * T
 
@@ -480,8 +481,8 @@ def _rate(results: Path, preset: str) -> float:
             continue
         if seconds is None:
             continue
-        from . import tasks
-        from .models.catalog import step_cost
+        from .. import tasks
+        from ..models.catalog import step_cost
 
         try:
             T = tasks.make(cfg["task"]["name"], **cfg["task"]["params"]).seq_len

@@ -1,0 +1,10 @@
+"""Training: the loop and what it is made of.
+
+* :mod:`.loop` — the training loop, top to bottom (``train``, ``load``, ``build``);
+* :mod:`.stacked` — several same-shaped runs trained as one batched model;
+* :mod:`.streams` — fresh data per step, shards, the curriculum;
+* :mod:`.optim` — the schedule, parameter groups and loss.
+
+Above the analyses (:mod:`windtunnel.geometry`, :mod:`windtunnel.routing`, :mod:`windtunnel.llm`),
+which read a trained model and never import from here.
+"""
