@@ -28,16 +28,10 @@ from typing import Callable
 import torch
 
 from common import median_time
-<<<<<<< HEAD
-from windtunnel import grid, models, tasks
-from windtunnel.models.scans import cpu_kernel, selective_scan, selective_scan_ref
-from windtunnel.training import loss_fn
-=======
-from windtunnel.run import grid
 from windtunnel import models, tasks
-from windtunnel.models.mamba import cpu_kernel, selective_scan, selective_scan_ref
+from windtunnel.models.scans import cpu_kernel, selective_scan, selective_scan_ref
+from windtunnel.run import grid
 from windtunnel.training.loop import loss_fn
->>>>>>> 346e9e4 (Layer packages (issue 48, part 1): the file tree shows the layers)
 
 
 def scan_times(reps: int) -> dict[str, float]:
