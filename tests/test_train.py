@@ -236,6 +236,51 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: p
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def test_a_diverged_run_is_told_from_a_killed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """Training that stops on non-finite numbers records it beside the run (``diverged.json``); eval, runs and the
+    report say "diverged" and which checkpoint they read, where a killed run is merely unfinished; a run trained on
+    past it is no longer diverged."""
+    import importlib
+
+    from windtunnel import RunDir
+
+    train_mod = importlib.import_module("windtunnel.training.loop")
+    real = train_mod.loss_fn
+    calls = {"n": 0}
+
+    def poisoned(logits, ep, soft, n_scored=None):
+        calls["n"] += 1
+        loss = real(logits, ep, soft, n_scored)
+        return loss * float("nan") if calls["n"] > 15 else loss
+
+    killed = tmp_path / "killed"
+    train(tiny(steps=20), killed, until=10)  # stopped at step 10 on purpose: unfinished, not diverged
+    assert RunDir(killed).divergence() is None
+    monkeypatch.setattr(train_mod, "loss_fn", poisoned)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingDiverged, match="step 15"):
+        train(tiny(steps=20), run)
+    monkeypatch.undo()
+    record = RunDir(run).divergence()
+    assert record is not None and record["last_good_step"] == 10 and "step 15" in record["message"]
+    capsys.readouterr()
+    assert cli_main(["eval", str(run), "--n", "16"]) == 0
+    assert f"note: {run} diverged (loss became nan at step 15): evaluated its last good checkpoint, step 10 of 20" in (
+        capsys.readouterr().err)
+    assert cli_main(["eval", str(killed), "--n", "16"]) == 0
+    assert "(unfinished)" in capsys.readouterr().err
+    assert cli_main(["runs", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert "step 10 of 20 (diverged)" in listed and "step 10 of 20 (unfinished)" in listed
+    assert cli_main(["report", str(run)]) == 0
+    summary = (run / "summary.md").read_text()
+    assert "**Diverged:** loss became nan at step 15" in summary and "(step 10), not of its recipe" in summary
+    assert "**Unfinished:**" not in summary
+    train(tiny(steps=20), run, resume=True)  # trained on past it (the loss no longer poisoned)
+    assert RunDir(run).divergence() is None
+
+
 def test_bad_config_key_or_value_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('task = "bijection"\nlearning_rate = 0.1\n')

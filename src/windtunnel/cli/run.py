@@ -184,7 +184,11 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         n = earlier.get("n") if isinstance(earlier.get("n"), int) else grid.EVAL_N["quick"]
     result = evaluate_run(run, n=n, lengths=lengths, seed=args.seed, force=args.force)
     step, steps = run.latest_step(), (record.get("train") or {}).get("steps")
-    if isinstance(steps, int) and step < steps:  # said once the evaluation stands, not before a refusal
+    diverged = run.divergence()
+    if diverged:  # said once the evaluation stands, not before a refusal
+        print(f"note: {run.path} diverged ({diverged['message'].split(';')[0]}): evaluated its last good checkpoint, "
+              f"step {step} of {steps}", file=sys.stderr)
+    elif isinstance(steps, int) and step < steps:
         print(f"note: {run.path} is at step {step} of {steps} (unfinished): evaluated its newest checkpoint",
               file=sys.stderr)
     print(f"evaluated {run.path} on {n} sequences:")

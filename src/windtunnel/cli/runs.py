@@ -41,7 +41,8 @@ def cmd_runs(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"{row['run']}  unreadable: {row['error']}")
             continue
         todo = [f"{name} {state}" for name, state in row["results"].items() if state != "current"]
-        done = ("finished" if row["finished"] else "unfinished") + (", exported: no checkpoints" if row.get("exported") else "")
+        done = ("finished" if row["finished"] else "diverged" if row.get("diverged") else "unfinished") + (
+            ", exported: no checkpoints" if row.get("exported") else "")
         print(f"{row['run']}  {row['task']} / {row['arch']}  step {row['step']} of {row['steps']} ({done})"
               + (f"; {', '.join(todo)}" if todo else "; eval, geometry and report current"))
     return 0

@@ -238,7 +238,13 @@ def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
         md += ["**Stale:** " + "; ".join(stale), ""]
     steps = (config.get("train") or {}).get("steps")
     done = rd.latest_step() if rd.checkpoints.is_dir() else ((ev or {}).get("provenance") or {}).get("step")
-    if isinstance(steps, int) and isinstance(done, int) and done < steps:  # before any verdict, not after
+    diverged = rd.divergence()
+    if diverged:  # before any verdict: the numbers are the last good checkpoint's, and training cannot go on as it was
+        line = (f"{diverged['message']}: every number and verdict below is of the last good checkpoint (step "
+                f"{diverged['last_good_step']}), not of its recipe")
+        parts.append(f"<p class='note'><b>Diverged:</b> {html.escape(line)}</p>")
+        md += [f"**Diverged:** {line}", ""]
+    elif isinstance(steps, int) and isinstance(done, int) and done < steps:  # before any verdict, not after
         line = (f"trained to step {done} of its {steps}: every number and verdict below is of an unfinished run, "
                 "not of its recipe")
         parts.append(f"<p class='note'><b>Unfinished:</b> {html.escape(line)}</p>")

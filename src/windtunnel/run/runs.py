@@ -66,8 +66,9 @@ class RunDir:
     REPORT = "report.html"
     SUMMARY = "summary.md"
     REFERENCES = "references.json"
+    DIVERGED = "diverged.json"
     LOCK = ".lock"
-    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, GEOMETRY, REFERENCES, REPORT, SUMMARY)
+    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, GEOMETRY, REFERENCES, REPORT, SUMMARY, DIVERGED)
     """The records a run folder may hold (a new one is added here, and the layout check and the
     bad-input tests cover it)."""
     FOLDERS = ("checkpoints", "figures")
@@ -136,6 +137,25 @@ class RunDir:
         """The step of the newest loadable checkpoint (0 when there is none)."""
         found = self.latest_checkpoint()
         return ckpt.step_of(found) if found is not None else 0
+
+    def divergence(self) -> dict[str, Any] | None:
+        """Why and where the run's training stopped on non-finite numbers (``diverged.json``: the message and the
+        last good checkpoint's step), ``None`` for a run that did not diverge, or was trained on since — what
+        tells a diverged run from one that was merely killed."""
+        try:
+            doc = json.loads((self.path / self.DIVERGED).read_text())
+        except (OSError, ValueError):
+            return None
+        ok = isinstance(doc, dict) and isinstance(doc.get("message"), str) and isinstance(doc.get("last_good_step"), int)
+        return doc if ok else None
+
+    def record_divergence(self, message: str) -> None:
+        """Say that training stopped on non-finite numbers (the loop's message), beside the last good step."""
+        write_text_atomic(self.path / self.DIVERGED,
+                          json.dumps({"message": message, "last_good_step": self.latest_step()}, indent=1))
+
+    def clear_divergence(self) -> None:
+        (self.path / self.DIVERGED).unlink(missing_ok=True)
 
     def load(self, step: int | None = None) -> tuple[Any, Any]:
         """``(task, model)`` of the run: the task and model rebuilt from ``config.json`` with the weights of
@@ -456,7 +476,7 @@ def survey(root: str | Path) -> list[dict[str, Any]]:
                 step = (rd.read_eval().get("provenance") or {}).get("step") or step
                 row["exported"] = True
             row.update(task=(cfg.get("task") or {}).get("name"), arch=train.get("arch"), step=step, steps=steps,
-                       finished=isinstance(steps, int) and step >= steps)
+                       finished=isinstance(steps, int) and step >= steps, diverged=rd.divergence() is not None)
             states = rd.result_states()
             if exported:  # no checkpoint to be stale against
                 states = {k: "current" if v == "stale" and k != RunDir.REPORT else v for k, v in states.items()}

@@ -124,7 +124,15 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
         run.prepare()
     with (run.lock() if main_proc else contextlib.nullcontext()), \
             Trackers(cfg.trackers if main_proc else [], run.path, cfg.to_dict()) as trackers:
-        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines, trackers)
+        try:
+            out = _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines, trackers)
+        except TrainingDiverged as exc:  # recorded, so every later command can tell it from a killed run
+            if main_proc:
+                run.record_divergence(str(exc))
+            raise
+        if main_proc:
+            run.clear_divergence()  # trained on past it since
+        return out
 
 
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
