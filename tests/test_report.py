@@ -125,6 +125,10 @@ def test_the_main_job_report_opens_with_the_bayes_gap_then_the_geometry(tmp_path
         assert needle in html[j:], needle
     summary = (out / "summary.md").read_text()
     assert "## What the geometry says" in summary
+    # `--steps 6` is not the grid's main recipe: the report says so above every verdict
+    off = next(line for line in summary.splitlines() if line.startswith("**Off-recipe:**"))
+    assert off.startswith("**Off-recipe:** this run's recipe is not the grid's main recipe (quick preset): ")
+    assert "steps" in off and summary.index(off) < summary.index("## What the geometry says")
     assert main(["run", "--steps", "6", "--n", "32", "--out", str(tmp_path / "bare"), "--no-progress",
                  "--no-analyze"]) == 0
     assert not (tmp_path / "bare" / "geometry.json").exists()
@@ -191,3 +195,21 @@ def test_a_pooled_run_reports_both_priors(tmp_path: Path) -> None:
     stages.write_report(run)
     assert "Memorisation vs inference" in run.report_path.read_text()
     assert "## Memorisation vs inference" in run.summary_path.read_text()
+
+
+def test_a_run_of_the_grids_recipe_is_not_off_recipe() -> None:
+    """Every committed cell is one of the grid's recipes (any seed, device or logging); changing what it trains is
+    named, against the nearest recipe for its task."""
+    import json
+
+    from windtunnel.run import grid
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    configs = sorted(results.glob("*/cells/*/config.json"))
+    assert len(configs) > 300
+    for path in configs:
+        assert grid.off_recipe(json.loads(path.read_text())["train"]) is None, path
+    train = json.loads((results / "quick" / "cells" / "main-transformer-s1" / "config.json").read_text())["train"]
+    assert grid.off_recipe({**train, "seed": 7, "device": "cuda:3", "eval_n": 64}) is None
+    assert grid.off_recipe({**train, "lr": train["lr"] / 2}) == ("main", "quick", ["lr"])
+    assert grid.off_recipe({**train, "task_params": {**train["task_params"], "V": 12}})[2] == ["task_params"]

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from . import figures as F
 from ..errors import is_real
+from ..run import grid
 
 __all__ = ["render_report"]
 
@@ -238,6 +239,13 @@ def render_report(run_dir: "str | Path | RunDir") -> tuple[str, str]:
         md += ["**Stale:** " + "; ".join(stale), ""]
     steps = (config.get("train") or {}).get("steps")
     done = rd.latest_step() if rd.checkpoints.is_dir() else ((ev or {}).get("provenance") or {}).get("step")
+    off = grid.off_recipe(config.get("train") or {}) if config else None
+    if off:  # the claims' ids below are judged on the grid's recipe: a run of another recipe says so first
+        name, p, differ = off
+        line = (f"this run's recipe is not the grid's {name} recipe ({p} preset): {', '.join(differ)} differ, so its "
+                "numbers and verdicts are its own, not the claims' of results/CLAIMS.md")
+        parts.append(f"<p class='note'><b>Off-recipe:</b> {html.escape(line)}</p>")
+        md += [f"**Off-recipe:** {line}", ""]
     diverged = rd.divergence()
     if diverged:  # before any verdict: the numbers are the last good checkpoint's, and training cannot go on as it was
         line = (f"{diverged['message']}: every number and verdict below is of the last good checkpoint (step "

@@ -354,6 +354,39 @@ def main_job(task: str | None, overrides: dict[str, Any]) -> str:
     return MAIN_JOBS.get(v, MAIN_JOB) if is_int(v) else MAIN_JOB
 
 
+NOT_COMPARED = ("seed", "eval_n", "log_every", "keep_last", "log_checkpoints", "compile", "bf16", "data_shards")
+"""Fields a run may set as it likes and still be the grid's recipe: which seed, how it is logged, kept, evaluated
+during training and computed."""
+
+
+def off_recipe(train: dict[str, Any]) -> tuple[str, str, list[str]] | None:
+    """How a run's ``TrainConfig`` fields ``train`` differ from the grid's recipes for its task: ``None`` where they
+    are one of them — an experiment on the same task (``windtunnel run``'s choice, :func:`main_job`, first) under
+    some preset, any seed — else ``(experiment, preset, the fields that differ)`` of the nearest: what a report says
+    above verdicts that the claims judge on the grid's recipes."""
+    from .config import NOT_THE_RECIPE, recipe
+
+    skip = set(NOT_THE_RECIPE) | set(NOT_COMPARED)
+    try:
+        first = main_job(train.get("task"), train.get("task_params") or {})
+        ours = {k: v for k, v in recipe(train).items() if k not in skip}
+    except Exception:  # noqa: BLE001 - a record that no longer builds: nothing to compare
+        return None
+    names = [first] + [n for n, e in EXPERIMENTS.items() if e.task == train.get("task") and n != first]
+    nearest: tuple[str, str, list[str]] | None = None
+    for name, p in ((n, p) for n in names for p in PRESETS):
+        try:
+            want = {k: v for k, v in recipe({**preset(p, name, train.get("arch")), "seed": 0}).items() if k not in skip}
+        except Exception:  # noqa: BLE001 - an architecture or task the grid cannot make at this preset
+            continue
+        differ = sorted(k for k in set(want) | set(ours) if ours.get(k) != want.get(k))
+        if not differ:
+            return None
+        if nearest is None or len(differ) < len(nearest[2]):
+            nearest = (name, p, differ)
+    return nearest
+
+
 def with_steps(cfg: dict[str, Any], steps: int) -> dict[str, Any]:
     """``TrainConfig`` fields ``cfg`` trained for ``steps`` instead: the curriculum keeps its share of training
     (a stage that would end at or after the last step is dropped), warm-up at most a tenth of it, evaluation
