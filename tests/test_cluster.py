@@ -282,3 +282,15 @@ def test_a_task_that_ended_without_a_result_is_reported_not_waited_on(tmp_path: 
     failed = executors._result_of(job, waited_s=executors.RESULT_GRACE_S)
     assert isinstance(failed, executors.CellFailed)
     assert str(failed) == f"SLURM task 41_1 ended without a result (JOB 41 ON vm CANCELLED AT 2026-11-27T17:07:38; log: {err})"
+
+
+def test_the_slurm_executor_is_refused_before_anything_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    from windtunnel.cli import main
+
+    monkeypatch.setattr(executors, "scheduler_available", lambda: False)
+    for argv in (["reproduce", "paper1", "--results", str(tmp_path / "r"), "--executor", "slurm"],
+                 ["table", "--out", str(tmp_path / "t"), "--executor", "slurm", "--tasks", "hmm", "--seeds", "1"]):
+        assert main(argv) == 2, argv
+        assert capsys.readouterr().err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

@@ -333,6 +333,8 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     import torch
 
     results = Path(results)
+    if slurm is not None and not dry_run:  # refused before anything is written (a plan needs no cluster)
+        executors.environment_ok()
     jobs = plan(target, preset)
     if only:
         jobs = [j for j in jobs if any(fnmatch.fnmatchcase(j.cell.folder, p) for p in only)]
@@ -350,8 +352,6 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         if slurm is not None:
             summary["array"] = array_plan(todo, results, slurm)
         return summary
-    if slurm is not None:
-        executors.environment_ok()
     cores = os.cpu_count() or 1
     n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
     workers = (slurm.cells_at_once if slurm is not None else

@@ -417,13 +417,13 @@ def run_table(
         raise InvalidValue(f"invalid out: {out} is a file")
     if (out / "table.md").exists() and not _is_table(out / "table.json"):
         raise InvalidValue(f"invalid out: {out} holds a table.md that windtunnel did not write; choose another folder")
+    if slurm is not None:  # refused before the table touches its folder
+        executors.environment_ok()
     try:
         (out / "runs").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidValue(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
 
-    if slurm is not None:
-        executors.environment_ok()
     n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
     cores = (os.cpu_count() or 1) if slurm is None else slurm.cpus
     if slurm is not None:
