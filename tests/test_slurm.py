@@ -135,6 +135,8 @@ def test_a_requeued_task_resumes_its_cell_and_ends_where_an_uninterrupted_run_do
     assert box["out"]["done"] == ["main-transformer-s0"]
     logs = "".join(p.read_text() for p in (tmp_path / "slurm-logs").rglob("*_log.out"))
     assert logs.count("Starting with JobEnvironment") >= 2  # it ran twice: before and after the requeue
+    errors = "".join(p.read_text() for p in (tmp_path / "slurm-logs").rglob("*_log.err"))
+    assert "no result written" in errors  # SLURM's SIGTERM: the cell checkpointed its step, the task left no result
     local = reproduce.reproduce("paper1", results=tmp_path / "local", workers=1, threads=1)
     assert local["done"] == ["main-transformer-s0"]
     for name in COMPARED:
@@ -170,13 +172,21 @@ def test_a_task_past_its_time_limit_leaves_its_cell_resumable(tmp_path: Path, mo
     _plan(monkeypatch, steps=20_000, seeds=(0,))
     results = tmp_path / "cluster"
     (job,) = reproduce.plan("paper1")
-    with pytest.raises(executors.CellFailed, match=r"timed-out.*log: .*slurm-logs"):
-        _within(400, lambda: reproduce.reproduce("paper1", results=results, slurm=_options(tmp_path, tasks=1, time=1)),
+    # warned 30 s before its 2-minute limit (SLURM may warn up to a minute early: never before training began)
+    with pytest.raises(executors.CellFailed, match=r"stopped at step \d+ of 20000: the SLURM task's time limit is "
+                                                   r"near.*log: .*slurm-logs"):
+        _within(400, lambda: reproduce.reproduce("paper1", results=results,
+                                                 slurm=_options(tmp_path, tasks=1, time=2, warn_s=30)),
                 tmp_path / "slurm-logs")
     from windtunnel.run.runs import RunDir
 
-    done = RunDir(reproduce.run_dir(results, job.cell)).latest_step()
-    assert done > 0  # stopped at its limit with its progress checkpointed (the loop saves where it stops)
+    run = RunDir(reproduce.run_dir(results, job.cell))
+    done = run.latest_step()
+    assert done > 0  # the warning stopped it at a step, which it checkpointed
+    logged = [json.loads(line)["step"] for line in (run.path / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line]
+    assert max(logged) <= done  # nothing trained past the checkpoint: the stop lost nothing
+    assert not reproduce.failure_path(run.path).exists()  # stopped, not failed
     assert reproduce.reproduce("paper1", results=results, dry_run=True)["progress"] == {
         "main-transformer-s0": f"trained to step {done} of 20000"}
     # its claim was given back as the task stopped (SLURM warns before the limit), or, where the task was killed

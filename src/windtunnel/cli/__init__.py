@@ -19,10 +19,12 @@ import argparse
 import errno
 import os
 import re
+import signal
 import sys
 from typing import Sequence
 
 from ..errors import DiagnosticFailed, UserError, did_you_mean
+from ..run import stopping
 from . import cluster, llm, results, routing, run, runs, table, tasks, train
 from .args import Parser, UsageError
 
@@ -93,7 +95,8 @@ def _flag_hint(parser: argparse.ArgumentParser, argv: Sequence[str] | None, mess
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 user error, 130 interrupted, 1 when standard
-    output was closed by its reader).
+    output was closed by its reader; 128 + the signal's number when asked to stop by SIGTERM, SIGUSR2 or Ctrl-C,
+    after checkpointing).
 
     A bug is not caught: it keeps its traceback and Python's exit status 1.
     """
@@ -133,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"windtunnel: error: cannot write {exc.filename or 'the output'}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
+    except stopping.TrainingStopped as exc:  # asked to stop (a signal): checkpointed first, so a rerun loses nothing
+        print(f"windtunnel: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except stopping.NotStarted as exc:
+        print(f"windtunnel: {exc}; rerun the same command to work it", file=sys.stderr)
+        return 128 + int(getattr(signal, stopping.requested() or "SIGTERM", signal.SIGTERM))
     except KeyboardInterrupt:
         print("windtunnel: interrupted; rerun the same command (or --resume) to continue from the last checkpoint", file=sys.stderr)
         return 130

@@ -13,7 +13,7 @@ from .outputs import out_path
 
 SLURM_FLAGS = {"slurm_tasks": "tasks", "slurm_partition": "partition", "slurm_time": "time", "slurm_gpus": "gpus",
                "slurm_cpus": "cpus", "slurm_mem_gb": "mem_gb", "slurm_parallel": "parallel",
-               "slurm_account": "account", "slurm_qos": "qos", "slurm_folder": "folder"}
+               "slurm_account": "account", "slurm_qos": "qos", "slurm_folder": "folder", "slurm_warn_s": "warn_s"}
 """Each ``--slurm-*`` flag's :class:`~windtunnel.orchestration.executors.SlurmOptions` field."""
 
 
@@ -26,7 +26,7 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
                         "pool on its node (pip install 'windtunnel[slurm]')")
     g.add_argument("--slurm-config", metavar="FILE",
                    help="a TOML file whose [slurm] table sets any of: tasks, partition, time, gpus, cpus, mem_gb, "
-                        "parallel, account, qos, workers, folder (flags override it)")
+                        "parallel, account, qos, workers, folder, warn_s (flags override it)")
     g.add_argument("--slurm-tasks", type=positive_int, metavar="N", help="array tasks, each a shard of cells (default 1)")
     g.add_argument("--slurm-partition", metavar="NAME", help="the partition to submit to (default: the cluster's)")
     g.add_argument("--slurm-time", type=positive_int, metavar="MIN", help="each task's time limit in minutes (default 240)")
@@ -36,6 +36,9 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--slurm-parallel", type=positive_int, metavar="N", help="tasks running at once (default: all)")
     g.add_argument("--slurm-account", metavar="NAME", help="the account to charge")
     g.add_argument("--slurm-qos", metavar="NAME", help="the quality of service")
+    g.add_argument("--slurm-warn-s", type=int, metavar="S",
+                   help="seconds before the time limit SLURM warns each task (default 120): its running cells "
+                        "checkpoint the step they reached and stop; rerun the command to resume them")
     g.add_argument("--slurm-folder", metavar="DIR",
                    help="where submitit keeps each task's logs (default RESULTS/.slurm/TIME, on the shared filesystem)")
 

@@ -12,21 +12,25 @@ neither know nor care where a cell ran.
   resumes each of its cells from the last checkpoint.  ``pip install windtunnel[slurm]`` brings submitit.
 
 Options come from flags or a small TOML file (``[slurm]`` table: ``partition``, ``time`` in minutes, ``gpus``,
-``cpus``, ``tasks``, ``workers``, ``parallel``, ``account``, ``qos``, ``mem_gb``, ``folder``): :func:`slurm_options`.
+``cpus``, ``tasks``, ``workers``, ``parallel``, ``account``, ``qos``, ``mem_gb``, ``folder``, ``warn_s``): :func:`slurm_options`.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
 import subprocess
+import sys
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, CancelledError, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InvalidValue, UserError
+from ..run import stopping
 
 Work = Callable[[dict[str, Any]], dict[str, Any]]
 Outcome = tuple[dict[str, Any], "dict[str, Any] | None", "Exception | None"]
@@ -47,32 +51,74 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             proc.terminate()
     for proc in workers:
         proc.join(timeout=10)
+        if proc.is_alive():  # a worker checkpointing on the terminate signal gets its ten seconds, no more
+            proc.kill()
+
+
+def _if_not_stopping(work: Work, payload: dict[str, Any]) -> dict[str, Any]:
+    """``work(payload)`` unless a stop was requested before the cell's turn (:mod:`windtunnel.run.stopping`)."""
+    if stopping.requested():
+        raise stopping.NotStarted(f"not started: {stopping.WHY.get(stopping.requested() or '', 'stop requested')}")
+    return work(payload)
 
 
 def run_local(work: Work, payloads: Sequence[dict[str, Any]], workers: int) -> Iterator[Outcome]:
     """Each payload through ``work`` on ``workers`` processes of this machine, yielded as it finishes; a cell that
-    raises is yielded with its exception and the others go on."""
-    if workers == 1:
-        for p in payloads:
-            try:
-                yield p, work(p), None
-            except Exception as exc:  # noqa: BLE001 - handed to the caller, once the other cells are worked
-                yield p, None, exc
-        return
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    raises is yielded with its exception and the others go on.
+
+    A stop request (SIGTERM, SLURM's time-limit warning SIGUSR2, Ctrl-C) reaches the cells being trained, which
+    checkpoint where they are and stop (:class:`~windtunnel.run.stopping.TrainingStopped`); the cells not yet
+    begun are yielded as :class:`~windtunnel.run.stopping.NotStarted`.  Nothing is lost: the next run of the same
+    command resumes them all."""
+    with stopping.catching():
+        if workers == 1:
+            for p in payloads:
+                try:
+                    yield p, _if_not_stopping(work, p), None
+                except Exception as exc:  # noqa: BLE001 - handed to the caller, once the other cells are worked
+                    yield p, None, exc
+            return
+        yield from _pool(work, payloads, workers)
+
+
+def _pool(work: Work, payloads: Sequence[dict[str, Any]], workers: int) -> Iterator[Outcome]:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=stopping.install)
+    passed_on = False
     try:
-        futures = {pool.submit(work, p): p for p in payloads}
-        for fut in as_completed(futures):
-            try:
-                yield futures[fut], fut.result(), None
-            except Exception as exc:  # noqa: BLE001 - handed to the caller
-                yield futures[fut], None, exc
+        futures = {pool.submit(_if_not_stopping, work, p): p for p in payloads}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in done:
+                try:
+                    yield futures[fut], fut.result(), None
+                except CancelledError:
+                    yield futures[fut], None, stopping.NotStarted(
+                        f"not started: {stopping.WHY.get(stopping.requested() or '', 'stop requested')}")
+                except Exception as exc:  # noqa: BLE001 - handed to the caller
+                    yield futures[fut], None, exc
+            if stopping.requested() and not passed_on:
+                # the request came to this process (``kill`` names one pid): the queued cells are not begun and
+                # the running ones are told, so they checkpoint where they are
+                passed_on = True
+                for fut in pending:
+                    fut.cancel()
+                _signal_workers(pool, signal.SIGTERM)  # not a second SIGINT: that one means 'at once'
     except BaseException:
-        # Ctrl-C (or any exit of the caller's loop) stops every worker now: a pool left to shut down by itself
-        # would wait for each running cell and then start the queued ones
+        # a second Ctrl-C (or any exit of the caller's loop) stops every worker now: a pool left to shut down by
+        # itself would wait for each running cell and then start the queued ones
         _stop(pool)
         raise
     pool.shutdown()
+
+
+def _signal_workers(pool: ProcessPoolExecutor, signum: int) -> None:
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):  # the executor keeps no public handle
+        if proc.is_alive() and proc.pid is not None:
+            try:
+                os.kill(proc.pid, signum)
+            except ProcessLookupError:
+                pass
 
 
 def shards(payloads: Sequence[dict[str, Any]], n: int, cost: Callable[[dict[str, Any]], float]) -> list[list[dict[str, Any]]]:
@@ -92,13 +138,22 @@ def shards(payloads: Sequence[dict[str, Any]], n: int, cost: Callable[[dict[str,
 def run_shard(work: Work, payloads: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     """An array task's body on its node: its cells through :func:`run_local`; never raises, so one failed cell does
     not lose the task's others — each is ``{"ok": result}`` or ``{"error": one line, "traceback": text}``."""
-    out = []
+    out, asked = [], None
     for p, result, exc in run_local(work, payloads, max(1, min(workers, len(payloads)))):
+        asked = asked or stopping.requested()
         if exc is None:
             out.append({"payload": p, "ok": result})
         else:
             out.append({"payload": p, "error": f"{type(exc).__name__}: {exc}".splitlines()[0],
                         "traceback": "".join(traceback.format_exception(exc))})
+    if asked == "SIGTERM":
+        # SLURM ends a task with SIGTERM when it is cancelled, past its limit, preempted or requeued: its cells are
+        # checkpointed, and no result is written, so that a requeued task runs again (and resumes them) instead
+        # of the submitter taking this one's stopped cells for its answer
+        print(f"windtunnel: {stopping.WHY['SIGTERM']}; {len(out)} cell(s) checkpointed or not begun, no result "
+              "written", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(128 + signal.SIGTERM)
     return out
 
 
@@ -106,8 +161,10 @@ def run_shard(work: Work, payloads: list[dict[str, Any]], workers: int) -> list[
 class SlurmOptions:
     """How the job array is asked for: ``tasks`` array tasks (each a shard of cells), ``workers`` cells at once in
     each (default: its GPUs × 3, else its CPUs), ``parallel`` tasks running at once (SLURM's ``%`` limit), the
-    partition, time limit (minutes), GPUs, CPUs and memory (GB) per task, account and QoS, and the folder of
-    submitit's logs (on the shared filesystem)."""
+    partition, time limit (minutes), GPUs, CPUs and memory (GB) per task, account and QoS, the folder of
+    submitit's logs (on the shared filesystem), and ``warn_s``: how many seconds before the time limit SLURM warns a
+    task (``SIGUSR2``; SLURM may send it up to a minute early), whereupon its running cells checkpoint the step they
+    reached and stop, and its cells not yet begun are left for the next run."""
 
     tasks: int = 1
     workers: int | None = None
@@ -120,6 +177,7 @@ class SlurmOptions:
     account: str | None = None
     qos: str | None = None
     folder: str = ""
+    warn_s: int = 120
 
     def __post_init__(self) -> None:
         for name in ("tasks", "time", "cpus"):
@@ -130,6 +188,8 @@ class SlurmOptions:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise InvalidValue(f"invalid slurm {name}: must be a positive integer, got {v!r}")
+        if not isinstance(self.warn_s, int) or isinstance(self.warn_s, bool) or self.warn_s < 0:
+            raise InvalidValue(f"invalid slurm warn_s: must be a non-negative integer, got {self.warn_s!r}")
         if not isinstance(self.gpus, int) or self.gpus < 0:
             raise InvalidValue(f"invalid slurm gpus: must be a non-negative integer, got {self.gpus!r}")
 
@@ -146,7 +206,7 @@ class SlurmOptions:
         if self.qos:
             extra["qos"] = self.qos
         out: dict[str, Any] = {"timeout_min": self.time, "cpus_per_task": self.cpus, "tasks_per_node": 1,
-                               "nodes": 1, "slurm_additional_parameters": extra}
+                               "nodes": 1, "slurm_signal_delay_s": self.warn_s, "slurm_additional_parameters": extra}
         if self.partition:
             out["slurm_partition"] = self.partition
         if self.gpus:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import executors
-from ..run import grid, locks
+from ..run import grid, locks, stopping
 from ..io import copy_atomic
 from ..errors import InvalidValue
 from ..run.runs import RunDir
@@ -224,6 +224,8 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
         failure = failure_path(job["run_dir"])
         try:
             out = _work_claimed(job)
+        except stopping.TrainingStopped:
+            raise  # not a failure: checkpointed where it stood, resumed by the next run
         except Exception as exc:
             # the one line `windtunnel status` shows, wherever the cell ran (a node's error is not lost with its
             # task); a later success removes it
@@ -396,6 +398,8 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {said})", flush=True)
     summary["wall_s"] = time.perf_counter() - t0
     if failed:  # the first failure as itself: a user's mistake stays one line, a bug keeps its traceback
+        # a real failure before a stop (a stopped or unstarted cell is only waiting for the next run)
+        failed.sort(key=lambda f: isinstance(f[1], (stopping.TrainingStopped, stopping.NotStarted)))
         if len(failed) > 1:
             print(f"{len(failed)} cells failed: {', '.join(f for f, _ in failed)}; the others are exported", flush=True)
         raise failed[0][1]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import executors
-from ..run import grid, locks
+from ..run import grid, locks, stopping
 from ..errors import InvalidValue, UserError, did_you_mean, is_int
 
 COLUMNS: dict[str, dict[str, Any]] = {
@@ -478,7 +478,8 @@ def run_table(
         else:
             cells.append(cell)
             print(f"  done {name} ({len(cells)}/{n_cells})", flush=True)
-    if failed:
+    if failed:  # a real failure before a stop (a stopped or unstarted cell is only waiting for the next run)
+        failed.sort(key=lambda e: isinstance(e, (stopping.TrainingStopped, stopping.NotStarted)))
         raise failed[0]
     if held:
         raise UserError(f"{len(held)} cell(s) are being worked by another windtunnel process: {'; '.join(held)}; "

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from ..run import checkpoint as ckpt
+from ..run import stopping
 from .. import models, tasks
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
@@ -125,7 +126,9 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
     with (run.lock() if main_proc else contextlib.nullcontext()), \
             Trackers(cfg.trackers if main_proc else [], run.path, cfg.to_dict()) as trackers:
         try:
-            out = _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines, trackers)
+            with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
+                out = _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines,
+                                    trackers)
         except TrainingDiverged as exc:  # recorded, so every later command can tell it from a killed run
             if main_proc:
                 run.record_divergence(str(exc))
@@ -278,6 +281,13 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             last_save = time.perf_counter()
         if bar is not None:
             bar.update(1)
+        if stopping.requested() and done < stop:
+            if not scheduled:  # where it stands now: nothing trained is lost
+                elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
+                save(done)
+            if bar is not None:
+                bar.close()
+            raise stopping.stopped(done, cfg.steps, str(ckpt_root))
     if bar is not None:
         bar.close()
     if ddp:

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import torch
 
 from ..run import checkpoint as ckpt
+from ..run import stopping
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
@@ -84,8 +85,9 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
     with ExitStack() as stack:
         for r in runs:
             stack.enter_context(r.lock())
-        return _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
-                      log_lines)
+        with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
+            return _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
+                          log_lines)
 
 
 def _clip_per_member(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
@@ -231,6 +233,11 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
             elapsed, t0 = now, time.perf_counter()
             save(done, now, timed=not scheduled)
             last_save = time.perf_counter()
+        if stopping.requested() and done < stop:
+            if not scheduled:  # where they stand now: nothing trained is lost
+                elapsed, t0 = now, time.perf_counter()
+                save(done, now)
+            raise stopping.stopped(done, cfg.steps, ", ".join(str(r.checkpoints) for r in runs))
     return [r.path for r in runs]
 
 
