@@ -240,6 +240,58 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: p
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def test_a_loss_gone_non_finite_mid_interval_is_caught_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loss is watched on the device and read back only at logs, evaluations, checkpoints and stops (no step
+    waits on a GPU); a loss that goes non-finite between two of them still stops the run naming its own step, before
+    any checkpoint or log line of the poisoned weights.  Timed checkpoints (here one after every step) look too."""
+    from windtunnel.training import optim
+
+    reads = {"n": 0}
+    real_first_bad = optim.FiniteWatch.first_bad
+
+    def counted(self, *a, **kw):
+        reads["n"] += 1
+        return real_first_bad(self, *a, **kw)
+
+    monkeypatch.setattr(optim.FiniteWatch, "first_bad", counted)
+    train(tiny(steps=100, log_every=25, eval_every=50, ckpt_every=50, log_checkpoints=False), tmp_path / "clean")
+    assert reads["n"] == 4  # steps 25, 50, 75, 100: not one read per step
+    _poison_loss_after(monkeypatch, 12)  # step 12 (counted from 0) is the first poisoned
+    with pytest.raises(TrainingDiverged, match="loss became nan at step 12"):
+        train(tiny(steps=40, log_every=25, ckpt_every=20, log_checkpoints=False), tmp_path / "run")
+    assert RunDir(tmp_path / "run").latest_step() == 0  # the checkpoint due at step 20 was never written
+    monkeypatch.undo()
+    _poison_loss_after(monkeypatch, 12)
+    with pytest.raises(TrainingDiverged, match="loss became nan at step 12"):
+        train(tiny(steps=40, log_every=25, ckpt_every=20, ckpt_minutes=1e-9), tmp_path / "timed")
+    assert RunDir(tmp_path / "timed").latest_step() == 12  # the timed checkpoint after step 12 was never written
+    _, model = load(tmp_path / "timed")
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    logged = [json.loads(line) for line in (tmp_path / "timed" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["step"] <= 12 for r in logged)
+
+
+def test_a_stacked_member_whose_loss_goes_non_finite_stops_the_stack_naming_its_seed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from windtunnel.training import stacked
+
+    real, calls = stacked.loss_fn, {"n": 0}
+
+    def poisoned(logits, ep, soft, n_scored=None):  # member 1 (seed 1) from step 7 on; member 0 stays finite
+        calls["n"] += 1
+        loss = real(logits, ep, soft, n_scored)
+        return loss * float("nan") if calls["n"] % 2 == 0 and calls["n"] > 14 else loss
+
+    monkeypatch.setattr(stacked, "loss_fn", poisoned)
+    runs = [tmp_path / "s0", tmp_path / "s1"]
+    with pytest.raises(TrainingDiverged, match=r"at step 7 for seed\(s\) \[1\]"):
+        stacked.train_stacked([tiny(seed=0), tiny(seed=1)], runs)
+    assert [RunDir(r).latest_step() for r in runs] == [5, 5]  # the last checkpoint before step 7 (log-spaced: 5)
+    for r in runs:
+        assert all(torch.isfinite(p).all() for p in load(r)[1].parameters())
+
+
 def test_a_diverged_run_is_told_from_a_killed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture) -> None:
     """Training that stops on non-finite numbers records it beside the run (``diverged.json``); eval, runs and the

@@ -17,7 +17,10 @@
    (kept for the training-dynamics analyses), and after ``ckpt_minutes`` of training without one (a killed
    run loses at most that much); a checkpoint off that schedule (timed, or where ``until`` stopped) is removed
    once a newer one is whole and never counts among the ``keep_last``; a NaN/Inf loss stops the run with a clear message
-   and leaves the last good checkpoint in place.
+   and leaves the last good checkpoint in place — watched on the device (``optim.FiniteWatch``) and read back only
+   at a log, evaluation, checkpoint or stop, so no step waits on the GPU;
+8. a stop request (SIGTERM, SLURM's time-limit warning SIGUSR2, Ctrl-C: ``run/stopping.py``) checkpoints the step
+   reached and raises ``TrainingStopped``: resuming continues from exactly there.
 
 What a run is lives in ``run/config.py`` (and the device it trains on); the data and its shards in
 ``training/streams.py``; the schedule, parameter groups and loss in ``training/optim.py``.
@@ -46,7 +49,7 @@ from .. import models, tasks
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
-from .optim import log_spaced_steps, loss_fn, lr_at, param_groups
+from .optim import FiniteWatch, log_spaced_steps, loss_fn, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import _global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch, stream_seed
@@ -212,6 +215,18 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     last_loss: dict[str, float] = {}
     last_line = time.perf_counter()  # without a terminal a line at least every LINE_SECONDS, not only per evaluation
 
+    watch = FiniteWatch(1, device)
+
+    def diverged(across_processes: bool = False) -> None:
+        """Stop if the loss went non-finite since the last look (the one read of :class:`FiniteWatch`)."""
+        bad = watch.first_bad(across_processes)
+        if bad:
+            if bar is not None:
+                bar.close()
+            _, at, value = bad[0]
+            said = f"loss became {value} at step {at}" if at >= 0 else f"loss became non-finite in another process by step {done}"
+            raise TrainingDiverged(f"{said}; stopped, last good checkpoint kept in {ckpt_root}")
+
     model.train()
     t0 = last_save = time.perf_counter()
     stop = cfg.steps if until is None else min(cfg.steps, until)
@@ -227,17 +242,15 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             torch.distributed.all_reduce(n_scored)
             n_scored = n_scored / world
         loss = loss_fn(logits, batch, soft, n_scored)
-        if not torch.isfinite(loss):
-            if bar is not None:
-                bar.close()
-            raise TrainingDiverged(
-                f"loss became {float(loss.detach())} at step {step}; stopped, last good checkpoint kept in {ckpt_root}"
-            )
+        watch.record(step, loss)  # read back only where the host needs it (below): no synchronisation here
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         done = step + 1
+        scheduled = on_schedule(done) or done == stop  # every process saves here together
+        if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
+            diverged(across_processes=ddp)
 
         if done % cfg.log_every == 0 or done == cfg.steps:
             loss_now, gap = float(loss.detach()), bayes_gap(logits.detach(), batch)
@@ -272,8 +285,9 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
                       f"held-out KL {held_out.get('kl', float('nan')):.3g} bits, "
                       f"{elapsed + time.perf_counter() - t0:.0f} s", flush=True)
                 last_line = time.perf_counter()
-        scheduled = on_schedule(done) or done == stop  # every process saves here together
         timed = main_proc and cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
+        if timed and not scheduled:
+            diverged()  # rank 0 alone: its own losses (the weights' own check in save() covers the others')
         if scheduled or timed:
             elapsed_now = elapsed + time.perf_counter() - t0
             elapsed, t0 = elapsed_now, time.perf_counter()
@@ -282,6 +296,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         if bar is not None:
             bar.update(1)
         if stopping.requested() and done < stop:
+            diverged()
             if not scheduled:  # where it stands now: nothing trained is lost
                 elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
                 save(done)

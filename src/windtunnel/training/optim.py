@@ -1,5 +1,6 @@
 r"""The optimisation pieces of the loop: the learning-rate schedule, AdamW's parameter groups, the
-loss, and which checkpoints are kept for the training-dynamics analyses."""
+loss, its finiteness watched on the device (:class:`FiniteWatch`), and which checkpoints are kept for the
+training-dynamics analyses."""
 
 from __future__ import annotations
 
@@ -66,3 +67,37 @@ def log_spaced_steps(total: int) -> set[int]:
                 out.add(m * base)
         base *= 10
     return out
+
+
+class FiniteWatch:
+    """Whether each member's training loss stayed finite, watched on the device.
+
+    Reading a number back from a GPU (``if not torch.isfinite(loss)``) makes the host wait until every kernel queued
+    so far has run, which stalls a launch-bound step.  :meth:`record` keeps, on the device, the first step at which
+    each member's loss was not finite and that loss, and reads nothing; :meth:`first_bad` reads them once — the
+    training loops ask at each log, evaluation, checkpoint and stop, before anything is written, so a run whose loss
+    went non-finite mid-interval still stops naming that step, with its last good checkpoint kept.
+    """
+
+    def __init__(self, members: int, device: torch.device) -> None:
+        self.step = torch.full((members,), -1, dtype=torch.long, device=device)
+        self.loss = torch.zeros(members, dtype=torch.float32, device=device)
+
+    def record(self, step: int, losses: torch.Tensor) -> None:
+        """Note the members whose loss at ``step`` is the first not finite (device operations only)."""
+        losses = losses.detach().float().reshape(-1)
+        new = (self.step < 0) & ~torch.isfinite(losses)
+        self.step = torch.where(new, torch.full_like(self.step, step), self.step)
+        self.loss = torch.where(new, losses, self.loss)
+
+    def first_bad(self, across_processes: bool = False) -> list[tuple[int, int, float]]:
+        """``(member, step, loss)`` for each member whose loss has gone non-finite, earliest step first (the one
+        read back).  ``across_processes``: every process of a data-parallel group calls this together and a member
+        counts as bad if it is bad in any (its step is then this process's, or ``-1`` when only another saw it)."""
+        bad = (self.step >= 0).to(torch.int32)
+        if across_processes:
+            bad = bad.clone()
+            torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+        steps, losses, flags = self.step.tolist(), self.loss.tolist(), bad.tolist()
+        return sorted(((i, steps[i], losses[i]) for i in range(len(flags)) if flags[i]),
+                      key=lambda x: (x[1] < 0, x[1]))

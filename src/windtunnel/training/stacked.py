@@ -38,7 +38,7 @@ from ..run import stopping
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
-from .optim import log_spaced_steps, loss_fn, lr_at, param_groups
+from .optim import FiniteWatch, log_spaced_steps, loss_fn, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
@@ -190,6 +190,16 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     if start == 0 and cfg.log_checkpoints and all(r.latest_checkpoint() is None for r in runs):
         save(0, 0.0)
 
+    watch = FiniteWatch(M, device)
+
+    def diverged() -> None:
+        """Stop if a member's loss went non-finite since the last look (the one read of :class:`FiniteWatch`)."""
+        bad = watch.first_bad()
+        if bad:
+            at = bad[0][1]
+            raise TrainingDiverged(f"loss became non-finite at step {at} for seed(s) "
+                                   f"{[cfgs[i].seed for i, s, _ in bad if s == at]}; stopped, last good checkpoints kept")
+
     for m in members:
         m.train()
     t0 = last_save = time.perf_counter()
@@ -203,10 +213,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = forward(inputs)
         losses = torch.stack([loss_fn(logits[i], b, soft) for i, b in enumerate(batches)])
-        if not bool(torch.isfinite(losses).all()):
-            bad = [c.seed for c, x in zip(cfgs, losses.tolist()) if x != x or abs(x) == float("inf")]
-            raise TrainingDiverged(f"loss became non-finite at step {step} for seed(s) {bad}; stopped, last good "
-                                   "checkpoints kept")
+        watch.record(step, losses)  # read back only where the host needs it (below): no synchronisation here
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
         grads = [params[n].grad for n in names]
@@ -214,6 +221,9 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         optimizer.step()
         done = step + 1
         now = elapsed + time.perf_counter() - t0
+        scheduled = on_schedule(done) or done == stop
+        if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
+            diverged()
         if done % cfg.log_every == 0 or done == cfg.steps:
             for i, (r, b) in enumerate(zip(runs, batches)):
                 r.append_metrics({"step": done, "loss": float(losses[i].detach()) * LOG2E,
@@ -227,13 +237,15 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
             if lines:
                 print(f"{cfg.arch}/{task_list[0].name} seeds {[c.seed for c in cfgs]} step {done}/{cfg.steps}: loss "
                       f"{', '.join(f'{float(x) * LOG2E:.4f}' for x in losses.detach())} bits, {now:.0f} s", flush=True)
-        scheduled = on_schedule(done) or done == stop
         timed = cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
+        if timed and not scheduled:
+            diverged()
         if scheduled or timed:
             elapsed, t0 = now, time.perf_counter()
             save(done, now, timed=not scheduled)
             last_save = time.perf_counter()
         if stopping.requested() and done < stop:
+            diverged()
             if not scheduled:  # where they stand now: nothing trained is lost
                 elapsed, t0 = now, time.perf_counter()
                 save(done, now)
