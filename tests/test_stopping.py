@@ -161,3 +161,31 @@ def _poll(cells: Any) -> Any:
         if item is StopIteration:
             return
         yield item
+
+
+def test_a_stopped_reproduction_says_stopped_and_left_and_the_same_command_finishes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from windtunnel.orchestration import reproduce
+    from windtunnel.run import grid
+
+    def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
+        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=60), analyze=False)
+                for s in (0, 1)]
+
+    monkeypatch.setattr(reproduce, "plan", plan)
+    monkeypatch.setattr(reproduce, "_eval_n", lambda preset: 32)
+    real = loop.step_batch
+    signal_at(monkeypatch, loop, 30, signal.SIGTERM)
+    with pytest.raises(stopping.TrainingStopped, match="stopped at step 31 of 60"):
+        reproduce.reproduce("paper1", results=tmp_path, workers=1, threads=1)
+    said = capsys.readouterr().out
+    first, second = (j.cell for j in plan("paper1"))
+    assert f"  stopped {first.folder}: " in said and f"  left {second.folder}: not started" in said
+    assert "(1 stopped, 1 left)" in said
+    assert not reproduce.failure_path(reproduce.run_dir(tmp_path, first)).exists()  # stopped is not failed
+    assert RunDir(reproduce.run_dir(tmp_path, first)).latest_step() == 31
+    drawn: list[int] = []
+    monkeypatch.setattr(loop, "step_batch", lambda cfg, task, step, *a, **kw: drawn.append(step) or real(cfg, task, step, *a, **kw))
+    again = reproduce.reproduce("paper1", results=tmp_path, workers=1, threads=1)
+    assert sorted(again["done"]) == sorted([first.folder, second.folder])
+    assert len(drawn) == (60 - 31) + 60 and drawn[0] == 31  # the stopped cell resumed at its step: nothing redone

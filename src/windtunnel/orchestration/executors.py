@@ -121,6 +121,16 @@ def _signal_workers(pool: ProcessPoolExecutor, signum: int) -> None:
                 pass
 
 
+def what_became(error: Exception) -> str:
+    """The word a cell's line starts with: a stopped cell (checkpointed at its step) or one not begun waits for the
+    next run; only the others failed."""
+    if isinstance(error, stopping.TrainingStopped) or "TrainingStopped:" in str(error):
+        return "stopped"
+    if isinstance(error, stopping.NotStarted) or "NotStarted:" in str(error):
+        return "left"
+    return "failed"
+
+
 def shards(payloads: Sequence[dict[str, Any]], n: int, cost: Callable[[dict[str, Any]], float]) -> list[list[dict[str, Any]]]:
     """The payloads split into at most ``n`` shards of near-equal cost: longest first, each onto the shard with
     the least cost so far (the longest-processing-time rule; its makespan is within 4/3 of the best)."""

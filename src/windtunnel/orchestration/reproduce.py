@@ -387,7 +387,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         job = by_dir[p["run_dir"]]
         if error is not None:
             failed.append((job.cell.folder, error))
-            print(f"  failed {job.cell.folder}: {error}", flush=True)
+            print(f"  {executors.what_became(error)} {job.cell.folder}: {error}", flush=True)
             continue
         if "held_by" in out:
             summary["held"][job.cell.folder] = out["held_by"]
@@ -399,9 +399,12 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     summary["wall_s"] = time.perf_counter() - t0
     if failed:  # the first failure as itself: a user's mistake stays one line, a bug keeps its traceback
         # a real failure before a stop (a stopped or unstarted cell is only waiting for the next run)
-        failed.sort(key=lambda f: isinstance(f[1], (stopping.TrainingStopped, stopping.NotStarted)))
+        failed.sort(key=lambda f: executors.what_became(f[1]) != "failed")
         if len(failed) > 1:
-            print(f"{len(failed)} cells failed: {', '.join(f for f, _ in failed)}; the others are exported", flush=True)
+            words = [executors.what_became(e) for _, e in failed]
+            said = ", ".join(f"{words.count(w)} {w}" for w in ("failed", "stopped", "left") if w in words)
+            print(f"{len(failed)} cells not finished ({said}): {', '.join(f for f, _ in failed)}; the others are "
+                  "exported, and the same command resumes these", flush=True)
         raise failed[0][1]
     return summary
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import executors
-from ..run import grid, locks, stopping
+from ..run import grid, locks
 from ..errors import InvalidValue, UserError, did_you_mean, is_int
 
 COLUMNS: dict[str, dict[str, Any]] = {
@@ -472,14 +472,14 @@ def run_table(
         name = f"{job['column']}/{job['arch']}/s{job['seed']}"
         if error is not None:  # the others go on; the first failure is raised once every cell is back
             failed.append(error)
-            print(f"  failed {name}: {error}", flush=True)
+            print(f"  {executors.what_became(error)} {name}: {error}", flush=True)
         elif "held_by" in cell:
             held.append(f"{name} ({cell['held_by']})")
         else:
             cells.append(cell)
             print(f"  done {name} ({len(cells)}/{n_cells})", flush=True)
     if failed:  # a real failure before a stop (a stopped or unstarted cell is only waiting for the next run)
-        failed.sort(key=lambda e: isinstance(e, (stopping.TrainingStopped, stopping.NotStarted)))
+        failed.sort(key=lambda e: executors.what_became(e) != "failed")
         raise failed[0]
     if held:
         raise UserError(f"{len(held)} cell(s) are being worked by another windtunnel process: {'; '.join(held)}; "
