@@ -233,7 +233,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     for step in range(start, stop):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
-        batch = step_batch(cfg, task, step, shards, rank, world).to(device)
+        batch = step_batch(cfg, task, step, shards, rank, world).to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = net(**batch.inputs)
         n_scored = None

@@ -208,7 +208,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     for step in range(start, stop):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
-        batches = [step_batch(c, t, step, s).to(device) for c, t, s in zip(cfgs, task_list, shards)]
+        batches = [step_batch(c, t, step, s).to(device, non_blocking=True) for c, t, s in zip(cfgs, task_list, shards)]
         inputs = {k: torch.stack([b.inputs[k] for b in batches]) for k in batches[0].inputs}
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = forward(inputs)
