@@ -1,13 +1,14 @@
 """How fast is Mamba's selective scan, and a Mamba training step against the transformer's?
 
-    python benchmarks/mamba_scan.py [--threads 1] [--reps 5] [--json out.json]
+    python benchmarks/mamba_scan.py [--threads 1] [--reps 5] [--device cpu|cuda] [--json out.json]
 
 Two measurements, everything in one run so the ratios share the machine's state:
 
 1. the scan alone, forward + backward, at the quick HMM shape of the 200k-parameter Mamba
    (batch 64, T = 73, d_inner 158, d_state 16), for the step-by-step reference
    (``selective_scan_ref``), the vectorised pure-PyTorch scan (``loop`` / ``doubling``) and the
-   fused C++ kernel (``fused``, when it can be built);
+   fused C++ kernel (``fused``, when it can be built) — with ``--device cuda``, the scans on the GPU instead, the
+   Triton kernels (``triton``) among them where they pass their check against the reference there;
 2. one full training step (fresh batch, forward, backward, AdamW) of the quick-preset models at
    200k parameters on bijection and HMM: transformer, Mamba with the fused scan, Mamba with the
    reference scan — the ratio Mamba / transformer is the figure to watch — and Mamba with the
@@ -34,20 +35,27 @@ from windtunnel.run import grid
 from windtunnel.training.loop import loss_fn
 
 
-def scan_times(reps: int) -> dict[str, float]:
+def scan_times(reps: int, device: str = "cpu") -> dict[str, float]:
     g = torch.Generator().manual_seed(0)
     B, T, Di, N = 64, 73, 158, 16
     xs = [torch.randn(B, T, Di, generator=g), torch.rand(B, T, Di, generator=g) * 0.1, -torch.rand(Di, N, generator=g),
           torch.randn(B, T, N, generator=g), torch.randn(B, T, N, generator=g), torch.randn(Di, generator=g)]
-    xs = [x.requires_grad_(True) for x in xs]
+    xs = [x.to(device).requires_grad_(True) for x in xs]
     fns = {"ref": selective_scan_ref, "loop": lambda *a: selective_scan(*a, method="loop"),
            "doubling": lambda *a: selective_scan(*a, method="doubling")}
-    if cpu_kernel() is not None:
+    if device == "cpu" and cpu_kernel() is not None:
         fns["fused"] = lambda *a: selective_scan(*a, method="fused")
+    if device.startswith("cuda"):
+        from windtunnel.models import scan_triton
+
+        if scan_triton.available(device):  # compiled and checked against the reference on this GPU
+            fns["triton"] = lambda *a: selective_scan(*a, method="triton")
     out = {}
     for name, fn in fns.items():
         def run() -> None:
             fn(*xs).sum().backward()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
         out[name] = median_time(run, reps)
     return out
 
@@ -104,13 +112,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda: the scans alone on the GPU, Triton's among them")
     ap.add_argument("--json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    scans = scan_times(args.reps)
-    print(f"scan fwd+bwd, B=64 T=73 d_inner=158 d_state=16, {args.threads} thread(s):")
+    scans = scan_times(args.reps, args.device)
+    print(f"scan fwd+bwd, B=64 T=73 d_inner=158 d_state=16, {args.device}, {args.threads} thread(s):")
     for name, t in scans.items():
         print(f"  {name:9s} {1000 * t:8.1f} ms   ({scans['ref'] / t:5.2f}x the reference)")
+    if args.device != "cpu":  # training steps on a GPU: benchmarks/paper_gpu.py
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"scan_s": scans, "device": torch.cuda.get_device_name(), "threads": args.threads}, f,
+                          indent=1)
+        return
     steps: dict[str, dict[str, float]] = {}
     for task_name in ("bijection", "hmm"):
         times = interleaved_times({

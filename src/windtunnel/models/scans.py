@@ -4,13 +4,14 @@ Every scan computes, with ``h_{-1} = 0``,
 
 .. math:: h_t = \exp(\Delta_t A) \odot h_{t-1} + (\Delta_t u_t) \otimes B_t, \qquad y_t = h_t C_t + D \odot u_t
 
-on ``u, delta [B,T,Di]``, ``A [Di,N]``, ``B, C [B,T,N]``, ``D [Di]``.  Four implementations:
+on ``u, delta [B,T,Di]``, ``A [Di,N]``, ``B, C [B,T,N]``, ``D [Di]``.  Five implementations:
 :func:`selective_scan_ref` (the recurrence, one step at a time under autograd — the reference the
 tests hold the others to); :class:`SelectiveScan` (``method="loop"`` or ``"doubling"``), which
 computes every decay ``exp(Δ_t A)``, input ``Δ_t u_t B_t`` and read-out ``h_t C_t`` for all ``t`` at
 once, walks only the linear recurrence ``h_t = a_t h_{t-1} + b_t`` in time (:func:`linear_scan`:
-step by step, or Hillis–Steele doubling) and has a hand-written backward pass; and
-:class:`FusedScanCPU` (``method="fused"``), the same maths in one C++ pass over time per sequence.
+step by step, or Hillis–Steele doubling) and has a hand-written backward pass;
+:class:`FusedScanCPU` (``method="fused"``), the same maths in one C++ pass over time per sequence; and,
+on a GPU, the same pass as two Triton kernels (``method="triton"``, :mod:`windtunnel.models.scan_triton`).
 All decays are ``exp`` of non-positive numbers, so nothing can overflow however large ``ΔA`` grows.
 :func:`selective_scan` picks one (``method="auto"``); the Mamba block (:mod:`windtunnel.models.mamba`)
 calls it, or the gated form below, and asks for the states ``[B,T,d_inner,d_state]`` only when its
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 
 from ..errors import InvalidValue
 
-SCAN_METHODS = ("auto", "fused", "loop", "doubling")
+SCAN_METHODS = ("auto", "fused", "loop", "doubling", "triton")
 
 
 # --- selective scans -----------------------------------------------------------------------------
@@ -289,8 +290,11 @@ def selective_scan(
 
     ``method``: ``"fused"`` — the C++ kernel (:class:`FusedScanCPU`; CPU tensors, states not
     returned); ``"loop"`` / ``"doubling"`` — :class:`SelectiveScan` with that recurrence walk
-    (:func:`linear_scan`); ``"auto"`` (default) — ``fused`` where it applies and can be built,
-    else the reference on a CPU (which beats ``loop`` there) and ``loop`` elsewhere.  Measured
+    (:func:`linear_scan`); ``"triton"`` — the Triton kernels (:mod:`windtunnel.models.scan_triton`:
+    one launch per pass instead of one per position; a GPU, states not returned); ``"auto"``
+    (default) — ``fused`` where it applies and can be built, else the reference on a CPU (which
+    beats ``loop`` there), ``triton`` on a GPU where it passes its self-check against the
+    reference, and ``loop`` elsewhere.  Measured
     with ``benchmarks/mamba_scan.py``: on one CPU thread at the quick HMM shape, fused 5.2× the
     reference, ``loop`` 0.36×, ``doubling`` 0.19×; no GPU has measured ``loop`` yet.
     """
@@ -309,10 +313,29 @@ def _selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: to
         return FusedScanCPU.apply(False, u, delta, A, B, C, D)
     if method == "fused":
         raise RuntimeError("the fused CPU scan could not be built (see the warning above)")
+    if method == "triton" or (method == "auto" and _triton_takes(u, A, return_states)):
+        from .scan_triton import selective_scan_triton
+
+        if return_states:
+            raise InvalidValue("invalid method: 'triton' does not return the states (return_states=False)")
+        if u.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise InvalidValue("invalid method: 'triton' needs a CUDA device (or TRITON_INTERPRET=1, Triton's CPU "
+                               "interpreter)")
+        return selective_scan_triton(u, delta, A, B, C, D)
     if method == "auto" and u.device.type == "cpu":  # measured faster than SelectiveScan on a CPU
         return selective_scan_ref(u, delta, A, B, C, D, return_states=return_states)
     y, H = SelectiveScan.apply(u, delta, A, B, C, D, "doubling" if method == "doubling" else "loop")
     return (y, H) if return_states else y
+
+
+def _triton_takes(u: torch.Tensor, A: torch.Tensor, return_states: bool) -> bool:
+    """Whether ``auto`` takes the Triton scan: float32 on a GPU where it passed its self-check, no states asked
+    for, and every state's index within 32 bits."""
+    if return_states or u.device.type != "cuda" or u.dtype != torch.float32 or u.numel() * A.shape[1] >= 2**31:
+        return False
+    from .scan_triton import available
+
+    return available(str(u.device))
 
 
 # --- the causal convolution ------------------------------------------------------------------------

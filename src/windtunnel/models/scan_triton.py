@@ -1,0 +1,186 @@
+r"""Mamba's selective scan as two Triton kernels, for GPUs without Mamba's own CUDA build.
+
+The same recurrence as every scan in :mod:`windtunnel.models.scans`, with ``h_{-1} = 0``,
+
+.. math:: h_t = e^{\Delta_t A} \odot h_{t-1} + (\Delta_t u_t) \otimes B_t, \qquad y_t = h_t C_t + D \odot u_t ,
+
+but walked in one kernel launch instead of one (or several) per position: each program owns one sequence and a
+block of channels, keeps their states ``[BLOCK_D, N]`` in registers and steps through time, so a step of a small
+Mamba on a GPU is no longer bound by ``T`` kernel launches.  The forward kernel writes ``y`` and the states (the
+backward pass reads ``h_{t-1}``); the backward kernel walks time in reverse with the total state gradient
+:math:`g_t = (\partial L/\partial y_t) C_t^\top + e^{\Delta_{t+1} A} g_{t+1}` and writes every input's gradient —
+the per-channel ones directly, the ones summed over channels (``B``, ``C``) or over sequences and time (``A``,
+``D``) as per-program partial sums that PyTorch adds up (no atomics, so the result does not depend on scheduling).
+
+Everything is computed in float32.  Triton ships with PyTorch's CUDA wheels; ``TRITON_INTERPRET=1`` runs the same
+kernels on a CPU (slowly), which is how the tests hold them to the reference scan on machines without a GPU.
+:func:`available` says whether this device can use them: Triton imports and, on first use per device, the kernels
+reproduce the reference scan's values and gradients on a small random problem (:func:`self_check`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+try:  # Triton ships with PyTorch's CUDA wheels; elsewhere it is optional
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised where Triton is not installed
+    triton = None  # type: ignore[assignment]
+
+
+if triton is not None:
+
+    @triton.jit
+    def _forward_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, y_ptr, H_ptr, T, Di, N,
+                        BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+        b = tl.program_id(0)
+        d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        n = tl.arange(0, BLOCK_N)
+        dm, nm = d < Di, n < N
+        dn = dm[:, None] & nm[None, :]
+        A = tl.load(A_ptr + d[:, None] * N + n[None, :], mask=dn, other=0.0)
+        Dv = tl.load(D_ptr + d, mask=dm, other=0.0)
+        h = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
+        for t in range(T):
+            row = b * T + t
+            u = tl.load(u_ptr + row * Di + d, mask=dm, other=0.0)
+            dl = tl.load(delta_ptr + row * Di + d, mask=dm, other=0.0)
+            Bt = tl.load(B_ptr + row * N + n, mask=nm, other=0.0)
+            Ct = tl.load(C_ptr + row * N + n, mask=nm, other=0.0)
+            h = tl.exp(dl[:, None] * A) * h + (dl * u)[:, None] * Bt[None, :]
+            tl.store(y_ptr + row * Di + d, tl.sum(h * Ct[None, :], axis=1) + Dv * u, mask=dm)
+            tl.store(H_ptr + (row * Di + d[:, None]) * N + n[None, :], h, mask=dn)
+
+    @triton.jit
+    def _backward_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, H_ptr, gy_ptr,
+                         gu_ptr, gdelta_ptr, gA_ptr, gB_ptr, gC_ptr, gD_ptr, T, Di, N, n_blocks,
+                         BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+        b = tl.program_id(0)
+        blk = tl.program_id(1)
+        d = blk * BLOCK_D + tl.arange(0, BLOCK_D)
+        n = tl.arange(0, BLOCK_N)
+        dm, nm = d < Di, n < N
+        dn = dm[:, None] & nm[None, :]
+        A = tl.load(A_ptr + d[:, None] * N + n[None, :], mask=dn, other=0.0)
+        Dv = tl.load(D_ptr + d, mask=dm, other=0.0)
+        carry = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)  # e^{Δ_{t+1} A} g_{t+1}
+        gA = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
+        gD = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        for i in range(T):
+            t = T - 1 - i
+            row = b * T + t
+            u = tl.load(u_ptr + row * Di + d, mask=dm, other=0.0)
+            dl = tl.load(delta_ptr + row * Di + d, mask=dm, other=0.0)
+            gy = tl.load(gy_ptr + row * Di + d, mask=dm, other=0.0)
+            Bt = tl.load(B_ptr + row * N + n, mask=nm, other=0.0)
+            Ct = tl.load(C_ptr + row * N + n, mask=nm, other=0.0)
+            h = tl.load(H_ptr + (row * Di + d[:, None]) * N + n[None, :], mask=dn, other=0.0)
+            prev = tl.maximum(row - 1, b * T)  # h_{-1} = 0: the first step reads its own row and zeroes it
+            h_prev = tl.load(H_ptr + (prev * Di + d[:, None]) * N + n[None, :], mask=dn, other=0.0)
+            h_prev = tl.where(t > 0, h_prev, 0.0)
+            a = tl.exp(dl[:, None] * A)
+            g = gy[:, None] * Ct[None, :] + carry
+            part = (b * n_blocks + blk) * T + t  # this program's partial sums over its channels
+            tl.store(gC_ptr + part * N + n, tl.sum(gy[:, None] * h, axis=0), mask=nm)
+            tl.store(gB_ptr + part * N + n, tl.sum(g * (dl * u)[:, None], axis=0), mask=nm)
+            gdu = tl.sum(g * Bt[None, :], axis=1)
+            Z = g * h_prev * a  # ∂L/∂(Δ_t A)
+            tl.store(gdelta_ptr + row * Di + d, tl.sum(Z * A, axis=1) + gdu * u, mask=dm)
+            tl.store(gu_ptr + row * Di + d, gdu * dl + gy * Dv, mask=dm)
+            gA += Z * dl[:, None]
+            gD += gy * u
+            carry = a * g
+        tl.store(gA_ptr + (b * Di + d[:, None]) * N + n[None, :], gA, mask=dn)
+        tl.store(gD_ptr + b * Di + d, gD, mask=dm)
+
+
+BLOCK_D = 32
+"""Channels per program: one program per (sequence, block of channels)."""
+
+
+def _block_n(N: int) -> int:
+    return max(16, 1 << (N - 1).bit_length())  # a power of two ≥ N (Triton's blocks are powers of two)
+
+
+class TritonScan(torch.autograd.Function):
+    """The selective scan through :func:`_forward_kernel` and :func:`_backward_kernel` (float32, contiguous)."""
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                D: torch.Tensor) -> torch.Tensor:
+        u, delta, A, B, C, D = (t.float().contiguous() for t in (u, delta, A, B, C, D))
+        Bsz, T, Di = u.shape
+        N = A.shape[1]
+        y = torch.empty_like(u)
+        H = torch.empty(Bsz, T, Di, N, dtype=torch.float32, device=u.device)
+        grid = (Bsz, triton.cdiv(Di, BLOCK_D))
+        _forward_kernel[grid](u, delta, A, B, C, D, y, H, T, Di, N, BLOCK_D=BLOCK_D, BLOCK_N=_block_n(N))
+        ctx.save_for_backward(u, delta, A, B, C, D, H)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        u, delta, A, B, C, D, H = ctx.saved_tensors
+        Bsz, T, Di = u.shape
+        N = A.shape[1]
+        blocks = triton.cdiv(Di, BLOCK_D)
+        gy = gy.float().contiguous()
+        gu, gdelta = torch.empty_like(u), torch.empty_like(u)
+        gA = torch.empty(Bsz, Di, N, dtype=torch.float32, device=u.device)
+        gD = torch.empty(Bsz, Di, dtype=torch.float32, device=u.device)
+        gB = torch.empty(Bsz, blocks, T, N, dtype=torch.float32, device=u.device)
+        gC = torch.empty_like(gB)
+        _backward_kernel[(Bsz, blocks)](u, delta, A, B, C, D, H, gy, gu, gdelta, gA, gB, gC, gD, T, Di, N, blocks,
+                                        BLOCK_D=BLOCK_D, BLOCK_N=_block_n(N))
+        return gu, gdelta, gA.sum(0), gB.sum(1), gC.sum(1), gD.sum(0)
+
+
+def selective_scan_triton(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                          D: torch.Tensor) -> torch.Tensor:
+    """``y [B,T,Di]`` of the selective scan (:func:`windtunnel.models.scans.selective_scan_ref`'s contract, states
+    not returned), in float32 through the Triton kernels."""
+    if triton is None:
+        raise RuntimeError("the Triton scan needs Triton (it ships with PyTorch's CUDA wheels)")
+    return TritonScan.apply(u, delta, A, B, C, D)
+
+
+def self_check(device: torch.device | str, tolerance: float = 1e-3) -> str | None:
+    """``None`` when the Triton scan reproduces the reference scan on ``device`` — values and every gradient, on a
+    small random problem with uneven sizes (channels not a multiple of a block, ``N`` not a power of two) — else
+    what differed.  Relative to each output's largest magnitude."""
+    from .scans import selective_scan_ref
+
+    g = torch.Generator().manual_seed(0)
+    Bsz, T, Di, N = 2, 7, BLOCK_D + 5, 5
+    shapes = {"u": (Bsz, T, Di), "delta": (Bsz, T, Di), "A": (Di, N), "B": (Bsz, T, N), "C": (Bsz, T, N), "D": (Di,)}
+    base = {k: torch.randn(*s, generator=g, dtype=torch.float64) for k, s in shapes.items()}
+    base["delta"] = torch.nn.functional.softplus(base["delta"])
+    base["A"] = -torch.exp(base["A"])
+    weight = torch.randn(Bsz, T, Di, generator=g, dtype=torch.float64)
+    grads = []
+    for fn, dev, dtype in ((selective_scan_ref, "cpu", torch.float64), (selective_scan_triton, device, torch.float32)):
+        xs = {k: v.to(dev, dtype, copy=True).requires_grad_() for k, v in base.items()}
+        y = fn(*xs.values())
+        (y * weight.to(dev, dtype)).sum().backward()
+        grads.append({"y": y.detach().double().cpu(), **{k: v.grad.double().cpu() for k, v in xs.items()}})
+    for k, ref in grads[0].items():
+        err = float((grads[1][k] - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
+        if not err <= tolerance:
+            return f"{k} differs from the reference by {err:.2g} (relative)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def available(device: str) -> bool:
+    """Whether ``device`` runs the Triton scan: a GPU, Triton importable, and :func:`self_check` passed there (once
+    per device and process)."""
+    if triton is None or not device.startswith("cuda"):
+        return False
+    try:
+        return self_check(device) is None
+    except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
+        return False
