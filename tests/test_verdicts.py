@@ -84,6 +84,9 @@ def test_the_null_evidence_is_the_nulls_own_numbers() -> None:
         assert ev.json(f"{rel}/eval.json")["metrics"]["kl"]["value"] == refs[null]["metrics"]["kl"]
         assert ev.json(f"{rel}/geometry.json") is None and ev.text(f"{rel}/metrics.jsonl") is None
         assert ev.json(f"{rel}/references.json") == refs  # the task's yardsticks pass through
+    hmm = "quick/cells/hmm-transformer-s0"
+    one_step = json.loads((RESULTS / hmm / "references.json").read_text())["window_1"]["metrics"]["kl"]
+    assert NullEvidence(RESULTS, null="window_1").json(f"{hmm}/eval.json")["metrics"]["kl"]["value"] == one_step
     untrained = NullEvidence(RESULTS, null="untrained").json(f"{rel}/geometry.json")
     ko = geometry["key_orthogonality"]["summary"]
     assert untrained["key_orthogonality"]["summary"]["layer0_mean_abs_cos"] == ko["layer0_untrained"]
@@ -272,3 +275,24 @@ def test_b6_reads_alignment_where_the_feasible_hypothesis_is_a_key(judgements) -
     assert found == 6 and b6.raw.kind == (claims.AGREE if all(ok) else claims.DISAGREE)
     assert "the sawtooth" in b6.verdict.why and "shown (eliminated) values" in b6.verdict.why
     assert any(r.null == "untrained" and not r.meets for r in b6.nulls)  # the untrained model fails the rule
+
+
+def test_a_control_that_closes_a_gap_under_a_rule_a_trivial_predictor_meets_settles_nothing() -> None:
+    """HMM filtering at a loose bar (KL below 0.05 bits): the posterior given only the latest observation scores 0.03
+    on the HMM cells' own episodes, so a disagreement that a control "closes" under that bar is *uninformative*, the
+    one-step filter named; under a bar it fails (below 0.01 bits) the same disagreement stays one that closes."""
+    def closing(bar: float):
+        def assess(ev: Evidence) -> Verdict:
+            m = ev.eval_metric("hmm", "transformer", (0, 1, 2), "kl")
+            if m.value < bar:
+                return Verdict(claims.AGREE, m, "")
+            return Verdict(claims.DISAGREE_CLOSES, m, "a longer run meets it", control="hmm_long", closed_by="budget")
+        return assess
+
+    ev = Evidence(RESULTS)
+    if ev.cells("hmm", "transformer", (0, 1, 2)) is None:
+        pytest.skip("HMM cells not committed")
+    loose = judge(_claim(closing(0.05)), ev)
+    assert loose.raw.kind == claims.DISAGREE_CLOSES and loose.kind == claims.UNINFORMATIVE
+    assert "latest observation" in loose.verdict.why and "hmm_long" in loose.verdict.why
+    assert judge(_claim(closing(0.01)), ev).kind == claims.DISAGREE_CLOSES

@@ -35,7 +35,8 @@ VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UN
 * *disagree — persists under controls* — every committed control that applies was consulted and none meets the rule
   (each is named); a control that refutes the claim's reading of a mechanism belongs here too;
 * *disagree — uncontrolled* — no control was ever run for it: the weakest kind of disagreement;
-* *uninformative* — our number meets the rule, but so does a trivial predictor (the context-blind optimum, the
+* *uninformative* — the rule is met (by our number, or by the control that would close a disagreement), but a
+  trivial predictor meets it too (the context-blind optimum, the posterior given only the latest observation, the
   untrained model, an always-certain or always-uniform answer): the rule cannot tell them apart;
 * *not measured* — no committed artifact yet; *not measurable here* — impossible on these machines."""
 

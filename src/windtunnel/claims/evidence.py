@@ -244,10 +244,16 @@ NULL_STATS = ("untrained", "gaussian", "uniform", "exact_posteriors", "position_
 """Words that mark a geometry statistic as a null or a property of the task, not of the trained model: an untrained
 null's ``geometry.json`` keeps these as they are."""
 
-CELL_NULLS = ("context_blind", "oracle", "untrained")
-"""The nulls read from a cell's own files: the context-blind optimum and the Bayes oracle (``references.json``, on
-the cell's evaluation episodes) in place of the model's ``eval.json``, and the untrained model in place of its
-``geometry.json`` (the statistics of :data:`UNTRAINED_OF`)."""
+REFERENCE_NULLS = ("context_blind", "oracle", "window_1")
+"""The predictors a cell's ``references.json`` scores on its own evaluation episodes, each a null in place of the
+model's ``eval.json``: the context-blind optimum, the Bayes oracle, and the exact posterior given only the latest
+observation (``window_1``, where the task has one: for the HMM the filter that reads the header and the current
+symbol but carries no belief through time; for bijection the elimination by the last shown pair alone).  A rule the
+latter meets cannot tell a model that accumulates evidence along the sequence from one that reads one step."""
+CELL_NULLS = REFERENCE_NULLS + ("untrained",)
+"""The nulls read from a cell's own files: the reference predictors (:data:`REFERENCE_NULLS`) in place of the
+model's ``eval.json``, and the untrained model in place of its ``geometry.json`` (the statistics of
+:data:`UNTRAINED_OF`)."""
 LLM_NULLS = ("always_certain", "always_uniform", "no_evidence")
 """The trivial answers to a language model's in-context task: all mass on one label (entropy 0) and the same mass on
 every label (entropy log2 of their number), in place of the model's entropies in a SULA record; and the model itself
@@ -288,7 +294,8 @@ class NullEvidence(Evidence):
     behaviour is rewritten as the null ``null`` (one of :data:`NULLS`) would score it, and every file the null cannot
     speak to reads as absent, so a claim judged on it either applies its rule to the null or is not measured.
 
-    * ``context_blind`` / ``oracle``: a cell's ``eval.json`` holds its ``references.json`` row of that predictor;
+    * ``context_blind`` / ``oracle`` / ``window_1``: a cell's ``eval.json`` holds its ``references.json`` row of that
+      predictor (a cell whose task has no such row — ``window_1`` outside the HMM — reads as absent);
     * ``untrained``: a cell's ``geometry.json`` holds, for each statistic of :data:`UNTRAINED_OF`, the value the
       diagnostic measured on the same model at initialisation (nothing else);
     * ``no_evidence``: a SULA record's movement along PC1 with k on the normal prompts is the one measured on the same
@@ -322,7 +329,7 @@ class NullEvidence(Evidence):
         """A table cell's metric as the null scores it: through the cell's files where they are committed, else the
         null's row of the table's ``references.json`` (the whole-episode metrics; none at another length)."""
         m = super().table(task, arch, metric)
-        if m is not None or self.null not in ("context_blind", "oracle") or "@K=" in metric:
+        if m is not None or self.null not in REFERENCE_NULLS or "@K=" in metric:
             return m
         value = self.reference(task, self.null, metric)
         return None if value is None else Measure(value, None, None, (), (f"{self.preset}/references.json",))
@@ -337,7 +344,7 @@ class NullEvidence(Evidence):
         return self._cache[key]
 
     def _null_json(self, rel: str, name: str) -> Any | None:
-        if name == "eval.json" and self.null in ("context_blind", "oracle"):
+        if name == "eval.json" and self.null in REFERENCE_NULLS:
             refs = super().json(rel[: -len(name)] + "references.json")
             row = (refs or {}).get(self.null)
             if not row:

@@ -8,8 +8,9 @@ A claim's ``assess`` applies its rule to our number and returns a raw :class:`Ve
    optimum, the untrained model, an always-certain or always-uniform answer, and the Bayes oracle.  A claim that
    agrees while a trivial null meets its rule too is *uninformative*: the rule cannot tell a model that does what
    the papers say from one that does nothing (for a language model, also the same model on prompts whose labels carry
-   no evidence: a rule it meets there is not about evidence).  A claim that a model *fails* (``Claim.asserts_failure``) is meant to
-   be met by a trivial null; its rule must instead be failed by the oracle.
+   no evidence: a rule it meets there is not about evidence).  The same holds of a disagreement that *closes under a
+   control*: a control meeting a rule that a trivial null meets too settles nothing.  A claim that a model *fails*
+   (``Claim.asserts_failure``) is meant to be met by a trivial null; its rule must instead be failed by the oracle.
 2. **A disagreement says what controls it.**  A raw *disagree* that names the controls it consulted
    (``Verdict.controls``) *persists under controls*; one that names none is *uncontrolled*.  A control that meets
    the rule where the claim's own cell does not has already made it *closes under a control*.
@@ -23,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..errors import UserError
-from .base import (AGREE, DISAGREE, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, NOT_MEASURABLE, NOT_MEASURED,
+from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, NOT_MEASURABLE, NOT_MEASURED,
                    UNINFORMATIVE, Claim, Verdict)
 from .evidence import NULLS, Evidence, NullEvidence
 
@@ -34,6 +35,7 @@ SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)
 """The scale a verdict is judged at, by where its number's files live (the first match; else :data:`REDUCED_SCALE`)."""
 
 NULL_NAMES = {"context_blind": "the context-blind optimum", "oracle": "the Bayes oracle",
+              "window_1": "the posterior given only the latest observation (no belief carried along the sequence)",
               "untrained": "the untrained model", "always_certain": "an always-certain answer",
               "always_uniform": "an always-uniform answer",
               "no_evidence": "the same model on prompts whose labels carry no evidence",
@@ -110,7 +112,7 @@ def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = Non
     v = raw
     if raw.kind == DISAGREE:
         v = replace(raw, kind=DISAGREE_PERSISTS if raw.controls else DISAGREE_UNCONTROLLED)
-    elif raw.kind == AGREE:
+    elif raw.kind in (AGREE, DISAGREE_CLOSES):  # a rule met (by ours, or by the closing control) must be able to fail
         if claim.asserts_failure:
             able = [r for r in readings if r.null == "oracle"]
         else:
@@ -120,5 +122,7 @@ def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = Non
             who = "; ".join(f"{NULL_NAMES[r.null]} {r.ours}" for r in met)
             why = ("the Bayes oracle meets this failure rule too" if claim.asserts_failure
                    else f"a trivial predictor meets the rule too: {who}")
+            if raw.kind == DISAGREE_CLOSES:
+                why = f"the control that meets the rule ({raw.control}) does not settle it: {why}"
             v = replace(raw, kind=UNINFORMATIVE, why=f"{raw.why}; {why}" if raw.why else why)
     return Judgement(claim, v, raw, readings, scale_of(raw))
