@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from windtunnel import models, tasks
@@ -67,3 +68,21 @@ def check_arch_contract(arch: str, task: tasks.Task) -> None:
     assert "hook_embed" in names and "hook_final" in names and "blocks.0.hook_resid_post" in names
     target = 20 * model.n_params()
     assert abs(models.make(arch, task, params=target).n_params() - target) <= 0.03 * target
+
+
+def poison_loss_after(monkeypatch: pytest.MonkeyPatch, good_steps: int) -> None:
+    """The training loss turns NaN after ``good_steps`` steps, so that training diverges the way a real run
+    does (the loop stops, keeps its last good checkpoint and records ``diverged.json``); ``monkeypatch.undo()``
+    restores it.  Shared by every test that needs a diverged run."""
+    import importlib
+
+    train_mod = importlib.import_module("windtunnel.training.loop")  # the module (windtunnel.train is the function)
+    real = train_mod.loss_fn
+    calls = {"n": 0}
+
+    def poisoned(logits, ep, soft, n_scored=None):
+        calls["n"] += 1
+        loss = real(logits, ep, soft, n_scored)
+        return loss * float("nan") if calls["n"] > good_steps else loss
+
+    monkeypatch.setattr(train_mod, "loss_fn", poisoned)

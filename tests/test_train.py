@@ -19,6 +19,8 @@ from windtunnel.cli import main as cli_main
 from windtunnel.run.runs import RunDir
 from windtunnel.training.loop import ConfigError, TrainConfig, TrainingDiverged, load, train
 
+from contracts import poison_loss_after
+
 
 def tiny(**kw) -> TrainConfig:
     base = dict(task="bijection", task_params={"V": 5, "L": 5}, arch="transformer", params=20_000,
@@ -214,24 +216,8 @@ def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(every: int
     assert not RunDir(run).holds(replace(cfg, lr=cfg.lr * 2).to_dict())
 
 
-def _poison_loss_after(monkeypatch: pytest.MonkeyPatch, good_steps: int) -> None:
-    """The training loss turns NaN after ``good_steps`` steps (``monkeypatch.undo()`` restores it)."""
-    import importlib
-
-    train_mod = importlib.import_module("windtunnel.training.loop")  # the module (windtunnel.train is the function)
-    real = train_mod.loss_fn
-    calls = {"n": 0}
-
-    def poisoned(logits, ep, soft, n_scored=None):
-        calls["n"] += 1
-        loss = real(logits, ep, soft, n_scored)
-        return loss * float("nan") if calls["n"] > good_steps else loss
-
-    monkeypatch.setattr(train_mod, "loss_fn", poisoned)
-
-
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _poison_loss_after(monkeypatch, 15)
+    poison_loss_after(monkeypatch, 15)
     with pytest.raises(TrainingDiverged, match="step 15"):
         train(tiny(steps=20), tmp_path / "run")
     latest = ckpt.find_latest(tmp_path / "run" / "checkpoints")
@@ -302,7 +288,7 @@ def test_a_diverged_run_is_told_from_a_killed_one(tmp_path: Path, monkeypatch: p
     killed = tmp_path / "killed"
     train(tiny(steps=20), killed, until=10)  # stopped at step 10 on purpose: unfinished, not diverged
     assert RunDir(killed).divergence() is None
-    _poison_loss_after(monkeypatch, 15)
+    poison_loss_after(monkeypatch, 15)
     run = tmp_path / "run"
     with pytest.raises(TrainingDiverged, match="step 15"):
         train(tiny(steps=20), run)

@@ -83,3 +83,16 @@ def write_json(out: Path, record: dict[str, Any]) -> None:
         write_text_atomic(out, json.dumps(record, indent=1))
     except OSError as exc:
         raise UsageError(f"invalid out: cannot write {out}: {exc.strerror or exc}") from None
+
+
+def divergence_note(run: "Any", did: str) -> str | None:
+    """``note: RUN diverged (loss became nan at step S): DID its last good checkpoint, step N of M`` for a run
+    whose training stopped on non-finite numbers (``diverged.json``), else ``None``: how every command that
+    reads a run says it read a diverged one (said once the command's work stands, not before a refusal)."""
+    diverged = run.divergence()
+    if not diverged:
+        return None
+    train = run.read_config().get("train")
+    steps = train.get("steps") if isinstance(train, dict) else None
+    return (f"note: {run.path} diverged ({diverged['message'].split(';')[0]}): {did} its last good checkpoint, "
+            f"step {run.latest_step()} of {steps if steps is not None else '?'}")

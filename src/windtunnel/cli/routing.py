@@ -4,11 +4,12 @@ EM-like updates against SGD with their controls (``em``), frame before precision
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from .args import Parser, UsageError, positive_int
-from .outputs import keep_result, out_path
+from .outputs import divergence_note, keep_result, out_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +62,9 @@ def cmd_routing_law(args: argparse.Namespace, extra: list[str]) -> int:
     run = RunDir(args.run)
     task, model = load(run)
     rows = check_all_heads(model, task.sample(args.n, EVAL_SEED))
+    diverged = divergence_note(run, "checked")
+    if diverged:
+        print(diverged, file=sys.stderr)
     print(f"routing law on {run.path} ({args.n} episodes): law vs autograd, max relative error")
     print(f"{'layer':>5} {'head':>4} {'dL/ds':>10} {'dL/dv':>10} {'b>E[b]':>7} {'|dL/ds|':>9} {'|dL/dv|':>9}")
     for r in rows:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import DiagnosticFailed
 from .args import UsageError, parse_params, positive_int, seed_int
-from .outputs import check_out, out_path
+from .outputs import check_out, divergence_note, out_path
 from .train import first_line, train_args
 
 
@@ -184,10 +184,9 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         n = earlier.get("n") if isinstance(earlier.get("n"), int) else grid.EVAL_N["quick"]
     result = evaluate_run(run, n=n, lengths=lengths, seed=args.seed, force=args.force)
     step, steps = run.latest_step(), (record.get("train") or {}).get("steps")
-    diverged = run.divergence()
+    diverged = divergence_note(run, "evaluated")
     if diverged:  # said once the evaluation stands, not before a refusal
-        print(f"note: {run.path} diverged ({diverged['message'].split(';')[0]}): evaluated its last good checkpoint, "
-              f"step {step} of {steps}", file=sys.stderr)
+        print(diverged, file=sys.stderr)
     elif isinstance(steps, int) and step < steps:
         print(f"note: {run.path} is at step {step} of {steps} (unfinished): evaluated its newest checkpoint",
               file=sys.stderr)
@@ -213,7 +212,11 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     from ..run.runs import RunDir
     from ..orchestration.stages import write_report
 
-    path = write_report(RunDir(args.run))
+    run = RunDir(args.run)
+    path = write_report(run)
+    diverged = divergence_note(run, "reported on")
+    if diverged:
+        print(diverged, file=sys.stderr)
     print(f"wrote {path}")
     return 0
 
@@ -232,6 +235,9 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
     except DiagnosticFailed as exc:  # a crash is not a result: the command fails (the other diagnostics are kept)
         failure = exc
     _print_readings(run.geometry_path)
+    diverged = divergence_note(run, "analysed")
+    if diverged:
+        print(diverged, file=sys.stderr)
     print(f"wrote {run.geometry_path}")
     if failure is not None:
         print(f"windtunnel analyze: {failure}", file=sys.stderr)

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .args import UsageError, parse_params, positive_int, seed_int, seed_list
-from .outputs import check_out
+from .outputs import check_out, divergence_note
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +57,9 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
             fields["trackers"] = list(dict.fromkeys(args.log))
         cfg = TrainConfig.from_dict(fields)
         if rank == 0:
+            diverged = divergence_note(run, "resuming from")  # trained on past it, it may diverge again
+            if diverged:
+                print(diverged, file=sys.stderr, flush=True)
             print(f"resuming {run.path} from step {run.latest_step()} of {cfg.steps} ({cfg.arch} on {cfg.task})", flush=True)
         train_run(cfg, run, resume=True, log_lines=True)
         if rank == 0:

@@ -55,12 +55,13 @@ def describe(run: str | Path | RunDir) -> dict[str, Any]:
     params = {k: v for k, v in ((cfg.get("task") or {}).get("params") or {}).items() if v is not None}
     return {"task": (cfg.get("task") or {}).get("name"), "task_params": params,
             "arch": train.get("arch"), "n_params": cfg.get("n_params"), "step": prov.get("step"),
-            "steps": train.get("steps"), "recipe": {k: train.get(k) for k in RECIPE}, "eval_n": ev.get("n")}
+            "steps": train.get("steps"), "recipe": {k: train.get(k) for k in RECIPE}, "eval_n": ev.get("n"),
+            "diverged": (rd.divergence() or {}).get("message")}
 
 
 def differences(infos: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[str]:
     """What makes the runs' numbers not comparable as they stand, one sentence each: another task or other task
-    parameters, another recipe setting, a run stopped before its recipe's end."""
+    parameters, another recipe setting, a run stopped before its recipe's end (diverged, or merely unfinished)."""
     out = []
     tasks = {(i["task"], tuple(sorted((k, str(v)) for k, v in i["task_params"].items()))) for i in infos}
     if len(tasks) > 1:
@@ -71,7 +72,10 @@ def differences(infos: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[
         if any(v != values[0] for v in values[1:]):
             out.append(f"their recipes differ in {key}: " + ", ".join(f"{lab} {v}" for lab, v in zip(labels, values)))
     for lab, i in zip(labels, infos):
-        if i["step"] is not None and i["steps"] is not None and i["step"] < i["steps"]:
+        if i.get("diverged"):  # stopped on non-finite numbers: not merely unfinished
+            out.append(f"{lab} diverged ({i['diverged'].split(';')[0]}): evaluated at its last good checkpoint, "
+                       f"step {i['step']} of its {i['steps']}")
+        elif i["step"] is not None and i["steps"] is not None and i["step"] < i["steps"]:
             out.append(f"{lab} was evaluated at step {i['step']} of its {i['steps']}: unfinished")
     return out
 

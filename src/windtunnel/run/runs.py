@@ -50,6 +50,54 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def _is_metric(m: Any) -> bool:
+    """A metric of ``eval.json``: ``{"value": number or null, "ci": null or [lo, hi]}``."""
+    real = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    ci = m.get("ci") if isinstance(m, dict) else None
+    return (isinstance(m, dict) and (m.get("value") is None or real(m["value"]))
+            and (ci is None or (isinstance(ci, list) and len(ci) == 2 and all(c is None or real(c) for c in ci))))
+
+
+def eval_damage(ev: Any, top: bool = True) -> str | None:
+    """What is wrong with the shape of an ``eval.json`` record (or, ``top`` false, of one of its ``lengths``
+    blocks) — a field of the wrong type — or ``None``: every field present has the type the readers (the
+    report, ``compare``, ``eval``) rely on.  Fields absent from an older record are not required."""
+    if not isinstance(ev, dict):
+        return "not an object"
+    if not isinstance(ev.get("metrics"), dict) or not ev["metrics"]:
+        return "no metrics in it"
+    real = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    checks: dict[str, tuple[Any, str]] = {
+        "metrics": (lambda v: all(_is_metric(m) for m in v.values()), "a table of metrics (value and interval)"),
+        "oracle": (lambda v: isinstance(v, dict) and all(_is_metric(m) for m in v.values()),
+                   "a table of metrics (value and interval)"),
+        "curves": (lambda v: isinstance(v, dict) and all(isinstance(c, list) and all(x is None or real(x) for x in c)
+                                                          for c in v.values()), "a table of per-position lists"),
+        "curve_ci": (lambda v: isinstance(v, dict) and all(isinstance(c, dict) and all(isinstance(b, list) for b in c.values())
+                                                            for c in v.values()), "a table of per-position bounds"),
+        "horizon": (lambda v: isinstance(v, dict), "an object"),
+        "n": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer"),
+    }
+    if top:
+        checks.update({
+            "task": (lambda v: isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("params", {}), dict),
+                     "a task (name and params)"),
+            "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+            "n_boot": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer"),
+            "level": (lambda v: real(v) and 0 < v < 1, "a number in (0, 1)"),
+            "lengths": (lambda v: isinstance(v, dict) and all(k.isdigit() and eval_damage(b, top=False) is None
+                                                               for k, b in v.items()), "a table of evaluations by length"),
+            "model": (lambda v: isinstance(v, dict), "an object"),
+            "timings": (lambda v: isinstance(v, dict) and all(real(t) for t in v.values()), "a table of seconds"),
+            "priors": (lambda v: isinstance(v, dict) and all(isinstance(p, dict) for p in v.values()), "a table of tables"),
+            "provenance": (lambda v: isinstance(v, dict), "an object"),
+        })
+    for key, (ok, what) in checks.items():
+        if key in ev and not ok(ev[key]):
+            return f"its {key} is not {what}"
+    return None
+
+
 _HELD: set[str] = set()
 """Run folders whose lock this process holds (the lock is re-entrant)."""
 
@@ -320,6 +368,7 @@ class RunDir:
             isinstance(cfg, dict) and isinstance(cfg.get("train"), dict) and isinstance(cfg.get("task"), dict)
             and isinstance(cfg["task"].get("name"), str) and isinstance(cfg["task"].get("params"), dict)
             and isinstance(cfg.get("model"), dict) and isinstance(cfg["model"].get("arch"), str)
+            and (cfg.get("n_params") is None or (isinstance(cfg["n_params"], int) and not isinstance(cfg["n_params"], bool)))
         )
         if not ok:
             raise RunError(f"{self.config_path} is damaged: not a windtunnel run configuration")
@@ -344,18 +393,20 @@ class RunDir:
 
     def read_eval(self) -> dict[str, Any]:
         ev = self._read(self.EVAL, "not evaluated yet: run `windtunnel eval` first")
-        if not isinstance(ev, dict) or not isinstance(ev.get("metrics"), dict) or not ev["metrics"]:
-            raise RunError(f"{self.eval_path} is damaged: no metrics in it")
+        damage = eval_damage(ev)
+        if damage is not None:
+            raise RunError(f"{self.eval_path} is damaged: {damage}; remove it and re-run `windtunnel eval`")
         return ev
 
     def read_geometry(self) -> dict[str, Any] | None:
         """``geometry.json`` (``None`` where the run was not analysed); :class:`RunError` if it is not the
-        diagnostics' record (an object with a ``summary`` table)."""
+        diagnostics' record (an object with a ``summary`` table, and a ``meta`` table where it has one)."""
         if not self.geometry_path.is_file():
             return None
         geo = self._read(self.GEOMETRY, "the geometric diagnostics")
-        if not isinstance(geo, dict) or not isinstance(geo.get("summary"), dict):
-            raise RunError(f"{self.geometry_path} is damaged: not a windtunnel geometry record; re-run `windtunnel analyze`")
+        if not isinstance(geo, dict) or not isinstance(geo.get("summary"), dict) or not isinstance(geo.get("meta", {}), dict):
+            raise RunError(f"{self.geometry_path} is damaged: not a windtunnel geometry record; remove it and re-run "
+                           "`windtunnel analyze`")
         return geo
 
     def write_eval(self, record: dict[str, Any]) -> Path:

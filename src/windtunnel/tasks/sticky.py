@@ -62,7 +62,7 @@ class Sticky(Task):
         check(finite(self.self_prob) and 0.0 <= self.self_prob <= 1.0, "self_prob", "a number in [0, 1]")
         check(is_int(self.dim) and 1 <= self.dim <= 4096, "dim", "an integer in [1, 4096]")
         check(is_int(self.length) and 1 <= self.length <= 100_000, "length", "an integer in [1, 100000]")
-        check(is_int(self.means_seed), "means_seed", "an integer")
+        check(is_int(self.means_seed) and 0 <= self.means_seed < 2**31, "means_seed", "an integer in [0, 2^31)")
         check(finite(self.noise) and 1e-6 <= self.noise <= 1e6, "noise", "a number in [1e-6, 1e6] (the Gaussian likelihood under- or overflows beyond)")
 
     # --- sizes ----------------------------------------------------------------------------
