@@ -243,12 +243,12 @@ def test_a_loss_gone_non_finite_mid_interval_is_caught_before_anything_is_writte
     monkeypatch.setattr(optim.FiniteWatch, "first_bad", counted)
     train(tiny(steps=100, log_every=25, eval_every=50, ckpt_every=50, log_checkpoints=False), tmp_path / "clean")
     assert reads["n"] == 4  # steps 25, 50, 75, 100: not one read per step
-    _poison_loss_after(monkeypatch, 12)  # step 12 (counted from 0) is the first poisoned
+    poison_loss_after(monkeypatch, 12)  # step 12 (counted from 0) is the first poisoned
     with pytest.raises(TrainingDiverged, match="loss became nan at step 12"):
         train(tiny(steps=40, log_every=25, ckpt_every=20, log_checkpoints=False), tmp_path / "run")
     assert RunDir(tmp_path / "run").latest_step() == 0  # the checkpoint due at step 20 was never written
     monkeypatch.undo()
-    _poison_loss_after(monkeypatch, 12)
+    poison_loss_after(monkeypatch, 12)
     with pytest.raises(TrainingDiverged, match="loss became nan at step 12"):
         train(tiny(steps=40, log_every=25, ckpt_every=20, ckpt_minutes=1e-9), tmp_path / "timed")
     assert RunDir(tmp_path / "timed").latest_step() == 12  # the timed checkpoint after step 12 was never written
