@@ -296,3 +296,21 @@ def test_a_control_that_closes_a_gap_under_a_rule_a_trivial_predictor_meets_sett
     assert loose.raw.kind == claims.DISAGREE_CLOSES and loose.kind == claims.UNINFORMATIVE
     assert "latest observation" in loose.verdict.why and "hmm_long" in loose.verdict.why
     assert judge(_claim(closing(0.01)), ev).kind == claims.DISAGREE_CLOSES
+
+
+def test_a_cut_that_changes_nothing_along_any_axis_says_nothing_of_the_entropy_axis(judgements) -> None:
+    """D23 ("a privileged readout, not a bottleneck": the entropy error within 20% once the axis is cut): the same
+    edit along a random axis, which each cut record measures beside it, moves the error by well under 20% too, so the
+    rule cannot single out the entropy axis — uninformative, the random cut named.  Checked by hand on the files."""
+    for rel in ("llm/smollm2-135m-instruct-q4-sula.json", "llm/gemma-3-270m-q4-sula.json"):
+        doc = json.loads((RESULTS / rel).read_text())
+        before = doc["conditions"]["normal"]["entropy_mae"]
+        random_cut = doc["cut"]["random_axis"]["behaviour"]["entropy_mae"]
+        assert abs(random_cut - before) / before <= 0.2, rel
+        as_null = NullEvidence(RESULTS, null="random_axis").json(rel)
+        assert as_null["cut"]["entropy_axis"] == doc["cut"]["random_axis"]
+        assert as_null["conditions"] == doc["conditions"] and "one_at_a_time" not in as_null["cut"]
+    d23 = judgements["D23"]
+    assert {r.null: r.meets for r in d23.nulls}["random_axis"]
+    if d23.raw.kind == claims.AGREE:
+        assert d23.kind == claims.UNINFORMATIVE and "random axis" in d23.verdict.why

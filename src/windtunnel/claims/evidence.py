@@ -264,7 +264,11 @@ SIGNATURE_NULLS = ("permuted",)
 across prompts independently (the permutation null its signatures record), in place of the PC shares.  The
 untrained null (:data:`CELL_NULLS`) speaks to the signatures too: the same architecture's keys at random
 initialisation, in place of its trained keys."""
-NULLS = CELL_NULLS + LLM_NULLS + SIGNATURE_NULLS
+CUT_NULLS = ("random_axis",)
+"""A language model's edit aimed at nothing in particular: the same projection cut from the same layers' values along
+a random axis instead of the entropy axis (which every cut record measures beside it), in place of the entropy-axis
+cut.  A rule it meets is about cutting an axis, not about the entropy axis."""
+NULLS = CELL_NULLS + LLM_NULLS + SIGNATURE_NULLS + CUT_NULLS
 
 
 def _signature_null(doc: dict[str, Any], null: str) -> dict[str, Any] | None:
@@ -302,6 +306,9 @@ class NullEvidence(Evidence):
       prompts with shuffled labels (nothing else of the record is kept);
     * ``untrained`` / ``permuted``: a language model's signature record (``llm/*-{mixed,math,…}.json``) holds its keys
       at random initialisation / its value manifold's permutation null (:func:`_signature_null`);
+    * ``random_axis``: a language model's cut record (``cut``) holds, as its entropy-axis cut, the same edit along a
+      random axis (everything else of the record is the model's own, so a rule reading nothing of the cut is not
+      measured on it);
     * ``always_certain`` / ``always_uniform``: a SULA record (``llm/*-sula.json``) holds the entropy error of a model
       whose predictive entropy is 0 / log2(L) bits on every prompt (L labels): ``|h − H(posterior)|`` averaged over
       the prompts, from the per-``k`` mean posterior entropies (``0 ≤ H ≤ log2 L``, so the mean of the absolute
@@ -376,6 +383,14 @@ class NullEvidence(Evidence):
             if isinstance(doc, dict) and "key_orthogonality" in doc and "value_manifold" in doc:
                 return _signature_null(doc, self.null)
             return None
+        if self.null == "random_axis" and rel.startswith("llm/"):
+            doc = super().json(rel)
+            cut = (doc or {}).get("cut") if isinstance(doc, dict) else None
+            if not isinstance(cut, dict) or not isinstance(cut.get("random_axis"), dict):
+                return None
+            edited = {k: v for k, v in cut.items() if k != "one_at_a_time"}  # no random cut of one layer alone
+            edited["entropy_axis"] = cut["random_axis"]
+            return {**doc, "cut": edited}
         if name.endswith("-sula.json") and self.null == "no_evidence":
             doc = super().json(rel)
             movement = ((doc or {}).get("geometry") or {}).get("movement") or {}

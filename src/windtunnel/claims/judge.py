@@ -39,7 +39,8 @@ NULL_NAMES = {"context_blind": "the context-blind optimum", "oracle": "the Bayes
               "untrained": "the untrained model", "always_certain": "an always-certain answer",
               "always_uniform": "an always-uniform answer",
               "no_evidence": "the same model on prompts whose labels carry no evidence",
-              "permuted": "the same values with each dimension shuffled across prompts (no shared structure)"}
+              "permuted": "the same values with each dimension shuffled across prompts (no shared structure)",
+              "random_axis": "the same cut along a random axis instead of the entropy axis"}
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,8 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "control was run; *uninformative* — the rule is met (by our number, or by the control that would close a "
         "disagreement) but a trivial predictor (the context-blind optimum, the untrained model, the posterior given "
         "only the latest observation, an always-certain or always-uniform answer, a language model given no evidence, "
-        "its values with no shared structure) meets it too; *not measurable here* — impossible on "
+        "its values with no shared structure, its edit along a random axis) meets it too; *not measurable here* — "
+        "impossible on "
         "these machines. Ours: the mean with each training seed's value, or the value with its 95% interval. "
         f"Convention: where the papers give an error figure, *agree* means our mean is at most {ERROR_FACTOR:g}× it; a "
         "rule whose threshold is ours in any other way is marked †.",
