@@ -30,6 +30,7 @@ from .evidence import NULLS, Evidence, NullEvidence
 
 REDUCED_SCALE = "reduced scale (≈200k-parameter models; bijection at V=10 unless the claim names V=20)"
 SCALES = {"paper/": "the papers' size (the paper preset's 2.68M-parameter cells)",
+          "llm/matched/": "small language models trained here (Llama layout, 4 layers, width 128)",
           "llm/": "production language models (SmolLM2-135M, Gemma-3-270M; 4-bit)",
           "routing/": "Paper II's own small models"}
 """The scale a verdict is judged at, by where its number's files live (the first match; else :data:`REDUCED_SCALE`)."""

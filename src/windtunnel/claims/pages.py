@@ -27,7 +27,7 @@ DETAILS = "claims"
 STATEMENT_CHARS = 80
 OURS_CHARS = 60
 SHORT_SCALE = {REDUCED_SCALE: "reduced", SCALES["paper/"]: "papers' size", SCALES["llm/"]: "LLMs",
-               SCALES["routing/"]: "Paper II models"}
+               SCALES["llm/matched/"]: "small LMs", SCALES["routing/"]: "Paper II models"}
 SHORT_VERDICT = {DISAGREE_CLOSES: "disagree — closes", DISAGREE_PERSISTS: "disagree — persists",
                  DISAGREE_UNCONTROLLED: "disagree — uncontrolled"}
 
