@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..run import grid
 from ..run.grid import SEEDS
-from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURABLE, NOT_MEASURED, Verdict,
+from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, Verdict,
                    claim, declared, fixed, missing, reads)
 from .evidence import Evidence, Measure, geometry_stat, pooled
 from .rows import eval_of, row
@@ -1443,12 +1443,21 @@ def _settle_readings(ev: Evidence, column: str) -> list[tuple[int | None, int | 
 B9_RULE = EachSeed("attention settles before the error")
 
 
+B9_SCHEDULE = Compare("the share of seeds with the frame first at a constant rate", "≥", 0.5)
+"""B9's schedule control: an agreement under a decaying rate that the constant rate reverses is inconclusive."""
+TIMESCALES_CONSTANT = "routing/timescales-constant/timescales.json"
+"""Paper II's timescale experiment with the learning rate held constant after warmup: the schedule control of the
+frame-before-precision ordering (C8's, and B9's)."""
+
+
 @claim("B9", "I", "v1", "abstract", "Frame–precision dissociation: attention settles before the error does",
        "qualitative", "paper", "frame_precision on the main job, from its committed series: the step attention settles "
        "(JS to the final pattern) vs the step the KL settles, settled meaning the change still to come is at most a "
        "tenth of the run's total (in decades for the KL); controls: the main job at the papers' head width (main_dh32), "
-       "task (main_v20) and size (main_paper_size)",
-       B9_RULE, REPRO, rule_note="a KL still falling at the end has not settled; " + ON_PAPER_CELL,
+       "task (main_v20) and size (main_paper_size), and the schedule (Paper II's models at a constant rate, C8's)",
+       B9_RULE, REPRO, rule_note="a KL still falling at the end has not settled; " + ON_PAPER_CELL + "; an agreement "
+       "the constant-rate control reverses (the frame first on fewer than half its seeds) is inconclusive",
+       threshold="settled: at most a tenth of the run's total change still to come",
        cells=reads("main", "main_dh32", "main_paper_size@paper", "main_v20", geometry=True))
 def _b9(ev: Evidence) -> Verdict:
     from ..geometry.dynamics import frame_first
@@ -1466,7 +1475,19 @@ def _b9(ev: Evidence) -> Verdict:
                      f" and attention comes first on {sum(old)} of {len(old)} seeds")
         return B9_RULE.kind(first), f"frame first on {sum(first)} of {len(first)} seeds", said
 
-    return _with_size_controls(ev, rule, "main-job geometry")
+    v = _with_size_controls(ev, rule, "main-job geometry")
+    const = ev.json(TIMESCALES_CONSTANT)
+    if v.kind != AGREE or const is None:
+        return v
+    runs = [const["results"][t]["log_t90_ratio"] for t in ("bijection", "sticky")]
+    firsts, seeds = sum(round(x["frame_first_share"] * x["n"]) for x in runs), sum(x["n"] for x in runs)
+    if B9_SCHEDULE.kind(firsts / seeds) == AGREE:
+        return replace(v, why=f"{v.why}; with the rate held constant after warmup (Paper II's models) the frame still "
+                       f"comes first on {firsts} of {seeds} seeds", files=v.files + (TIMESCALES_CONSTANT,))
+    return replace(v, kind=INCONCLUSIVE, files=v.files + (TIMESCALES_CONSTANT,),
+                   why=f"{v.why}; but every one of these runs decays its learning rate to the end, and with the rate "
+                   f"held constant after warmup (Paper II's models, C8's control) the frame comes first on {firsts} of "
+                   f"{seeds} seeds: the ordering may be the schedule's")
 
 
 B10_RULE = EachSeed("the best probe's KL is at most half the position-only probe's and below the untrained model's")

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .base import AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
-from .paper1 import ON_PAPER_CELL, _with_size_controls
+from .paper1 import ON_PAPER_CELL, TIMESCALES_CONSTANT, _with_size_controls
 from .rows import geometry_of, row
 from .rules import All, AtMost, Compare, EachSeed, Every, EverySeed, Follows, IntervalAbove, IntervalBelow
 
@@ -24,7 +24,6 @@ EM = "routing/em.json"
 DEEP = "routing/deep/em.json"
 DEEP_AUTHORS = "routing/deep-authors/em.json"
 TIMESCALES = "routing/timescales/timescales.json"
-TIMESCALES_CONSTANT = "routing/timescales-constant/timescales.json"
 LAW_TOL = 1e-4
 """Relative error below which the closed-form gradient equals autograd's in float32."""
 LAW_RULE = EverySeed(LAW_TOL, "<", what="the largest relative error")
