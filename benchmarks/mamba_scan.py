@@ -46,9 +46,9 @@ def scan_times(reps: int, device: str = "cpu") -> dict[str, float]:
     if device == "cpu" and cpu_kernel() is not None:
         fns["fused"] = lambda *a: selective_scan(*a, method="fused")
     if device.startswith("cuda"):
-        from windtunnel.models import scan_triton
+        from windtunnel.models.scans import triton_available
 
-        if scan_triton.available(device):  # compiled and checked against the reference on this GPU
+        if triton_available(device):  # compiled and checked against the reference on this GPU
             fns["triton"] = lambda *a: selective_scan(*a, method="triton")
     out = {}
     for name, fn in fns.items():

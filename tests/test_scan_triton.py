@@ -20,8 +20,7 @@ pytest.importorskip("triton")
 CHECKS = r"""
 import json, torch
 from windtunnel import models, tasks
-from windtunnel.models import scan_triton
-from windtunnel.models.scans import selective_scan, selective_scan_ref
+from windtunnel.models.scans import selective_scan, selective_scan_ref, triton_self_check
 
 def inputs(B, T, Di, N, scale, seed):
     g = torch.Generator().manual_seed(seed)
@@ -64,7 +63,7 @@ out["model"] = {"logits": float((losses["triton"][0] - losses["loop"][0]).abs().
 with torch.autocast("cpu", dtype=torch.bfloat16):
     mixed = model(**ep.inputs)
 out["model"]["bf16_finite"] = bool(torch.isfinite(mixed.float()).all())
-out["self_check"] = scan_triton.self_check("cpu")
+out["self_check"] = triton_self_check("cpu")
 print(json.dumps(out))
 """
 

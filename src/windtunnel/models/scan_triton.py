@@ -14,13 +14,12 @@ the per-channel ones directly, the ones summed over channels (``B``, ``C``) or o
 
 Everything is computed in float32.  Triton ships with PyTorch's CUDA wheels; ``TRITON_INTERPRET=1`` runs the same
 kernels on a CPU (slowly), which is how the tests hold them to the reference scan on machines without a GPU.
-:func:`available` says whether this device can use them: Triton imports and, on first use per device, the kernels
-reproduce the reference scan's values and gradients on a small random problem (:func:`self_check`).
+:func:`windtunnel.models.scans.triton_available` says whether a device uses them: Triton imports and, on first use
+per device, the kernels reproduce the reference scan's values and gradients on a small random problem.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -146,41 +145,3 @@ def selective_scan_triton(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor,
     if triton is None:
         raise RuntimeError("the Triton scan needs Triton (it ships with PyTorch's CUDA wheels)")
     return TritonScan.apply(u, delta, A, B, C, D)
-
-
-def self_check(device: torch.device | str, tolerance: float = 1e-3) -> str | None:
-    """``None`` when the Triton scan reproduces the reference scan on ``device`` — values and every gradient, on a
-    small random problem with uneven sizes (channels not a multiple of a block, ``N`` not a power of two) — else
-    what differed.  Relative to each output's largest magnitude."""
-    from .scans import selective_scan_ref
-
-    g = torch.Generator().manual_seed(0)
-    Bsz, T, Di, N = 2, 7, BLOCK_D + 5, 5
-    shapes = {"u": (Bsz, T, Di), "delta": (Bsz, T, Di), "A": (Di, N), "B": (Bsz, T, N), "C": (Bsz, T, N), "D": (Di,)}
-    base = {k: torch.randn(*s, generator=g, dtype=torch.float64) for k, s in shapes.items()}
-    base["delta"] = torch.nn.functional.softplus(base["delta"])
-    base["A"] = -torch.exp(base["A"])
-    weight = torch.randn(Bsz, T, Di, generator=g, dtype=torch.float64)
-    grads = []
-    for fn, dev, dtype in ((selective_scan_ref, "cpu", torch.float64), (selective_scan_triton, device, torch.float32)):
-        xs = {k: v.to(dev, dtype, copy=True).requires_grad_() for k, v in base.items()}
-        y = fn(*xs.values())
-        (y * weight.to(dev, dtype)).sum().backward()
-        grads.append({"y": y.detach().double().cpu(), **{k: v.grad.double().cpu() for k, v in xs.items()}})
-    for k, ref in grads[0].items():
-        err = float((grads[1][k] - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
-        if not err <= tolerance:
-            return f"{k} differs from the reference by {err:.2g} (relative)"
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def available(device: str) -> bool:
-    """Whether ``device`` runs the Triton scan: a GPU, Triton importable, and :func:`self_check` passed there (once
-    per device and process)."""
-    if triton is None or not device.startswith("cuda"):
-        return False
-    try:
-        return self_check(device) is None
-    except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
-        return False

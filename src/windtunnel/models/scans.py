@@ -28,6 +28,7 @@ All are tested against the reference (values and every gradient).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -333,9 +334,49 @@ def _triton_takes(u: torch.Tensor, A: torch.Tensor, return_states: bool) -> bool
     for, and every state's index within 32 bits."""
     if return_states or u.device.type != "cuda" or u.dtype != torch.float32 or u.numel() * A.shape[1] >= 2**31:
         return False
-    from .scan_triton import available
+    return triton_available(str(u.device))
 
-    return available(str(u.device))
+
+def _triton_scan(*args: torch.Tensor) -> torch.Tensor:
+    from .scan_triton import selective_scan_triton  # Triton imports only where it is used
+
+    return selective_scan_triton(*args)
+
+
+def triton_self_check(device: torch.device | str, tolerance: float = 1e-3) -> str | None:
+    """``None`` when the Triton scan (:mod:`windtunnel.models.scan_triton`) reproduces the reference scan on
+    ``device`` — values and every gradient, on a small random problem with uneven sizes (37 channels, not a multiple
+    of a block; ``N`` = 5, not a power of two) — else what differed, relative to each output's largest magnitude."""
+    g = torch.Generator().manual_seed(0)
+    Bsz, T, Di, N = 2, 7, 37, 5
+    shapes = {"u": (Bsz, T, Di), "delta": (Bsz, T, Di), "A": (Di, N), "B": (Bsz, T, N), "C": (Bsz, T, N), "D": (Di,)}
+    base = {k: torch.randn(*s, generator=g, dtype=torch.float64) for k, s in shapes.items()}
+    base["delta"] = torch.nn.functional.softplus(base["delta"])
+    base["A"] = -torch.exp(base["A"])
+    weight = torch.randn(Bsz, T, Di, generator=g, dtype=torch.float64)
+    grads = []
+    for fn, dev, dtype in ((selective_scan_ref, "cpu", torch.float64), (_triton_scan, device, torch.float32)):
+        xs = {k: v.to(dev, dtype, copy=True).requires_grad_() for k, v in base.items()}
+        y = fn(*xs.values())
+        (y * weight.to(dev, dtype)).sum().backward()
+        grads.append({"y": y.detach().double().cpu(), **{k: v.grad.double().cpu() for k, v in xs.items()}})
+    for k, ref in grads[0].items():
+        err = float((grads[1][k] - ref).abs().max() / ref.abs().max().clamp_min(1e-12))
+        if not err <= tolerance:
+            return f"{k} differs from the reference by {err:.2g} (relative)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def triton_available(device: str) -> bool:
+    """Whether ``device`` runs the Triton scan: a GPU, Triton importable, and :func:`triton_self_check` passed there
+    (once per device and process)."""
+    if not device.startswith("cuda"):
+        return False
+    try:
+        return triton_self_check(device) is None
+    except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
+        return False
 
 
 # --- the causal convolution ------------------------------------------------------------------------
