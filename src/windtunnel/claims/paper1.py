@@ -807,8 +807,9 @@ def _a22(ev: Evidence) -> Verdict:
                    f"transformer ≥ Mamba: {first}; Mamba > LSTM: {second}", files=_cited(t, m, l))
 
 
-A23_RULE = All(Compare("Mamba's recall accuracy", "<", "the transformer's"),
-               Compare("Mamba's sawtooth error", ">", "the transformer's"))
+A23_RULE = All(Ordered("Mamba's recall accuracy", "the transformer"),
+               Ordered("the transformer's sawtooth error", "Mamba"))
+"""Each comparison by its intervals over seeds (a mean never decides a claim its seeds split on)."""
 
 
 @claim("A23", "I", "v3", "abstract", "Mamba struggles with binding; only the transformer realises all three primitives",
@@ -828,7 +829,7 @@ def _a23(ev: Evidence) -> Verdict:
     if rung is not None:
         pairs, mr, tr = rung
     ladder = _binding_ladder(ev)
-    return Verdict(A23_RULE.kind((mr.value, tr.value), (ms.value, ts.value)),
+    return Verdict(A23_RULE.kind((mr, tr), (ts, ms)),
                    f"recall at {pairs} pairs {mr.value:.1%} vs {tr.value:.1%}; sawtooth {ms.value:.4f} vs {ts.value:.4f} bits",
                    f"binding vs size, recall accuracy by stored pairs (3 seeds): {ladder}" if ladder else
                    "binding was tested at 8 pairs over 16 tokens only (the papers: 64 over 256)",
@@ -1355,8 +1356,9 @@ def _b6(ev: Evidence) -> Verdict:
     return Verdict(kind, Measure(first.value, first.ci, first.seeds, first.values, files), said)
 
 
-B7_RULE = All(Compare("PC1's share of the variance (seed mean)", "≥", 0.5), Compare("|ρ| (seed mean)", "≥", 0.5),
+B7_RULE = All(EverySeed(0.5, "≥", "PC1's share of the variance"), EverySeed(0.5, "≥", "|ρ|"),
               EachSeed("|ρ| is above the untrained model's"))
+"""Seed by seed (a mean never decides a claim its seeds split on)."""
 
 
 @claim("B7", "I", "v1", "abstract; P3 §4.4", "A low-dimensional value manifold parameterised by posterior entropy",
@@ -1380,7 +1382,7 @@ def _b7(ev: Evidence) -> Verdict:
     pc2 = ev.geometry(col, "transformer", SEEDS, "value_manifold.final_resid_spearman_pc2_entropy")
     if pc1 is None or rho is None or un is None:
         return missing("sawtooth geometry (value_manifold version 2)")
-    kind = B7_RULE.kind(pc1.value, rho.value, [r > u for r, u in zip(rho.values, un.values)])
+    kind = B7_RULE.kind(pc1, rho, [r > u for r, u in zip(rho.values, un.values)])
     return Verdict(kind, pc1, f"PC1 share of the last attention output; |ρ| {rho.text()} "
                    f"(untrained {un.value:.2f})" + (f"; the residual stream's PC2 tracks H with |ρ| {pc2.text()}" if pc2 else ""))
 
