@@ -90,8 +90,19 @@ def _link(cid: str, details: str) -> str:
     return f"[{cid}]({details}/{cid}.md)"
 
 
+def _not_a_claim(j: Judgement) -> str:
+    """``"not a claim of the papers; "`` where the number a claim is judged against is a criterion of the authors'
+    code, not the papers' text (the front page counts it, and says so)."""
+    return "not a claim of the papers; " if j.claim.provenance == "not-a-claim" else ""
+
+
+def _named(j: Judgement, details: str) -> str:
+    note = _not_a_claim(j)
+    return _link(j.claim.id, details) + (f" ({note[:-2]})" if note else "")
+
+
 def _ids(js: Iterable[Judgement], details: str) -> str:
-    return ", ".join(_link(j.claim.id, details) for j in js) or "none"
+    return ", ".join(_named(j, details) for j in js) or "none"
 
 
 def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[str]:
@@ -106,10 +117,10 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         f"- **Reproduced — {len(by[AGREE])}**: {_ids(by[AGREE], details)}"
         + (f"; at the papers' size: {_ids(at_paper, details)}." if at_paper else "."),
         f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}**: "
-        + "; ".join(f"{_link(j.claim.id, details)} ({', '.join(j.verdict.controls)})"
+        + "; ".join(f"{_link(j.claim.id, details)} ({_not_a_claim(j)}{', '.join(j.verdict.controls)})"
                     for j in by[DISAGREE_PERSISTS]) + ".",
         f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
-        + "; ".join(f"{_link(j.claim.id, details)} (closes under {j.verdict.closed_by})"
+        + "; ".join(f"{_link(j.claim.id, details)} ({_not_a_claim(j)}closes under {j.verdict.closed_by})"
                     for j in by[DISAGREE_CLOSES]) + ".",
         f"- **Disagree, never controlled — {len(by[DISAGREE_UNCONTROLLED])}**: {_ids(by[DISAGREE_UNCONTROLLED], details)}.",
         f"- **Uninformative: a trivial predictor meets the rule too — {len(by[UNINFORMATIVE])}**: "
