@@ -76,12 +76,14 @@ def _d3(ev: Evidence) -> Verdict:
     files = (f"{LLM}-docs.json", f"{GEMMA}-docs.json") + ((f"{LLM}-mixed.json", f"{GEMMA}-mixed.json") if d and g else ())
     m = Measure(vm["pc1_pc2_share"], None, None, (), files)
     ok = D3_RULE.kind([m, Measure(vg["pc1_pc2_share"])]) == AGREE
+    # as for every language-model claim, the second model is the control: both below the bar persists under it
+    both = all(D3_RULE.rule.kind(x) == DISAGREE for x in (m, Measure(vg["pc1_pc2_share"])))
     beside = (f"; unstratified mixed prompts: {d['value_manifold']['pc1_pc2_share']:.3f} / "
               f"{g['value_manifold']['pc1_pc2_share']:.3f}") if d and g else ""
     return Verdict(AGREE if ok else DISAGREE, m, f"stratified docs pool, SmolLM2 shown (permutation null "
                    f"{vm['pc1_pc2_share_null']:.3f}); Gemma-3-270M {vg['pc1_pc2_share']:.3f} (null "
                    f"{vg['pc1_pc2_share_null']:.3f}){beside}; 4-bit models of 135M–270M, so size and quantisation "
-                   "remain confounded")
+                   "remain confounded", controls=("model",) if both else ())
 
 
 D4_RULE = Compare("the maths share − the mixed share", ">", "the same difference of their nulls")
