@@ -18,24 +18,13 @@ import json
 import multiprocessing as mp
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from windtunnel.run import grid
+from common import cell_arguments, quick_cell_configs
 from windtunnel.training.stacked import train_stacked
 from windtunnel.training.loop import TrainConfig, train
-
-
-def _configs(column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:
-    cfgs = []
-    for s in range(seeds):
-        c = grid.Cell("quick", column, arch, s).config()
-        c.update(steps=steps, eval_every=10**9, ckpt_every=10**9, ckpt_minutes=0, log_checkpoints=False,
-                 log_every=steps, progress=False, device=device)
-        cfgs.append(TrainConfig(**{k: v for k, v in c.items() if k in TrainConfig.__dataclass_fields__}))
-    return cfgs
 
 
 def _alone(args: tuple[dict, str, int]) -> float:
@@ -48,15 +37,10 @@ def _alone(args: tuple[dict, str, int]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--column", default="main")
-    ap.add_argument("--arch", default="transformer")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=150)
+    cell_arguments(ap, steps=150, seeds=3)
     ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--json")
     args = ap.parse_args()
-    cfgs = _configs(args.column, args.arch, args.seeds, args.steps, args.device)
+    cfgs = quick_cell_configs(args.column, args.arch, args.seeds, args.steps, args.device)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         torch.set_num_threads(args.cores)

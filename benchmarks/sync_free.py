@@ -24,20 +24,10 @@ from pathlib import Path
 
 import torch
 
-from windtunnel.run import grid
+from common import cell_arguments, quick_cell_configs
 from windtunnel.training import optim
 from windtunnel.training.loop import TrainConfig, train
 from windtunnel.training.stacked import train_stacked
-
-
-def _configs(column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:
-    cfgs = []
-    for s in range(seeds):
-        c = grid.Cell("quick", column, arch, s).config()
-        c.update(steps=steps, eval_every=10**9, ckpt_every=10**9, ckpt_minutes=0, log_checkpoints=False,
-                 log_every=steps, progress=False, device=device)
-        cfgs.append(TrainConfig(**{k: v for k, v in c.items() if k in TrainConfig.__dataclass_fields__}))
-    return cfgs
 
 
 def _timed(cfgs: list[TrainConfig], root: Path, read_back: bool) -> float:
@@ -63,15 +53,10 @@ def _timed(cfgs: list[TrainConfig], root: Path, read_back: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--column", default="main")
-    ap.add_argument("--arch", default="transformer")
-    ap.add_argument("--steps", type=int, default=300)
+    cell_arguments(ap, steps=300, seeds=1)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--json")
     args = ap.parse_args()
-    cfgs = _configs(args.column, args.arch, args.seeds, args.steps, args.device)
+    cfgs = quick_cell_configs(args.column, args.arch, args.seeds, args.steps, args.device)
     walls: dict[str, list[float]] = {"read_back": [], "sync_free": []}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps + 1):  # the first pair warms the allocator and kernels up, and is not counted
