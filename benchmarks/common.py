@@ -93,3 +93,14 @@ def cell_arguments(ap, steps: int, seeds: int) -> None:  # noqa: ANN001 - an arg
     ap.add_argument("--steps", type=int, default=steps)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json")
+
+
+def report(out: dict, path: str | None) -> None:
+    """Print a benchmark's record and, where ``path`` is given, write it there as JSON."""
+    import json
+    from pathlib import Path
+
+    print(json.dumps(out, indent=1))
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(out, indent=1) + "\n")

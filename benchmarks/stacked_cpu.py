@@ -14,7 +14,6 @@ the steps per second each member made.  Every run writes its own run folder unde
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import tempfile
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from common import cell_arguments, quick_cell_configs
+from common import cell_arguments, quick_cell_configs, report
 from windtunnel.training.stacked import train_stacked
 from windtunnel.training.loop import TrainConfig, train
 
@@ -58,10 +57,7 @@ def main() -> None:
            "stacked_wall_s": stacked, "separate_wall_s": separate, "separate_each_s": each,
            "speedup_stacked_over_separate": separate / stacked,
            "member_steps_per_s": {"stacked": args.steps / stacked, "separate": args.steps / separate}}
-    print(json.dumps(out, indent=1))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    report(out, args.json)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ already, so the ratio measures only the cost of the check itself (≈ 1); on a G
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from common import cell_arguments, quick_cell_configs
+from common import cell_arguments, quick_cell_configs, report
 from windtunnel.training import optim
 from windtunnel.training.loop import TrainConfig, train
 from windtunnel.training.stacked import train_stacked
@@ -71,10 +70,7 @@ def main() -> None:
            "wall_s": walls, "median_wall_s": median,
            "steps_per_s": {k: args.steps / v for k, v in median.items()},
            "speedup_sync_free_over_read_back": median["read_back"] / median["sync_free"]}
-    print(json.dumps(out, indent=1))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    report(out, args.json)
 
 
 if __name__ == "__main__":
