@@ -70,6 +70,7 @@ row("A1", "I", "v1, v3", "abstract",
     "Small transformers reproduce the Bayesian posterior with 10⁻³–10⁻⁴ bit accuracy (bijection elimination)",
     "10⁻³–10⁻⁴ bits", "paper", "entropy_mae_curve (bits), main job, 3 seeds", IntervalBelow(0.01, "bits"), REPRO,
     read=eval_of("main", "entropy_mae_curve", what="main-job cells"), rule_note="0.01 bits is the 10⁻³ decade or better",
+    threshold="below 0.01 bits: '10⁻³–10⁻⁴' read as an order of magnitude (1.5× the 10⁻³ end would be 0.0015)",
     why=lambda m: f"upper bound {(m.ci[1] if m.ci else m.value):.2g} bits; V=10, 200k parameters")
 
 
@@ -355,7 +356,7 @@ A9_RULE = AtLeast(547, "our ratio")
 
 @claim("A9", "I", "v1", "Table 1", "MLP / transformer separation on HMM", "≈ 5,467×", "secondary",
        "ratio of kl: mlp_pointwise / transformer (table)", A9_RULE, TABLE, derived="A6",
-       rule_note="547 is one decade below the papers' 5,467")
+       rule_note="547 is one decade below the papers' 5,467", threshold="at least 547×, a decade below the papers' figure")
 def _a9(ev: Evidence) -> Verdict:
     mlp, tr = ev.table("hmm", "mlp_pointwise", "kl"), ev.table("hmm", "transformer", "kl")
     if mlp is None or tr is None:
@@ -1270,7 +1271,7 @@ def _b3(ev: Evidence) -> Verdict:
 @claim("B3b", "I", "v1", "geometry and ablation", "The single layer-0 frame head on Paper I's own layout (one vocabulary, "
        "a query token before each key)", "> 10×, one head", "code",
        "head_ablation on the main job's recipe trained on bijection_query, 3 seeds", B3_RULE, REPRO,
-       cells=reads("main_query", geometry=True))
+       threshold="the top head at least 2× the runner-up", cells=reads("main_query", geometry=True))
 def _b3b(ev: Evidence) -> Verdict:
     r = _frame_head(ev, "main_query")
     if r is None:
