@@ -102,3 +102,16 @@ def test_the_triton_scan_refuses_what_it_cannot_do_in_one_line() -> None:
             selective_scan(*xs, method="triton")
     with pytest.raises(ValueError, match="does not return the states"):
         selective_scan(*xs, method="triton", return_states=True)
+
+
+def test_a_mamba_asking_for_the_triton_scan_where_nothing_runs_it_is_refused_before_its_folder(tmp_path) -> None:
+    """``scan_method = "triton"`` on a machine with no CUDA device (and no interpreter asked for): one line, exit 2,
+    and no run folder left behind."""
+    from windtunnel.cli import main
+
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("a device here runs the Triton scan")
+    config = tmp_path / "c.toml"
+    config.write_text('task = "bijection"\narch = "mamba"\nsteps = 5\n[model]\nscan_method = "triton"\n')
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()

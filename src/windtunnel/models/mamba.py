@@ -29,6 +29,7 @@ this module is the model.  The selection is hooked as ``blocks.{l}.hook_delta`` 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -72,6 +73,10 @@ class MambaConfig(ModelConfig):
         _check(0 < self.dt_min <= self.dt_max, "dt_min", "in (0, dt_max]")
         _check(self.scan in SCANS, "scan", " | ".join(SCANS))
         _check(self.scan_method in SCAN_METHODS, "scan_method", " | ".join(SCAN_METHODS))
+        # refused here, before a run folder is made, where no device could run it
+        _check(self.scan_method != "triton" or torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+               "scan_method", "a scan this machine runs ('triton' needs a CUDA device, or TRITON_INTERPRET=1 for Triton's "
+               "CPU interpreter)")
 
     @property
     def inner(self) -> int:
