@@ -158,6 +158,34 @@ def test_sula_prompts_carry_the_exact_noisy_label_posterior() -> None:
     assert all(i["text"].count(":") == 1 for i in sula.prompts(setup, ("dax", "wug"), "no_evidence"))
 
 
+def test_k_only_rho_is_the_best_any_function_of_k_reaches() -> None:
+    """The length-only null of a SULA correlation: brute force over every map of the example counts to numbers (here
+    three counts and levels 0..2, 27 maps, each a weak ordering or a relabelling of one), none beats it and one
+    reaches it; and where the exact entropy is a function of k (one example count per level of H), it is 1."""
+    import itertools
+
+    from windtunnel.evaluation.stats import spearman
+
+    setup = sula.SulaSetup(ks=(0, 2, 5), per_k=12, seed=3)
+    H, ks = sula.bayes_entropy(setup)
+    best = max(abs(spearman(torch.tensor([g[(0, 2, 5).index(int(k))] for k in ks], dtype=torch.float64), H) or 0.0)
+               for g in itertools.product(range(3), repeat=3))
+    assert sula.k_only_rho(setup) == pytest.approx(best, abs=1e-12)
+    assert sula.k_only_rho(setup) >= abs(spearman(ks.double(), H)) - 1e-12
+    assert sula.k_only_rho(sula.SulaSetup(ks=(0, 1), per_k=8)) == pytest.approx(1.0)  # H(k=0) = 1, H(k=1) one value
+
+
+def test_the_exact_posteriors_state_moves_with_k_unless_the_labels_carry_nothing() -> None:
+    """The exact posterior as a state: masking the carriers leaves it where the normal prompts put it (the Bayes model
+    ignores carriers), shuffled labels and no evidence leave it at 1 bit on every prompt (no movement)."""
+    setup = sula.SulaSetup(ks=(0, 1, 2, 4), per_k=10)
+    normal = sula.oracle_movement(setup, "normal")
+    assert normal < -0.5 and sula.oracle_movement(setup, "masked") == pytest.approx(normal)
+    assert sula.oracle_movement(setup, "shuffled") == 0.0 and sula.oracle_movement(setup, "no_evidence") == 0.0
+    H, _ = sula.bayes_entropy(setup, "shuffled")
+    assert torch.all(H == 1.0)
+
+
 def test_sula_scores_by_hand() -> None:
     exact = torch.tensor([0.5, 0.9], dtype=torch.float64)
     model = torch.tensor([0.5, 0.5], dtype=torch.float64)

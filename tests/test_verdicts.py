@@ -14,7 +14,7 @@ from windtunnel import claims
 from windtunnel.claims import pages as render
 from windtunnel.claims.base import Claim, Verdict
 from windtunnel.claims.evidence import NULLS, Evidence, Measure, NullEvidence
-from windtunnel.claims.judge import REDUCED_SCALE, judge, null_evidence
+from windtunnel.claims.judge import EXACT_NULLS, REDUCED_SCALE, judge, null_evidence
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -36,7 +36,7 @@ def test_no_claim_agrees_where_a_trivial_predictor_meets_its_rule(judgements) ->
     an always-certain / always-uniform answer (for a claim that a model fails: never met by the Bayes oracle), and a
     claim whose rule such a null meets is *uninformative*, the null's number in its reason."""
     for cid, j in judgements.items():
-        trivial = [r for r in j.nulls if (r.null == "oracle") == j.claim.asserts_failure]
+        trivial = [r for r in j.nulls if (r.null in ("oracle",) + EXACT_NULLS) == j.claim.asserts_failure]
         if j.kind == claims.AGREE:
             assert not any(r.meets for r in trivial), (cid, j.nulls)
         if j.raw.kind == claims.AGREE and any(r.meets for r in trivial):
@@ -324,3 +324,35 @@ def test_a_cut_that_changes_nothing_along_any_axis_says_nothing_of_the_entropy_a
     assert {r.null: r.meets for r in d23.nulls}["random_axis"]
     if d23.raw.kind == claims.AGREE:
         assert d23.kind == claims.UNINFORMATIVE and "random axis" in d23.verdict.why
+
+
+def test_a_correlation_with_the_bayesian_entropy_that_prompt_length_explains_is_uninformative(judgements) -> None:
+    """D14 (|ρ(PC1, H_Bayes)| over the SULA prompts) and D24's |ρ| part: the exact entropy falls with the number of
+    examples, so a PC1 that only counts them correlates with it — by hand from the committed setup, better than the
+    models' PC1 does.  The k-only null reads that number and meets both rules: uninformative, the null named."""
+    from windtunnel.evaluation.stats import spearman
+    from windtunnel.llm.sula import SulaSetup, bayes_entropy
+
+    rel = "llm/smollm2-135m-instruct-q4-sula.json"
+    doc = json.loads((RESULTS / rel).read_text())
+    H, ks = bayes_entropy(SulaSetup(**doc["setup"]))
+    by_count = abs(spearman(ks.double(), H))  # one function of k: the count itself
+    assert by_count > doc["geometry"]["pc1_vs_bayes_entropy"]["rho"]
+    null = NullEvidence(RESULTS, null="k_only").json(rel)["geometry"]["pc1_vs_bayes_entropy"]
+    assert null["rho"] >= by_count - 1e-12 and null["ci"] == [null["rho"], null["rho"]]
+    for cid in ("D14", "D24"):
+        j = judgements[cid]
+        assert {r.null: r.meets for r in j.nulls}["k_only"], cid
+        assert j.kind == claims.UNINFORMATIVE and "how many examples" in j.verdict.why, cid
+
+
+def test_a_rule_exact_inference_fails_does_not_test_inference(judgements) -> None:
+    """D18 ("masking the carrier words leaves no movement"): the Bayes model ignores carriers, so with them masked
+    the exact posterior moves with k exactly as on the normal prompts, and the exact posterior taken as the state
+    fails "no movement" — a model that moves is doing what exact inference does.  Uninformative, not a persisting
+    disagreement; D17 (shuffled labels), which exact inference meets, keeps its verdict."""
+    d18, d17 = judgements["D18"], judgements["D17"]
+    assert {r.null: r.kind for r in d18.nulls}["bayes_state"] == claims.DISAGREE
+    assert d18.raw.kind == claims.DISAGREE and d18.kind == claims.UNINFORMATIVE and "exact" in d18.verdict.why
+    assert {r.null: r.kind for r in d17.nulls}["bayes_state"] == claims.AGREE
+    assert d17.kind == claims.DISAGREE_PERSISTS

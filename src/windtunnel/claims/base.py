@@ -37,7 +37,8 @@ VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UN
 * *disagree — uncontrolled* — no control was ever run for it: the weakest kind of disagreement;
 * *uninformative* — the rule is met (by our number, or by the control that would close a disagreement), but a
   trivial predictor meets it too (the context-blind optimum, the posterior given only the latest observation, the
-  untrained model, an always-certain or always-uniform answer): the rule cannot tell them apart;
+  untrained model, an always-certain or always-uniform answer, a representation of a prompt's length alone): the
+  rule cannot tell them apart; or the rule is failed, and exact inference fails it too: it does not test inference;
 * *not measured* — no committed artifact yet; *not measurable here* — impossible on these machines."""
 
 DISAGREE = "disagree"

@@ -254,11 +254,15 @@ CELL_NULLS = REFERENCE_NULLS + ("untrained",)
 """The nulls read from a cell's own files: the reference predictors (:data:`REFERENCE_NULLS`) in place of the
 model's ``eval.json``, and the untrained model in place of its ``geometry.json`` (the statistics of
 :data:`UNTRAINED_OF`)."""
-LLM_NULLS = ("always_certain", "always_uniform", "no_evidence")
+LLM_NULLS = ("always_certain", "always_uniform", "no_evidence", "k_only", "bayes_state")
 """The trivial answers to a language model's in-context task: all mass on one label (entropy 0) and the same mass on
-every label (entropy log2 of their number), in place of the model's entropies in a SULA record; and the model itself
+every label (entropy log2 of their number), in place of the model's entropies in a SULA record; the model itself
 on prompts whose labels carry no evidence (shuffled: the exact posterior stays at 1 bit), in place of its movement
-along PC1 on the normal prompts."""
+along PC1 on the normal prompts; and a representation that knows only how many examples a prompt shows (the best
+any function of k does, :func:`~windtunnel.llm.sula.k_only_rho`), in place of PC1's correlation with the exact
+posterior entropy (which falls with k on these prompts).  Beside them, not trivial but exact: ``bayes_state``, the
+exact posterior taken as the model's state, moving with k as ρ(k, H_Bayes) of each condition's prompts — what a
+model doing exact inference would show (a rule it fails does not test inference)."""
 SIGNATURE_NULLS = ("permuted",)
 """A language model's value manifold with no shared structure: each dimension of its final-token values shuffled
 across prompts independently (the permutation null its signatures record), in place of the PC shares.  The
@@ -309,6 +313,9 @@ class NullEvidence(Evidence):
     * ``random_axis``: a language model's cut record (``cut``) holds, as its entropy-axis cut, the same edit along a
       random axis (everything else of the record is the model's own, so a rule reading nothing of the cut is not
       measured on it);
+    * ``k_only``: a SULA record's (and the cross-model record's) correlation of PC1 with the exact posterior entropy is
+      the best that a function of k alone reaches on the same prompts (nothing else of a SULA record is kept);
+    * ``bayes_state``: a SULA record's movement along k under each condition is the exact posterior's, ρ(k, H_Bayes);
     * ``always_certain`` / ``always_uniform``: a SULA record (``llm/*-sula.json``) holds the entropy error of a model
       whose predictive entropy is 0 / log2(L) bits on every prompt (L labels): ``|h − H(posterior)|`` averaged over
       the prompts, from the per-``k`` mean posterior entropies (``0 ≤ H ≤ log2 L``, so the mean of the absolute
@@ -391,6 +398,8 @@ class NullEvidence(Evidence):
             edited = {k: v for k, v in cut.items() if k != "one_at_a_time"}  # no random cut of one layer alone
             edited["entropy_axis"] = cut["random_axis"]
             return {**doc, "cut": edited}
+        if self.null in ("k_only", "bayes_state") and rel.startswith("llm/"):
+            return self._task_only(super().json(rel), name)
         if name.endswith("-sula.json") and self.null == "no_evidence":
             doc = super().json(rel)
             movement = ((doc or {}).get("geometry") or {}).get("movement") or {}
@@ -412,4 +421,30 @@ class NullEvidence(Evidence):
                 mae = sum(row["entropy_mae"] for row in by_k.values()) / len(by_k)
                 conditions[cname] = {"entropy_mae": mae, "entropy_mae_ci": [mae, mae], "by_k": by_k}
             return {"labels": doc.get("labels"), "setup": doc.get("setup"), "conditions": conditions}
+        return None
+
+    def _task_only(self, doc: Any, name: str) -> dict[str, Any] | None:
+        """A SULA record (``…-sula.json``) or a cross-model record on the SULA prompts (``global-…``) as a null
+        that the task's exact posteriors alone define (``k_only``, ``bayes_state``): nothing of it is the model's but
+        what the null leaves standing."""
+        from ..llm.sula import SulaSetup, k_only_rho, oracle_movement
+
+        if not isinstance(doc, dict) or not isinstance(doc.get("setup"), dict):
+            return None
+        setup = SulaSetup(**doc["setup"])
+        if name.endswith("-sula.json") and isinstance(doc.get("geometry"), dict):
+            g = doc["geometry"]
+            if self.null == "k_only":
+                r = k_only_rho(setup)
+                return {"labels": doc.get("labels"), "setup": doc["setup"],
+                        "geometry": {"layer": g.get("layer"), "pc1_vs_bayes_entropy": {"rho": r, "ci": [r, r]}}}
+            movement = {}
+            for c in g.get("movement") or {}:
+                r = oracle_movement(setup, c)
+                movement[c] = {"rho": r, "ci": [r, r], "pc1_by_k": {}}
+            return {"labels": doc.get("labels"), "setup": doc["setup"],
+                    "geometry": {"layer": g.get("layer"), "movement": movement}}
+        if name.startswith("global-") and self.null == "k_only" and "rho_global_pc1_bayes_entropy" in doc:
+            r = k_only_rho(setup)  # the model's shares stand: only PC1's scores are replaced by a function of k
+            return {**doc, "rho_global_pc1_bayes_entropy": {"rho": r, "rho_ci": [r, r]}}
         return None

@@ -14,6 +14,9 @@ A claim's ``assess`` applies its rule to our number and returns a raw :class:`Ve
 2. **A disagreement says what controls it.**  A raw *disagree* that names the controls it consulted
    (``Verdict.controls``) *persists under controls*; one that names none is *uncontrolled*.  A control that meets
    the rule where the claim's own cell does not has already made it *closes under a control*.
+   A disagreement with a rule that exact inference fails too (:data:`EXACT_NULLS`: the exact posterior taken as a
+   language model's state) is *uninformative* as well: the rule asks for something exact inference does not do, so
+   failing it says nothing about inference.
 3. **The scale is stated**: the papers' size where the verdict was judged on a paper-size cell, the production
    language models for Paper III's, reduced scale otherwise.
 """
@@ -41,7 +44,15 @@ NULL_NAMES = {"context_blind": "the context-blind optimum", "oracle": "the Bayes
               "always_uniform": "an always-uniform answer",
               "no_evidence": "the same model on prompts whose labels carry no evidence",
               "permuted": "the same values with each dimension shuffled across prompts (no shared structure)",
-              "random_axis": "the same cut along a random axis instead of the entropy axis"}
+              "random_axis": "the same cut along a random axis instead of the entropy axis",
+              "k_only": "a representation that knows only how many examples the prompt shows",
+              "bayes_state": "the exact posterior as the model's state (what exact inference would show)"}
+
+
+EXACT_NULLS = ("bayes_state",)
+"""The nulls that stand for exact inference itself rather than a trivial predictor: a rule one of them fails (where
+the claim does not say a model fails) does not test inference.  (The Bayes oracle of a cell is not among them: it
+replaces every model of a comparison at once, so a ratio or an ablation of it says nothing.)"""
 
 
 @dataclass(frozen=True)
@@ -112,13 +123,17 @@ def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = Non
     raw = claim.assess(ev)
     readings = () if raw.kind in (NOT_MEASURED, NOT_MEASURABLE) else read_nulls(claim, nulls or null_evidence(ev), raw)
     v = raw
-    if raw.kind == DISAGREE:
+    exact_fails = not claim.asserts_failure and any(r.null in EXACT_NULLS and r.kind == DISAGREE for r in readings)
+    if raw.kind == DISAGREE and exact_fails:  # a rule exact inference fails does not test inference
+        why = "the exact posterior taken as the model's state fails the rule too: it does not ask for what exact inference does"
+        v = replace(raw, kind=UNINFORMATIVE, why=f"{raw.why}; {why}" if raw.why else why)
+    elif raw.kind == DISAGREE:
         v = replace(raw, kind=DISAGREE_PERSISTS if raw.controls else DISAGREE_UNCONTROLLED)
     elif raw.kind in (AGREE, DISAGREE_CLOSES):  # a rule met (by ours, or by the closing control) must be able to fail
         if claim.asserts_failure:
-            able = [r for r in readings if r.null == "oracle"]
+            able = [r for r in readings if r.null in ("oracle",) + EXACT_NULLS]
         else:
-            able = [r for r in readings if r.null != "oracle"]
+            able = [r for r in readings if r.null not in ("oracle",) + EXACT_NULLS]
         met = [r for r in able if r.meets]
         if met:
             who = "; ".join(f"{NULL_NAMES[r.null]} {r.ours}" for r in met)

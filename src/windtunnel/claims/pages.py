@@ -17,7 +17,7 @@ from typing import Iterable
 from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_MEASURABLE,
                    NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
 from .evidence import Measure, _g
-from .judge import NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
+from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
 from .rules import ERROR_FACTOR
 
 SECTIONS = {"A": "Paper I — behaviour", "B": "Paper I — mechanism and geometry", "C": "Paper II — gradient dynamics",
@@ -175,7 +175,8 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "control was run; *uninformative* — the rule is met (by our number, or by the control that would close a "
         "disagreement) but a trivial predictor (the context-blind optimum, the untrained model, the posterior given "
         "only the latest observation, an always-certain or always-uniform answer, a language model given no evidence, "
-        "its values with no shared structure, its edit along a random axis) meets it too; *not measurable here* — "
+        "its values with no shared structure, its edit along a random axis, a representation that knows only how many "
+        "examples a prompt shows) meets it too, or exact inference fails it too; *not measurable here* — "
         "impossible on "
         "these machines. Ours: the mean with each training seed's value, or the value with its 95% interval. "
         f"Convention: where the papers give an error figure, *agree* means our mean is at most {ERROR_FACTOR:g}× it; a "
@@ -227,6 +228,8 @@ def detail(j: Judgement) -> str:
         need = ("the Bayes oracle must fail it (this claim says a model fails)" if c.asserts_failure
                 else "no trivial predictor may meet it")
         lines += ["", f"For the rule to be able to fail, {need}."]
+        if not c.asserts_failure and any(r.null in EXACT_NULLS for r in j.nulls):
+            lines.append("For it to test inference, exact inference (the exact posterior as the state) must meet it.")
     elif v.kind in (NOT_MEASURED, NOT_MEASURABLE):
         lines.append("Not applied: there is no measurement of ours to compare with.")
     else:
