@@ -316,6 +316,7 @@ class NullEvidence(Evidence):
     * ``k_only``: a SULA record's (and the cross-model record's) correlation of PC1 with the exact posterior entropy is
       the best that a function of k alone reaches on the same prompts (nothing else of a SULA record is kept);
     * ``bayes_state``: a SULA record's movement along k under each condition is the exact posterior's, ρ(k, H_Bayes);
+    * ``always_uniform``: an EM-versus-SGD record's gaps are the uniform answer's, log2 V − H(posterior);
     * ``always_certain`` / ``always_uniform``: a SULA record (``llm/*-sula.json``) holds the entropy error of a model
       whose predictive entropy is 0 / log2(L) bits on every prompt (L labels): ``|h − H(posterior)|`` averaged over
       the prompts, from the per-``k`` mean posterior entropies (``0 ≤ H ≤ log2 L``, so the mean of the absolute
@@ -398,6 +399,8 @@ class NullEvidence(Evidence):
             edited = {k: v for k, v in cut.items() if k != "one_at_a_time"}  # no random cut of one layer alone
             edited["entropy_axis"] = cut["random_axis"]
             return {**doc, "cut": edited}
+        if self.null == "always_uniform" and rel.startswith("routing/") and name == "em.json":
+            return self._uniform_em(super().json(rel))
         if self.null in ("k_only", "bayes_state") and rel.startswith("llm/"):
             return self._task_only(super().json(rel), name)
         if name.endswith("-sula.json") and self.null == "no_evidence":
@@ -448,3 +451,19 @@ class NullEvidence(Evidence):
             r = k_only_rho(setup)  # the model's shares stand: only PC1's scores are replaced by a function of k
             return {**doc, "rho_global_pc1_bayes_entropy": {"rho": r, "rho_ci": [r, r]}}
         return None
+
+    @staticmethod
+    def _uniform_em(doc: Any) -> dict[str, Any] | None:
+        """An EM-versus-SGD record (``routing/…/em.json``) as an always-uniform answer scores it: every arm's gap
+        to the exact posterior is KL(p ‖ uniform) = log2 V − H(p), from the exact entropy the record holds (of the
+        held-out sequence: the training sequence's is not recorded; the seeds' spread of it is below 0.001 bits)."""
+        if not isinstance(doc, dict) or "n_symbols" not in (doc.get("setup") or {}):
+            return None
+        arms = {}
+        for arm, a in doc["summary"]["arms"].items():
+            if "exact_entropy_bits" not in a:
+                return None
+            gap = math.log2(doc["setup"]["n_symbols"]) - a["exact_entropy_bits"]["mean"]
+            stat = {"mean": gap, "std": 0.0, "n": a["exact_entropy_bits"]["n"], "ci95": [gap, gap]}
+            arms[arm] = {"final_gap": stat, "final_held_out_gap": stat, "exact_entropy_bits": a["exact_entropy_bits"]}
+        return {"setup": doc["setup"], "summary": {"arms": arms}}

@@ -7,6 +7,7 @@ the two timescales on ``results/routing/timescales/timescales.json``.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from ..run.grid import SEEDS
@@ -104,30 +105,43 @@ def _c5(ev: Evidence) -> Verdict:
                    f"({EM}, arm sgd_matched)", controls=("step size",))
 
 
-C6_FINAL = Compare("the final gap", "<", 0.05, "bits")
-C6_RULE = Every(C6_FINAL, "run (SGD, EM-like)")
+AUTHORS_FINAL_LOSS_NATS = {"sgd": 2.031, "em_like": 1.932}
+AUTHORS_H_MIN_NATS = 1.829
+"""Where the authors' released EM-versus-SGD script, run as released, ends (mean over its seeds): the final training
+loss of each arm and the minimum entropy it compares them with (both in nats) — the runs the v2 abstract calls "close
+to minimum Bayesian entropy"."""
+AUTHORS_GAP_BITS = {arm: (loss - AUTHORS_H_MIN_NATS) / math.log(2) for arm, loss in AUTHORS_FINAL_LOSS_NATS.items()}
+C6_RULE = All(AtMost(AUTHORS_GAP_BITS["sgd"], what="SGD's final gap", of="the authors' run's"),
+              AtMost(AUTHORS_GAP_BITS["em_like"], what="EM-like's final gap", of="the authors' run's"))
 
 
-@claim("C6", "II", "v2", "abstract", "Both runs end close to the minimum Bayesian entropy", "close", "paper",
-       "final gap of model entropy to the exact filtering entropy (bits), SGD and EM-like, 5 seeds",
+def _gap(doc: dict, arm: str) -> Measure:
+    g = doc["summary"]["arms"][arm]["final_gap"]
+    return Measure(g["mean"], tuple(g["ci95"]) if g.get("ci95") else None, g.get("n"), (), (EM,))
+
+
+@claim("C6", "II", "v2", "abstract", "Both runs end close to the minimum Bayesian entropy",
+       f"close: the authors' runs end {AUTHORS_GAP_BITS['sgd']:.2f} / {AUTHORS_GAP_BITS['em_like']:.2f} bits above it",
+       "paper", "final gap of the model to the exact filtering posterior (KL, bits), SGD and EM-like, 5 seeds",
        C6_RULE, "windtunnel routing em --seeds 5",
-       rule_note="closes if the 10×-everywhere arm (sgd_fast) ends below it",
-       threshold="both final gaps below 0.05 bits (the paper says 'close')")
+       threshold="'close' read as what the authors' own runs reach: each arm's gap at most 1.5× theirs (final loss "
+       "above the minimum entropy, their released script as released)")
 def _c6(ev: Evidence) -> Verdict:
     doc = ev.json(EM)
     if doc is None:
         return missing(EM)
+    sgd, em = _gap(doc, "sgd"), _gap(doc, "em_like")
     arms = doc["summary"]["arms"]
-    gaps = {a: arms[a]["final_gap"]["mean"] for a in ("sgd", "em_like", "sgd_fast") if a in arms}
-    m = Measure(gaps["em_like"], tuple(arms["em_like"]["final_gap"]["ci95"]), arms["em_like"]["final_gap"]["n"], (), (EM,))
-    if C6_RULE.kind([gaps["sgd"], gaps["em_like"]]) == AGREE:
-        return Verdict(AGREE, m, "EM-like final gap shown")
-    if "sgd_fast" in gaps and C6_FINAL.kind(gaps["sgd_fast"]) == AGREE:
-        return Verdict(DISAGREE_CLOSES, m, f"gaps: SGD {gaps['sgd']:.3f}, EM-like {gaps['em_like']:.3f}; the learning "
-                       f"rate of 0.01 under-trains: 10× everywhere ends {gaps['sgd_fast']:.3f} bits from it",
-                       control=f"{EM} (arm sgd_fast)", controls=("learning rate",), closed_by="learning rate")
-    return Verdict(DISAGREE, m, "gaps: " + ", ".join(f"{k} {v:.3f}" for k, v in gaps.items()),
-                   controls=("learning rate",) if "sgd_fast" in gaps else ())
+    uniform = ""
+    if "exact_entropy_bits" in arms["sgd"]:  # KL(p ‖ uniform) = log2 V − H(p): the gap of knowing nothing
+        blind = math.log2(doc["setup"]["n_symbols"]) - arms["sgd"]["exact_entropy_bits"]["mean"]
+        uniform = f"; an always-uniform answer's gap is {blind:.3f} bits"
+        if C6_RULE.parts[0].kind(Measure(blind)) == AGREE:
+            uniform += " (within SGD's bar: that half alone could not fail; EM-like's bar it fails)"
+    fast = f"; 10× the rate everywhere (sgd_fast) ends {arms['sgd_fast']['final_gap']['mean']:.3f}" if "sgd_fast" in arms else ""
+    return Verdict(C6_RULE.kind(sgd, em), em,
+                   f"EM-like shown; SGD {sgd.text()}{uniform}{fast}; the authors' runs: SGD "
+                   f"{AUTHORS_GAP_BITS['sgd']:.3f}, EM {AUTHORS_GAP_BITS['em_like']:.3f} bits")
 
 
 C7_RULE = AtMost(0.1, factor=1.0, of="", unit="bits")
