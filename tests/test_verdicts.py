@@ -204,15 +204,16 @@ def test_derived_claims_are_listed_and_counted_once(judgements) -> None:
 
 def test_the_front_page_reads_in_a_terminal(judgements) -> None:
     """Every table row at most ~300 characters, the claim cut to 80, per-seed values where seeds are few, and the
-    whole page a small file; the known wrong source (A13's secondary number tagged as paper text) stays fixed."""
+    whole page a small file; A13's source says which part of it is the paper's."""
     page = render.front_page(judgements)
     rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("| verdict")]
     assert rows and max(len(r) for r in rows) <= 300, max(rows, key=len)
     assert len(page.encode()) < 30_000
     assert render.ours_text(Measure(0.5, (-1.0, 2.0), 3, (0.1, 0.5, 0.9))) == "0.5 (seeds 0.1, 0.5, 0.9)"
     assert render._shorten("word " * 30, 20).endswith("…") and len(render._shorten("word " * 30, 20)) <= 20
-    assert claims.CLAIMS["A13"].provenance == "secondary"
-    # a threshold the papers never state is marked where the verdict is read (C6: "close" read as 0.05 bits)
+    # A13's rule judges the paper's words, its secondary number shown beside
+    assert claims.CLAIMS["A13"].provenance == "paper" and "secondary" in claims.CLAIMS["A13"].number
+    # a threshold the papers never state is marked where the verdict is read (C6: "close" read off the authors' runs)
     c6 = next(r for r in rows if r.startswith("| [C6]"))
     assert claims.CLAIMS["C6"].threshold and " †" in c6
     a2 = next(r for r in rows if r.startswith("| [A2]"))  # the papers' own figure under the 1.5× convention: no mark
@@ -377,3 +378,35 @@ def test_close_to_the_minimum_entropy_means_as_close_as_the_authors_runs(judgeme
     assert uniform.kind == claims.DISAGREE and f"{blind:.3f}" in uniform.ours
     ours = [arms[a]["final_gap"]["mean"] <= 1.5 * AUTHORS_GAP_BITS[a] for a in ("sgd", "em_like")]
     assert c6.kind == (claims.AGREE if all(ours) else c6.kind) and all(ours) == (c6.kind == claims.AGREE)
+
+
+def test_rows_that_are_not_claims_of_the_papers_are_judged_apart_and_suspect_numbers_marked(judgements) -> None:
+    """The headline counts only the papers' claims: a criterion of the authors' code, a method the paper describes
+    (B4, C7, D24) and a number found in one blog alone (A3) are judged, listed apart and counted nowhere else on it.
+    A claim whose papers' number came from a defect of the authors' code (D19–D22: Pythia's fused q/k/v mis-sliced;
+    B15–B17: Mamba read at the header positions) or is contradicted by the authors' own later figure (A6) is marked ‡
+    wherever it is listed, and its detail says why; the qualitative claims whose rule never reads the secondary
+    number are the papers' (their number shown beside)."""
+    from windtunnel.claims.base import NOT_CLAIMS
+
+    page = render.front_page(judgements)
+    head = page.split("## Verdicts by the source")[0]
+    counted = [j for j in judgements.values() if j.claim.derived is None and j.claim.provenance not in NOT_CLAIMS]
+    assert f"**{len(counted)} claims of the papers are judged**" in head
+    apart = {cid for cid, j in judgements.items() if j.claim.provenance in NOT_CLAIMS}
+    assert {"A3", "B4", "C7", "D24"} <= apart
+    bullets = {line.split("**")[1].split(" — ")[0]: line for line in head.splitlines() if line.startswith("- **")}
+    for name, line in bullets.items():
+        ids = set(re.findall(r"\[([A-Z]\d+\w*)\]\(claims/", line))
+        if name.startswith("Judged apart"):
+            assert ids == apart
+        elif not name.startswith("The papers' number is suspect"):
+            assert not ids & apart, name
+    for cid in ("A6", "B15", "B16", "B17", "D19", "D20", "D21", "D22"):
+        j = judgements[cid]
+        assert j.claim.doubt and f"[{cid}](claims/{cid}.md) ‡" in head
+        assert "Why that number is suspect" in render.detail(j)
+        row = next(line for line in page.splitlines() if line.startswith(f"| [{cid}]"))
+        assert f"({j.claim.provenance} ‡)" in row
+    for cid in ("A13", "A14", "A17", "A19", "A21", "B1"):
+        assert judgements[cid].claim.provenance == "paper" and "secondary" in judgements[cid].claim.number, cid

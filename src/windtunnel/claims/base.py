@@ -56,8 +56,11 @@ PROVENANCE = {
     "paper-p3": "Paper III's restatement of Papers I–II",
     "code": "the authors' released code or its README, not paper text",
     "secondary": "secondary summaries of the paper, not paper text",
-    "not-a-claim": "not a claim of the paper (a criterion of the authors' code)",
+    "not-a-claim": "not a claim of the papers (a criterion of the authors' code, or a method they describe)",
+    "unsourced": "found in one secondary summary only, with no source in the papers or the code",
 }
+NOT_CLAIMS = ("not-a-claim", "unsourced")
+"""The sources whose rows are judged but not counted among the papers' claims on the front page."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,9 @@ class Claim:
     applies the papers' own number; ``rule_object`` is the :mod:`~windtunnel.claims.rules` object whose sentence
     ``rule`` is (followed by what the claim adds to it), where the rule is one; ``cells`` are the grid cells its ``assess`` reads (a test holds the two equal),
     from which ``windtunnel reproduce`` plans what to train (the primitives table's cells are ``windtunnel
-    table``'s and are not declared)."""
+    table``'s and are not declared); ``doubt`` says why the papers' number itself is suspect — produced by a defect
+    of the authors' code, or contradicted by the authors' own later figure — ``""`` where nothing is known against it
+    (a disagreement with a suspect number is not counted as a failure of the papers' claim)."""
 
     id: str
     paper: str
@@ -152,6 +157,7 @@ class Claim:
     threshold: str = ""
     cells: tuple[CellNeed, ...] = ()
     rule_object: Any = field(default=None, compare=False)
+    doubt: str = ""
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -165,7 +171,7 @@ CLAIMS: dict[str, Claim] = {}
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
           metric: str, rule: Any, command: str, *, derived: str | None = None,
           asserts_failure: bool = False, threshold: str = "", cells: tuple[CellNeed, ...] = (),
-          rule_note: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+          rule_note: str = "", doubt: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
     """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``.  ``rule``: the rule's sentence, or a
     :mod:`~windtunnel.claims.rules` object that writes it (``rule_note`` then adds what the claim does beyond it —
     its controls, the scale it is judged at)."""
@@ -177,7 +183,7 @@ def claim(id: str, paper: str, version: str, section: str, statement: str, numbe
         if rule_note:
             text += f"; {rule_note}"
         CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, text, command, fn,
-                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj)
+                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj, doubt)
         return fn
 
     return register

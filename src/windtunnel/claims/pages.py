@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_MEASURABLE,
-                   NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
+from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_CLAIMS,
+                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
 from .evidence import Measure, _g
 from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
 from .rules import ERROR_FACTOR
@@ -75,9 +75,20 @@ def verdict_text(j: Judgement, short: bool = False) -> str:
     return text
 
 
-def _counted(judgements: dict[str, Judgement]) -> list[Judgement]:
-    """The claims counted on the front page: every claim but those that re-read another's measurement."""
+def _listed(judgements: dict[str, Judgement]) -> list[Judgement]:
+    """Every row that is not a re-reading of another's measurement (the counts table's rows)."""
     return [j for j in judgements.values() if j.claim.derived is None]
+
+
+def _counted(judgements: dict[str, Judgement]) -> list[Judgement]:
+    """The claims counted on the front page: every claim of the papers but those that re-read another's
+    measurement (a row whose number is not a claim of the papers is judged apart, :data:`NOT_CLAIMS`)."""
+    return [j for j in _listed(judgements) if j.claim.provenance not in NOT_CLAIMS]
+
+
+def _doubted(j: Judgement) -> str:
+    """``" ‡"`` where the papers' number is suspect (``Claim.doubt``)."""
+    return " ‡" if j.claim.doubt else ""
 
 
 def details_folder(page: Path) -> Path:
@@ -90,15 +101,8 @@ def _link(cid: str, details: str) -> str:
     return f"[{cid}]({details}/{cid}.md)"
 
 
-def _not_a_claim(j: Judgement) -> str:
-    """``"not a claim of the papers; "`` where the number a claim is judged against is a criterion of the authors'
-    code, not the papers' text (the front page counts it, and says so)."""
-    return "not a claim of the papers; " if j.claim.provenance == "not-a-claim" else ""
-
-
 def _named(j: Judgement, details: str) -> str:
-    note = _not_a_claim(j)
-    return _link(j.claim.id, details) + (f" ({note[:-2]})" if note else "")
+    return _link(j.claim.id, details) + _doubted(j)
 
 
 def _ids(js: Iterable[Judgement], details: str) -> str:
@@ -110,18 +114,22 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
     counted = _counted(judgements)
     by = {k: [j for j in counted if j.kind == k] for k in VERDICTS}
     at_paper = [j for j in by[AGREE] if j.scale.startswith("the papers' size")]
+    apart = [j for j in _listed(judgements) if j.claim.provenance in NOT_CLAIMS]
+    derived = len(judgements) - len(_listed(judgements))
+    doubted = [j for j in counted if j.claim.doubt]
+    persists_sure = [j for j in by[DISAGREE_PERSISTS] if not j.claim.doubt]
     lines = [
-        f"**{len(counted)} claims are judged** ({len(judgements) - len(counted)} more re-read another claim's "
-        "measurement and are listed, not counted).",
+        f"**{len(counted)} claims of the papers are judged** ({derived} more re-read another claim's measurement and "
+        f"are listed, not counted; {len(apart)} rows whose number is not a claim of the papers are judged apart).",
         "",
         f"- **Reproduced — {len(by[AGREE])}**: {_ids(by[AGREE], details)}"
         + (f"; at the papers' size: {_ids(at_paper, details)}." if at_paper else "."),
-        f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}**: "
-        + "; ".join(f"{_link(j.claim.id, details)} ({_not_a_claim(j)}{', '.join(j.verdict.controls)})"
-                    for j in by[DISAGREE_PERSISTS]) + ".",
+        f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}** "
+        f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
+        + "; ".join(f"{_named(j, details)} ({', '.join(j.verdict.controls)})" for j in by[DISAGREE_PERSISTS]) + ".",
         f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
-        + "; ".join(f"{_link(j.claim.id, details)} ({_not_a_claim(j)}closes under {j.verdict.closed_by})"
-                    for j in by[DISAGREE_CLOSES]) + ".",
+        + "; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
+        + ".",
         f"- **Disagree, never controlled — {len(by[DISAGREE_UNCONTROLLED])}**: {_ids(by[DISAGREE_UNCONTROLLED], details)}.",
         f"- **Uninformative: a trivial predictor meets the rule too — {len(by[UNINFORMATIVE])}**: "
         f"{_ids(by[UNINFORMATIVE], details)}.",
@@ -130,6 +138,13 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         + (f" **Not measured — {len(by[NOT_MEASURED])}**: {_ids(by[NOT_MEASURED], details)}." if by[NOT_MEASURED] else ""),
         "- **Scale**: " + "; ".join(f"{n} judged at {s}" for s, n in Counter(j.scale for j in counted).most_common())
         + ".",
+        f"- **The papers' number is suspect (‡) — {len(doubted)}**: it comes from a defect of the authors' code, or "
+        "the authors' own later figure contradicts it (each detail says which); a disagreement with it is not a "
+        "failure of the papers' claim: " + ", ".join(f"{_link(j.claim.id, details)} ({verdict_text(j, short=True)})"
+                                                  for j in doubted) + ".",
+        f"- **Judged apart, not claims of the papers — {len(apart)}**: "
+        + ", ".join(f"{_link(j.claim.id, details)} ({j.claim.provenance}: {verdict_text(j, short=True)})"
+                    for j in apart) + ".",
         f"- **Thresholds of ours** (marked †): {sum(bool(j.claim.threshold) for j in counted)} rules apply a threshold "
         "the papers do not state — where they give no number, or one the rule replaces; each detail names it.",
     ]
@@ -138,7 +153,7 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
 
 def counts_table(judgements: dict[str, Judgement]) -> list[str]:
     """Verdict × source of the papers' number, derived claims left out."""
-    counted = _counted(judgements)
+    counted = _listed(judgements)
     sources = list(PROVENANCE)
     grid = Counter((j.kind, j.claim.provenance) for j in counted)
     lines = ["| verdict | " + " | ".join(sources) + " | total |", "|---|" + "---|" * (len(sources) + 1)]
@@ -191,7 +206,7 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
             c = j.claim
             cid = _link(c.id, details) + (f" (re-reads {c.derived})" if c.derived else "")
             lines.append("| " + " | ".join(_cell(x) for x in (
-                cid, _shorten(c.statement, STATEMENT_CHARS), f"{_shorten(c.number, 40)} ({c.provenance})",
+                cid, _shorten(c.statement, STATEMENT_CHARS), f"{_shorten(c.number, 40)} ({c.provenance}{_doubted(j)})",
                 ours_text(j.verdict.ours), verdict_text(j, short=True) + (" †" if c.threshold else ""),
                 short_scale(j.scale))) + " |")
     return "\n".join(lines) + "\n"
@@ -206,6 +221,7 @@ def detail(j: Judgement) -> str:
         f"[All claims](../CLAIMS.md) · Paper {c.paper} {c.version}, {c.section}",
         "",
         f"- **The papers' number**: {c.number} — source: {c.provenance} ({PROVENANCE[c.provenance]})",
+        *([f"- **Why that number is suspect** (‡): {c.doubt}"] if c.doubt else []),
         f"- **What we measure**: {c.metric}",
         f"- **Rule**: {c.rule}",
         f"- **Threshold**: ours, not the papers' — {c.threshold}" if c.threshold else

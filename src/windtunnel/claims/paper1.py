@@ -105,7 +105,8 @@ def _a2(ev: Evidence) -> Verdict:
                    f"of 6 heads) on the V=20 recipe{beside}", scale=PAPER_SCALE)
 
 
-row("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats", "secondary", "kl (bits → nats), main job, 3 seeds",
+row("A3", "I", "—", "—", "Bijection KL below 0.01 nats", "< 0.01 nats (one blog; likely 0.01 bits of entropy error)",
+    "unsourced", "kl (bits → nats), main job, 3 seeds",
     IntervalBelow(0.01, "nats"), REPRO, read=eval_of("main", "kl", factor=math.log(2), what="main-job cells"),
     why=lambda m: f"upper bound {(m.ci[1] if m.ci else m.value):.2g} nats")
 
@@ -257,6 +258,8 @@ A6_RULE = AtMost(7.5e-5)
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
        "(the paper preset's cells), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
        A6_RULE, f"{TABLE}; {REPRO}", rule_note="a control closes the gap only if it reaches that level",
+       doubt="no released result of the authors holds it, and their own later figure for the same model is 0.049 bits "
+       "(A7), which Paper III restates as KL < 0.05 bits (A6b): 650× larger",
        cells=reads("hmm", "hmm_fixed", "hmm_long", "hmm_torch_init", geometry=True) + reads("hmm_fixed@paper"))
 def _a6(ev: Evidence) -> Verdict:
     m = ev.table("hmm", "transformer", "kl")
@@ -558,16 +561,17 @@ def _a12(ev: Evidence) -> Verdict:
     return Verdict(DISAGREE, m, said, controls=tried, scale=scale)
 
 
-@claim("A13", "I", "v3", "primitives table", "Mamba learns bijection (accumulation)", "0.010 bits", "secondary",
+@claim("A13", "I", "v3", "abstract; primitives table", "Mamba learns bijection (accumulation)",
+       "realises accumulation (0.010 bits: secondary)", "paper",
        "entropy_mae_curve (bits), mamba, 3 seeds", LEARNS, TABLE,
-       rule_note="the paper's text is qualitative; its number is secondary",
+       rule_note="the paper's text is qualitative; its number is secondary, shown beside",
        threshold="below 10% of the context-blind floor (in place of 0.010 bits)")
 def _a13(ev: Evidence) -> Verdict:
     return _learns(ev, "bijection", "mamba", "entropy_mae_curve", 0.010)
 
 
-@claim("A14", "I", "v3", "primitives table", "The LSTM learns bijection (a static sufficient statistic)", "0.009 bits",
-       "secondary", "entropy_mae_curve (bits), lstm, 3 seeds",
+@claim("A14", "I", "v3", "abstract; primitives table", "The LSTM learns bijection (a static sufficient statistic)",
+       "realises accumulation (0.009 bits: secondary)", "paper", "entropy_mae_curve (bits), lstm, 3 seeds",
        LEARNS, TABLE, threshold="below 10% of the context-blind floor (in place of 0.009 bits)")
 def _a14(ev: Evidence) -> Verdict:
     return _learns(ev, "bijection", "lstm", "entropy_mae_curve", 0.009)
@@ -614,7 +618,8 @@ def _a16(ev: Evidence) -> Verdict:
     return _hmm_verdict(ev, m, AtMost(0.024), why, 0.024, arch="mamba")
 
 
-@claim("A17", "I", "v3", "primitives table", "The LSTM fails HMM filtering", "0.411 bits", "secondary",
+@claim("A17", "I", "v3", "abstract; primitives table", "The LSTM fails HMM filtering",
+       "only accumulation (0.411 bits: secondary)", "paper",
        "kl (bits), lstm, 3 seeds", FAILS, TABLE,
        asserts_failure=True,
        threshold="≥ 90% of the context-blind floor (in place of 0.411 bits)")
@@ -652,7 +657,7 @@ def _seeds_pct(m: Measure) -> str:
 
 
 @claim("A19", "I", "v3", "abstract / primitives table", "Mamba struggles with random-access binding (recall limited)",
-       "97.8%", "secondary", "accuracy, mamba vs transformer, 3 seeds, at the largest store both are measured at (the "
+       "qualitative (97.8%: secondary)", "paper", "accuracy, mamba vs transformer, 3 seeds, at the largest store both are measured at (the "
        "binding ladder, 8 pairs over 16 keys up to the papers' 64 over 256; the recall column's 8 pairs beside it)",
        MAMBA_BELOW, f"{TABLE}; {REPRO}", rule_note="the direction is judged, at the largest store measured (the "
        "nearest to the papers' recall), not the 97.8% figure, which is compared beside it",
@@ -781,7 +786,8 @@ def _a20(ev: Evidence) -> Verdict:
 A21_RULE = Within(1 / 8, 0.05, "chance (1 / 8 stored values)")
 
 
-@claim("A21", "I", "v3", "primitives table", "The LSTM's recall is at chance", "0.5%", "secondary",
+@claim("A21", "I", "v3", "abstract; primitives table", "The LSTM's recall is at chance",
+       "only accumulation (0.5%: secondary)", "paper",
        "accuracy, lstm, 3 seeds, against chance = 1 / pairs (8)",
        A21_RULE, TABLE, asserts_failure=True, rule_note="the papers' 0.5% is chance at their size",
        threshold="within 0.05 of chance (in place of 0.5%)")
@@ -1106,7 +1112,7 @@ def _key_orthogonality(ev: Evidence, column: str) -> tuple[Measure, Measure, Mea
 
 
 @claim("B1", "I", "v1, v3", "abstract; geometry", "Layer-0 keys of the hypothesis tokens are near-orthogonal",
-       "mean |cos| 0.052 vs 0.082 random (−37%)", "secondary",
+       "orthogonal key bases (0.052 vs 0.082 random: secondary)", "paper",
        "key_orthogonality.layer0_mean_abs_cos, main job (d_head 16), 3 seeds, against the untrained model and E|cos| "
        "of Gaussian vectors; controls: the main job with 2 heads of 32, the papers' head width, the main job on "
        "the papers' V=20, L=19 (main_v20), and on V=20 at the papers' size (main_paper_size: 2.67M parameters)",
@@ -1633,9 +1639,15 @@ def _token_confound(ev: Evidence, column: str, ari: Measure, untrained: Measure)
     return out
 
 
+MAMBA_SCRIPT_DOUBT = ("the authors' Mamba analysis script reads the representations and logits at positions 1..K, the "
+                      "transition-matrix header, not at the observations: every Mamba geometry number it produces is "
+                      "misaligned")
+"""Why Paper I's Mamba geometry numbers are suspect (B15–B17)."""
+
+
 @claim("B15", "I", "v3", "Mamba geometry", "Linear entropy R² of the last layer: Mamba well above the LSTM",
        "0.40 vs 0.004", "secondary", "probes.final_entropy_r2 (held out), mamba vs lstm, 3 seeds",
-       Ordered("the LSTM", "Mamba"), REPRO,
+       Ordered("the LSTM", "Mamba"), REPRO, doubt=MAMBA_SCRIPT_DOUBT,
        cells=reads("hmm", arch="lstm", geometry=True) + reads("hmm", arch="mamba", geometry=True))
 def _b15(ev: Evidence) -> Verdict:
     return _mamba_vs_lstm(ev, "probes.final_entropy_r2", mamba_lower=False)
@@ -1643,7 +1655,7 @@ def _b15(ev: Evidence) -> Verdict:
 
 @claim("B16", "I", "v3", "Mamba geometry", "PC1 variance share of the last layer: Mamba well below the LSTM",
        "21.9% vs 92.3%", "secondary", "value_manifold.final_resid_pc1_var, mamba vs lstm, 3 seeds",
-       Ordered("Mamba", "the LSTM"), REPRO,
+       Ordered("Mamba", "the LSTM"), REPRO, doubt=MAMBA_SCRIPT_DOUBT,
        cells=reads("hmm", arch="lstm", geometry=True) + reads("hmm", arch="mamba", geometry=True))
 def _b16(ev: Evidence) -> Verdict:
     return _mamba_vs_lstm(ev, "value_manifold.final_resid_pc1_var", mamba_lower=True)
@@ -1665,7 +1677,7 @@ B17_RULE = EachSeed("the largest |ρ| is ≥ 0.3 and above the untrained model's
        "between Mamba's step size Δ_t and the information the observation brought, KL(p_t ‖ p_t−1); its largest "
        "value over layers; control: the HMM cell trained four times as long (hmm_long)",
        B17_RULE, REPRO, rule_note="closes under the budget if the control agrees",
-       threshold="|ρ| ≥ 0.3",
+       threshold="|ρ| ≥ 0.3", doubt=MAMBA_SCRIPT_DOUBT,
        cells=reads("hmm", "hmm_long", arch="mamba", geometry=True))
 def _b17(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:

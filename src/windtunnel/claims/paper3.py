@@ -395,13 +395,20 @@ D19_RULE = _each_model(Every(All(Compare("the readout's |ρ| after the cut", "<"
                                  Near("its ρ after a random cut", "the uncut ρ", 0.05)), "cut layer"))
 
 
+PYTHIA_DOUBT = ("Paper III made its interventions on Pythia-410M, whose fused query-key-value projection the authors' "
+                "code splits into three blocks where GPT-NeoX interleaves them head by head, so the edited 'values' are "
+                "a mixture of queries, keys and values; and the entropy-axis file the edits read is written by no "
+                "released script")
+"""Why Paper III's intervention numbers are suspect (D19–D22)."""
+
+
 @claim("D19", "III", "v1", "§7.1", "Cutting the entropy axis drives ρ(v·u, H) to ≈ 0; a random cut does not; behaviour "
        "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", "ρ(entropy axis, model entropy) at the readout (the final token's "
        "hidden state the output head reads, against its axis in the uncut model) before the cut and after each layer is "
        "cut alone, at Paper III's two Bayesian layers 12 and 23 (of 24) mapped to the same relative depth of each model; "
        "the cut layer's own values are not read, since the edit has just removed the axis from them",
        D19_RULE, SULA_BOTH,
-       threshold="ρ below 0.1 after the cut, the random cut within 0.05")
+       threshold="ρ below 0.1 after the cut, the random cut within 0.05", doubt=PYTHIA_DOUBT)
 @_on_each("SULA cut", needs="cut")
 def _d19(d: dict, rel: str) -> Verdict:
     c = d["cut"]
@@ -440,7 +447,7 @@ D20_RULE = _each_model(All(Compare("the readout's |ρ| after the cut", "≤", 0.
        "(downstream of every cut layer) before and after, and the relative change of the SULA entropy error",
        D20_RULE, SULA + " --paper-layers 8 12 16 20 23 --cut-only --out results/" + CUT5 + "; the same for "
        "gemma-3-270m-q4_k_m.gguf --out results/" + CUT5_MODELS[1][1],
-       threshold="ρ ≤ 0.1 and the error within 5% (in place of 0.07 and < 1%)")
+       threshold="ρ ≤ 0.1 and the error within 5% (in place of 0.07 and < 1%)", doubt=PYTHIA_DOUBT)
 @_on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
 def _d20(d: dict, rel: str) -> Verdict:
     c = d["cut"]
@@ -555,7 +562,7 @@ D21_RULE = _each_model(Every(All(Compare("the readout's ρ with the entropy axis
        "entropy-axis (or a random axis's) component alone, Paper III's layers 12 and 23 (of 24) mapped to the same "
        "relative depth of each model; ρ(model entropy, H_Bayes) after the projection beside it",
        D21_RULE, SULA_BOTH,
-       threshold="within 0.05, and a drop above 0.1, at every layer")
+       threshold="within 0.05, and a drop above 0.1, at every layer", doubt=PYTHIA_DOUBT)
 @_on_each("SULA geometry")
 def _d21(d: dict, rel: str) -> Verdict:
     a = d["geometry"]["axis_only"]
@@ -585,7 +592,7 @@ D22_RULE = _each_model(Every(All(Compare("the mean entropy after +1σ", ">", "be
        "by ±1σ along the entropy axis, Paper III's layers 12 and 23 (of 24) mapped to the same relative depth of each "
        "model and shifted one at a time; ρ(model entropy, H_Bayes) after each shift beside it",
        D22_RULE, SULA_BOTH,
-       threshold="each shift at most 0.1 bits, at every layer")
+       threshold="each shift at most 0.1 bits, at every layer", doubt=PYTHIA_DOUBT)
 @_on_each("SULA geometry")
 def _d22(d: dict, rel: str) -> Verdict:
     sh = d["geometry"]["shift"]
@@ -616,7 +623,7 @@ D24_RULE = All(Compare("PC1's share", ">", "the misaligned null's 95th percentil
 
 
 @claim("D24", "III", "v1", "§4.2", "Cross-model global PCA on per-model standardised value vectors: a shared basis",
-       "method (no number)", "paper",
+       "method (no number)", "not-a-claim",
        "global PCA of SmolLM2-135M and Gemma-3-270M final-token values on the same 250 SULA prompts (each model's "
        "block z-scored and given equal variance): PC1 share against the misaligned null (prompt order shuffled "
        "between models), each model's share of PC1, |ρ(PC1, H_Bayes)|",
