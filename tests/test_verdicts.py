@@ -410,3 +410,26 @@ def test_rows_that_are_not_claims_of_the_papers_are_judged_apart_and_suspect_num
         assert f"({j.claim.provenance} ‡)" in row
     for cid in ("A13", "A14", "A17", "A19", "A21", "B1"):
         assert judgements[cid].claim.provenance == "paper" and "secondary" in judgements[cid].claim.number, cid
+
+
+def test_a_claim_that_rereads_anothers_measurement_is_judged_where_and_against_what_its_parent_is(judgements) -> None:
+    """B2 re-reads B1's keys, A9 divides by A6's HMM error, D12 re-reads the main job's keys and focusing: each is
+    judged on its parent's cell (the papers' own where committed) and consults its parent's controls with its own
+    rule, so a disagreement the parent's controls leave standing persists for it too — not 'uncontrolled'."""
+    b1, b2 = judgements["B1"], judgements["B2"]
+    assert b2.scale == b1.scale and b2.verdict.ours_text == b1.verdict.ours_text
+    if b2.kind == claims.DISAGREE_PERSISTS:
+        assert set(b2.verdict.controls) == set(b1.verdict.controls)
+    a6, a9 = judgements["A6"], judgements["A9"]
+    assert a9.raw.kind in (claims.DISAGREE, claims.AGREE, claims.DISAGREE_CLOSES)
+    if a9.raw.kind == claims.DISAGREE:
+        assert a9.kind == claims.DISAGREE_PERSISTS and set(a9.verdict.controls) == set(a6.verdict.controls)
+        # each control read by A9's rule: the MLP's error over the control's, by hand from the committed files
+        mlp = Evidence(RESULTS).table("hmm", "mlp_pointwise", "kl").value
+        paper = Evidence(RESULTS).at("paper").eval_metric("hmm_fixed", "transformer", (0, 1, 2), "kl", 20).value
+        assert f"{mlp / paper:.0f}×" in a9.verdict.why
+    if (RESULTS / "paper" / "cells" / "main_paper_size-transformer-s0" / "geometry.json").is_file():
+        assert judgements["D12"].scale.startswith("the papers' size")
+        keys = Evidence(RESULTS).at("paper").geometry("main_paper_size", "transformer", (0, 1, 2),
+                                                       "key_orthogonality.layer0_mean_abs_cos").value
+        assert f"keys {keys:.3f}" in judgements["D12"].verdict.ours_text

@@ -282,20 +282,35 @@ D12_RULE = All(Compare("PC1's share", "≥", 0.84), Compare("the keys' |cos|", "
 
 @claim("D12", "III", "v1", "Tables 1–2", "The wind-tunnel reference row: PC1 84–90% (maths), keys 0.09–0.12, focusing "
        "↓85–90%", "84–90% / 0.09–0.12 / ↓85–90%", "paper-p3",
-       "sawtooth attention-output PC1 share; main-job layer-0 key |cos|; main-job attention-entropy reduction",
+       "sawtooth attention-output PC1 share; main-job layer-0 key |cos| and attention-entropy reduction, read on the "
+       "papers' own cell at their size (main_paper_size) where committed, as B1 is",
        D12_RULE, "windtunnel reproduce paper1 --preset quick", derived="B1",
        rule_note="each in or beyond the papers' range",
-       cells=reads("bijection_replacement", "main", geometry=True))
+       cells=reads("bijection_replacement", "main", "main_paper_size@paper", geometry=True))
 def _d12(ev: Evidence) -> Verdict:
+    from .paper1 import PAPER_CELL, PAPER_SCALE
+
+    def main_job(column: str) -> tuple[Measure, Measure] | None:
+        name, _, preset = column.partition("@")
+        at = ev.at(preset) if preset else ev
+        keys = at.geometry(name, "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
+        foc = at.cell_stat(name, "transformer", SEEDS, "geometry.json",
+                           lambda g: 1 - geometry_stat(g, "attention_focusing.entropy_by_layer")[-1]
+                           / geometry_stat(g, "attention_focusing.entropy_by_layer")[0])
+        return None if keys is None or foc is None else (keys, foc)
+
     pc1 = ev.geometry("bijection_replacement", "transformer", SEEDS, "value_manifold.final_attn_out_pc1_var")
-    keys = ev.geometry("main", "transformer", SEEDS, "key_orthogonality.layer0_mean_abs_cos")
-    foc = ev.cell_stat("main", "transformer", SEEDS, "geometry.json",
-                       lambda g: 1 - geometry_stat(g, "attention_focusing.entropy_by_layer")[-1]
-                       / geometry_stat(g, "attention_focusing.entropy_by_layer")[0])
-    if pc1 is None or keys is None or foc is None:
+    paper, reduced = main_job(PAPER_CELL), main_job("main")
+    if pc1 is None or reduced is None:
         return missing("wind-tunnel geometry")
+    keys, foc = paper or reduced
+    beside = ""
+    if paper is not None:
+        beside = f"; keys and focusing at the papers' size; at reduced scale keys {reduced[0].value:.3f}, focusing ↓{reduced[1].value:.0%}"
     return Verdict(D12_RULE.kind(pc1.value, keys.value, foc.value), f"PC1 {pc1.value:.2f}, keys {keys.value:.3f}, focusing ↓{foc.value:.0%}",
-                   "3 seeds each", files=pc1.files + keys.files)
+                   "3 seeds each; PC1 on the reduced sawtooth (no paper-size cell of it)" + beside,
+                   files=pc1.files + keys.files,
+                   scale=f"{PAPER_SCALE}; PC1 at reduced scale" if paper is not None else "")
 
 
 SULA_MODELS = (("SmolLM2", f"{LLM}-sula.json"), ("Gemma-3-270M", f"{GEMMA}-sula.json"))
