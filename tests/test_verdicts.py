@@ -433,3 +433,21 @@ def test_a_claim_that_rereads_anothers_measurement_is_judged_where_and_against_w
         keys = Evidence(RESULTS).at("paper").geometry("main_paper_size", "transformer", (0, 1, 2),
                                                        "key_orthogonality.layer0_mean_abs_cos").value
         assert f"keys {keys:.3f}" in judgements["D12"].verdict.ours_text
+
+
+def test_an_identity_is_listed_apart_from_the_reproduced_findings(judgements) -> None:
+    """C1 and C2 are algebra (the routing law and the value update hold for any weights): where they agree, the front
+    page lists them as identities verified, not among the reproduced findings, and their rows and details say so."""
+    page = render.front_page(judgements)
+    reproduced = next(line for line in page.splitlines() if line.startswith("- **Reproduced"))
+    found, _, identities = reproduced.partition("**Identities verified")
+    for cid in ("C1", "C2"):
+        j = judgements[cid]
+        assert j.claim.identity
+        if j.kind == claims.AGREE:
+            assert f"[{cid}]" in identities and f"[{cid}]" not in found
+            assert "agree (an identity)" in next(line for line in page.splitlines() if line.startswith(f"| [{cid}]"))
+        assert "An identity" in render.detail(j)
+    n = int(re.search(r"Reproduced — (\d+)", found).group(1))
+    assert n == sum(j.kind == claims.AGREE and not j.claim.identity and j.claim.derived is None
+                    and j.claim.provenance not in ("not-a-claim", "unsourced") for j in judgements.values())

@@ -139,7 +139,9 @@ class Claim:
     from which ``windtunnel reproduce`` plans what to train (the primitives table's cells are ``windtunnel
     table``'s and are not declared); ``doubt`` says why the papers' number itself is suspect — produced by a defect
     of the authors' code, or contradicted by the authors' own later figure — ``""`` where nothing is known against it
-    (a disagreement with a suspect number is not counted as a failure of the papers' claim)."""
+    (a disagreement with a suspect number is not counted as a failure of the papers' claim); ``identity`` marks an
+    algebraic identity, which holds for any weights (its check is of the derivation and of our code, not an empirical
+    finding about trained models, and the front page lists it apart from the reproduced findings)."""
 
     id: str
     paper: str
@@ -158,6 +160,7 @@ class Claim:
     cells: tuple[CellNeed, ...] = ()
     rule_object: Any = field(default=None, compare=False)
     doubt: str = ""
+    identity: bool = False
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -171,7 +174,7 @@ CLAIMS: dict[str, Claim] = {}
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
           metric: str, rule: Any, command: str, *, derived: str | None = None,
           asserts_failure: bool = False, threshold: str = "", cells: tuple[CellNeed, ...] = (),
-          rule_note: str = "", doubt: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+          rule_note: str = "", doubt: str = "", identity: bool = False) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
     """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``.  ``rule``: the rule's sentence, or a
     :mod:`~windtunnel.claims.rules` object that writes it (``rule_note`` then adds what the claim does beyond it —
     its controls, the scale it is judged at)."""
@@ -183,7 +186,7 @@ def claim(id: str, paper: str, version: str, section: str, statement: str, numbe
         if rule_note:
             text += f"; {rule_note}"
         CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, text, command, fn,
-                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj, doubt)
+                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj, doubt, identity)
         return fn
 
     return register

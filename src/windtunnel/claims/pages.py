@@ -68,6 +68,8 @@ def verdict_text(j: Judgement, short: bool = False) -> str:
     """The verdict with what it was judged against: the closing control's factor, or every factor tried."""
     v = j.verdict
     text = SHORT_VERDICT.get(v.kind, v.kind) if short else v.kind
+    if v.kind == AGREE and j.claim.identity:
+        text += " (an identity)"
     if v.kind == DISAGREE_CLOSES:
         text += f" ({v.closed_by})"
     elif v.kind == DISAGREE_PERSISTS and v.controls:
@@ -113,17 +115,22 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
     """The front page's opening: the verdicts in sentences, each naming its claims."""
     counted = _counted(judgements)
     by = {k: [j for j in counted if j.kind == k] for k in VERDICTS}
-    at_paper = [j for j in by[AGREE] if j.scale.startswith("the papers' size")]
+    at_paper = [j for j in by[AGREE] if j.scale.startswith("the papers' size") and not j.claim.identity]
     apart = [j for j in _listed(judgements) if j.claim.provenance in NOT_CLAIMS]
     derived = len(judgements) - len(_listed(judgements))
     doubted = [j for j in counted if j.claim.doubt]
+    identities = [j for j in by[AGREE] if j.claim.identity]
+    found = [j for j in by[AGREE] if not j.claim.identity]
     persists_sure = [j for j in by[DISAGREE_PERSISTS] if not j.claim.doubt]
     lines = [
         f"**{len(counted)} claims of the papers are judged** ({derived} more re-read another claim's measurement and "
         f"are listed, not counted; {len(apart)} rows whose number is not a claim of the papers are judged apart).",
         "",
-        f"- **Reproduced — {len(by[AGREE])}**: {_ids(by[AGREE], details)}"
-        + (f"; at the papers' size: {_ids(at_paper, details)}." if at_paper else "."),
+        f"- **Reproduced — {len(found)}**: {_ids(found, details)}"
+        + (f"; at the papers' size: {_ids(at_paper, details)}." if at_paper else ".")
+        + (f" **Identities verified — {len(identities)}**: {_ids(identities, details)} (algebra that holds for any "
+           "weights, checked against autograd on the trained models: a check of the derivation, not a finding about "
+           "training)." if identities else ""),
         f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}** "
         f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
         + "; ".join(f"{_named(j, details)} ({', '.join(j.verdict.controls)})" for j in by[DISAGREE_PERSISTS]) + ".",
@@ -222,6 +229,8 @@ def detail(j: Judgement) -> str:
         "",
         f"- **The papers' number**: {c.number} — source: {c.provenance} ({PROVENANCE[c.provenance]})",
         *([f"- **Why that number is suspect** (‡): {c.doubt}"] if c.doubt else []),
+        *(["- **An identity**: it holds for any weights, the untrained model's too; agreement checks the derivation "
+           "and our code, and is not a finding about what training does"] if c.identity else []),
         f"- **What we measure**: {c.metric}",
         f"- **Rule**: {c.rule}",
         f"- **Threshold**: ours, not the papers' — {c.threshold}" if c.threshold else

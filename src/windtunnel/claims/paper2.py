@@ -35,11 +35,11 @@ LAW_WHY = "largest relative error of the closed form against autograd, over ever
 
 row("C1", "II", "v1–v3", "abstract", "The advantage-based routing law ∂L/∂s_ij = α_ij (b_ij − E_α[b])", "identity", "paper",
     "routing_law.max_score_rel_error on the trained main job, 3 seeds", LAW_RULE, REPRO,
-    read=geometry_of("main", "routing_law.max_score_rel_error", what="main-job geometry"), why=LAW_WHY,
+    read=geometry_of("main", "routing_law.max_score_rel_error", what="main-job geometry"), why=LAW_WHY, identity=True,
     rule_note="the tests check it to 1e-10 in float64")
 row("C2", "II", "v1–v3", "abstract", "Responsibility-weighted value update ∂L/∂v_j = Σ_i α_ij u_i", "identity", "paper",
     "routing_law.max_value_rel_error on the trained main job, 3 seeds", LAW_RULE, REPRO,
-    read=geometry_of("main", "routing_law.max_value_rel_error", what="main-job geometry"), why=LAW_WHY)
+    read=geometry_of("main", "routing_law.max_value_rel_error", what="main-job geometry"), why=LAW_WHY, identity=True)
 
 
 @claim("C3", "III", "v1", "§2", "Late in training the routing (frame) gradient is small beside the value gradient",
