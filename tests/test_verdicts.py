@@ -451,3 +451,19 @@ def test_an_identity_is_listed_apart_from_the_reproduced_findings(judgements) ->
     n = int(re.search(r"Reproduced — (\d+)", found).group(1))
     assert n == sum(j.kind == claims.AGREE and not j.claim.identity and j.claim.derived is None
                     and j.claim.provenance not in ("not-a-claim", "unsourced") for j in judgements.values())
+
+
+def test_mlps_realise_none_is_judged_on_an_mlp_that_can_see_the_context_too(judgements) -> None:
+    """A25 ("MLPs realise none of the primitives"): the papers' MLP works position by position, so it sits at the
+    context-blind floor by construction and proves nothing about MLPs; the windowed MLP, which sees its prefix, is
+    read by the same 'learns' bar as A13 (< 10% of the floor).  Where it learns a column, the claim as the papers state
+    it is refuted — a disagreement that persists under the change of architecture, not an agreement."""
+    ev = Evidence(RESULTS)
+    win, floor = ev.table("bijection", "mlp", "entropy_mae_curve"), ev.reference("bijection", "context_blind",
+                                                                                   "entropy_mae_curve")
+    a25 = judgements["A25"]
+    if win.value < 0.1 * floor:
+        assert a25.kind == claims.DISAGREE_PERSISTS and a25.verdict.controls == ("architecture",)
+        assert f"{win.value / floor:.1%}" in a25.verdict.why
+    else:
+        assert a25.kind == claims.AGREE
