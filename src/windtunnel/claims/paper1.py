@@ -1395,9 +1395,13 @@ def _b6(ev: Evidence) -> Verdict:
     main = _qk_progressive(ev, "main")
     if main is not None:  # the eliminated values: what attention can single out on bijection
         said += f"; the main job on its shown (eliminated) values: last layer {main[1].text()}, {main[2]}"
-    first = readings[0][1][1]
     files = tuple(f for _, r in readings for f in r[1].files) + (main[1].files if main is not None else ())
-    return Verdict(kind, Measure(first.value, first.ci, first.seeds, first.values, files), said)
+    # the table shows every task's count, the papers' own (bijection) included, not one task's number
+    short = {"bijection_replacement": "sawtooth", "recall": "recall"}
+    counts = [f"{short[column]} {sum(r[0])}/{len(r[0])}" for (column, _), (_, r) in zip(FEASIBLE_IN_CONTEXT, readings)]
+    if main is not None:
+        counts.append(f"bijection {sum(main[0])}/{len(main[0])}")
+    return Verdict(kind, "seeds progressive: " + ", ".join(counts), said, files=files)
 
 
 B7_RULE = All(EverySeed(0.5, "≥", "PC1's share of the variance"), EverySeed(0.5, "≥", "|ρ|"),
