@@ -64,6 +64,13 @@ def ours_text(ours: Measure | str | None) -> str:
     return ours.text()
 
 
+def _controls_text(j: Judgement) -> str:
+    """The factors of the controls a persisting disagreement was tried under; judged on a paper-size cell, those
+    controls are the reduced-scale cells beside it (each changes one factor from the reduced cell, not the papers')."""
+    beside = "reduced-scale controls: " if j.scale.startswith("the papers' size") else ""
+    return beside + ", ".join(j.verdict.controls)
+
+
 def verdict_text(j: Judgement, short: bool = False) -> str:
     """The verdict with what it was judged against: the closing control's factor, or every factor tried."""
     v = j.verdict
@@ -73,7 +80,7 @@ def verdict_text(j: Judgement, short: bool = False) -> str:
     if v.kind == DISAGREE_CLOSES:
         text += f" ({v.closed_by})"
     elif v.kind == DISAGREE_PERSISTS and v.controls:
-        text += f" ({', '.join(v.controls)})"
+        text += f" ({_controls_text(j)})"
     return text
 
 
@@ -133,7 +140,7 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
            "training)." if identities else ""),
         f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}** "
         f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
-        + "; ".join(f"{_named(j, details)} ({', '.join(j.verdict.controls)})" for j in by[DISAGREE_PERSISTS]) + ".",
+        + "; ".join(f"{_named(j, details)} ({_controls_text(j)})" for j in by[DISAGREE_PERSISTS]) + ".",
         f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
         + "; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
         + ".",

@@ -1058,11 +1058,11 @@ def _a27(ev: Evidence) -> Verdict:
 
 
 A28 = claim("A28", "I", "—", "setup", "Paper-size models and recipes (2.67M / 2.68M parameters, V=20)", "setup",
-            "secondary", "the paper preset's cells", "—", "windtunnel table --preset paper --seeds 3")(
+            "not-a-claim", "the paper preset's cells", "—", "windtunnel table --preset paper --seeds 3")(
     fixed(NOT_MEASURABLE, "the paper preset's table needs a GPU budget (every column and architecture at ≈2.67M "
                           "parameters, up to 100k steps a cell) beyond the leases so far; the papers' sizes are measured "
-                          "cell by cell instead: the V=20 main job at 2.67M (A2) and HMM in the authors' regime at "
-                          "2.68M (A6, A11, A12)"))
+                          "cell by cell instead — partly measured: the V=20 main job at 2.67M (A2, B1, B3–B5, B9, B11, "
+                          "C3) and HMM in the authors' regime at 2.68M (A6, A11, A12, B13)"))
 
 
 A29_RULE = AtLeast(1, "V! / episodes")
