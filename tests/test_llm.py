@@ -175,6 +175,20 @@ def test_k_only_rho_is_the_best_any_function_of_k_reaches() -> None:
     assert sula.k_only_rho(sula.SulaSetup(ks=(0, 1), per_k=8)) == pytest.approx(1.0)  # H(k=0) = 1, H(k=1) one value
 
 
+def test_within_k_rho_sees_only_what_is_known_beyond_the_example_count() -> None:
+    """By hand: a score equal to the entropy correlates with it within every k (1); a score that is a function of k
+    alone has nothing within a k (no value); within-k ρ weighs each k by its prompts, and the groups where the entropy
+    is constant (k = 0, 1) add nothing."""
+    ks = torch.tensor([0, 0, 0, 2, 2, 2, 2, 4, 4, 4])
+    H = torch.tensor([1.0, 1.0, 1.0, 0.1, 1.0, 0.1, 1.0, 0.0, 0.1, 1.0], dtype=torch.float64)
+    assert sula.within_k_rho(H, H, ks) == pytest.approx(1.0)
+    assert sula.within_k_rho(ks.double(), H, ks) is None
+    x = torch.tensor([5.0, 6.0, 7.0, 1.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0], dtype=torch.float64)
+    from windtunnel.evaluation.stats import spearman
+    by_hand = (4 * spearman(x[3:7], H[3:7]) + 3 * spearman(x[7:], H[7:])) / 7
+    assert sula.within_k_rho(x, H, ks) == pytest.approx(by_hand)
+
+
 def test_the_exact_posteriors_state_moves_with_k_unless_the_labels_carry_nothing() -> None:
     """The exact posterior as a state: masking the carriers leaves it where the normal prompts put it (the Bayes model
     ignores carriers), shuffled labels and no evidence leave it at 1 bit on every prompt (no movement)."""

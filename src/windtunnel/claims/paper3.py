@@ -516,7 +516,12 @@ D14_RULE = _each_model(IntervalAbove(0.5, over="prompts (bootstrap)"))
 def _d14(d: dict, rel: str) -> Verdict:
     g = d["geometry"]
     m = _rho(g["pc1_vs_bayes_entropy"], rel)
-    return Verdict(D14_RULE.rule.kind(m), m, f"layer {g['layer']}; PC1 oriented to grow with H_Bayes")
+    why = f"layer {g['layer']}; PC1 oriented to grow with H_Bayes"
+    within = g.get("pc1_vs_bayes_entropy_within_k")
+    if within and within.get("rho") is not None:  # what PC1 knows of H_Bayes beyond the number of examples
+        w = _rho(within, rel)
+        why += f"; within each example count (what PC1 knows beyond k) ρ {w.text()}"
+    return Verdict(D14_RULE.rule.kind(m), m, why)
 
 
 D15_RULE = _each_model(All(Compare("|ρ|", "≥", 0.3), IntervalExcludes(0, of="ρ's")))

@@ -376,6 +376,33 @@ def _rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int = 0) -> dic
     return {"rho": rho, "ci": ci}
 
 
+def within_k_rho(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor) -> float | None:
+    """Spearman ρ(x, y) within each example count ``k`` where ``y`` varies, averaged with the prompts as weights:
+    what ``x`` knows of ``y`` beyond ``k`` (``None`` where ``y`` is a function of ``k``)."""
+    total, weight = 0.0, 0
+    for k in sorted(set(ks.tolist())):
+        sel = ks == k
+        r = _spearman(x[sel], y[sel]) if int(sel.sum()) >= 3 else None
+        if r is not None:
+            total += r * int(sel.sum())
+            weight += int(sel.sum())
+    return total / weight if weight else None
+
+
+def _within_k_ci(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
+    """:func:`within_k_rho` with a percentile bootstrap interval, prompts resampled within each ``k``."""
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.nonzero(ks == k).flatten() for k in sorted(set(ks.tolist()))]
+    boots = []
+    for _ in range(n_boot):
+        i = torch.cat([grp[torch.randint(0, len(grp), (len(grp),), generator=g)] for grp in groups])
+        r = within_k_rho(x[i], y[i], ks[i])
+        if r is not None:
+            boots.append(r)
+    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
+    return {"rho": within_k_rho(x, y, ks), "ci": ci}
+
+
 def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
     return {str(k): float(score[ks == k].mean()) for k in sorted(set(ks.tolist()))}
 
@@ -445,6 +472,9 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
     other than the cut at ``cut_layers``:
 
     * ``pc1_vs_bayes_entropy`` — |ρ(PC1, H_Bayes)| over all prompts (Paper III: 0.65–0.80);
+    * ``pc1_vs_bayes_entropy_within_k`` — the same within each example count where H_Bayes varies (k ≥ 2), averaged
+      over the prompts (:func:`within_k_rho`): H_Bayes falls with k, so only this part says that PC1 follows the
+      evidence rather than the number of examples;
     * ``movement`` — ρ(k, PC1): the state moving along the manifold as evidence accumulates (0.86 /
       0.60 / 0.32), and the same for the **shuffled** labels and the **masked** carriers projected on
       the normal basis (Paper III: little or no movement), with per-k means;
@@ -481,6 +511,8 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
     if (_spearman(Z @ u, H_bayes) or 0.0) < 0:
         u = -u
     out["pc1_vs_bayes_entropy"] = _rho_ci(Z @ u, H_bayes, setup.n_boot, setup.seed)
+    # H_Bayes falls with k, so a PC1 that only counts the examples correlates with it too: what PC1 knows beyond k
+    out["pc1_vs_bayes_entropy_within_k"] = _within_k_ci(Z @ u, H_bayes, ks["normal"], setup.n_boot, setup.seed)
     out["movement"] = {}
     for c in ("normal", "shuffled", "masked"):
         score_c = ((V[c][last] - mu) / sd) @ u
