@@ -510,7 +510,8 @@ D14_RULE = _each_model(IntervalAbove(0.5, over="prompts (bootstrap)"))
 
 
 @claim("D14", "III", "v1", "§5.2", "SULA: PC1 in a PCA basis shared across k correlates with the Bayesian entropy",
-       "|ρ| 0.65–0.80", "paper", "|Spearman ρ(PC1, H_Bayes)| over the 250 SULA prompts, last layer's final-token values",
+       "|ρ| 0.65–0.80", "paper", "|Spearman ρ(PC1, H_Bayes)| over the 250 SULA prompts, last layer's final-token values; beside it the same ρ "
+       "within each example count (what PC1 knows beyond k)",
        D14_RULE, SULA_BOTH, threshold="an interval above 0.5 (below the papers' 0.65–0.80)")
 @_on_each("SULA geometry")
 def _d14(d: dict, rel: str) -> Verdict:
