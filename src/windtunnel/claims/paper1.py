@@ -1608,6 +1608,7 @@ B13_RULE = EverySeed(2, "<", what="the most damaging head's fold")
        B13_RULE, REPRO, rule_note="judged on the papers' own HMM cell at their size where committed and learned; else "
        "closes under the budget if a control agrees",
        threshold="below 2× (in place of +5…+37%, a figure of the authors' that no released script produces)",
+       doubt="a figure of the authors' that no released script produces: their HMM model has no head mask to ablate",
        cells=reads("hmm", "hmm_fixed", "hmm_long", geometry=True) + reads("hmm_fixed@paper", geometry=True))
 def _b13(ev: Evidence) -> Verdict:
     def rule(ev: Evidence, column: str) -> tuple[bool, Measure | str, str] | None:
