@@ -296,9 +296,15 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
                 assert (f'"{label}"' in named) == learns(column), label
 
 
+def _split(met: list[bool]) -> str:
+    """The models joined as seeds are: every one → agree, none → disagree, some → inconclusive."""
+    return claims.AGREE if all(met) else claims.DISAGREE if not any(met) else claims.INCONCLUSIVE
+
+
 def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
     """D13, D17 and D22 recomputed by hand on every committed SULA file (SmolLM2, and Gemma-3-270M when
-    present): a claim agrees only where every model does."""
+    present): a claim agrees only where every model does, disagrees where none does, and is inconclusive where the
+    models split."""
     files = [RESULTS / "llm" / f for f in ("smollm2-135m-instruct-q4-sula.json", "gemma-3-270m-q4-sula.json")]
     docs_ = [json.loads(f.read_text()) for f in files if f.is_file()]
     if not docs_:
@@ -306,15 +312,15 @@ def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
     ev = Evidence(RESULTS)
     overlap = [d["conditions"]["normal"]["entropy_mae_ci"][1] >= 0.155 and d["conditions"]["normal"]["entropy_mae_ci"][0]
                <= 0.66 for d in docs_]
-    assert claims.CLAIMS["D13"].assess(ev).kind == (claims.AGREE if all(overlap) else claims.DISAGREE)
+    assert claims.CLAIMS["D13"].assess(ev).kind == _split(overlap)
     still = [not (lo > 0 or hi < 0) for lo, hi in (d["geometry"]["movement"]["shuffled"]["ci"] for d in docs_)]
-    assert claims.CLAIMS["D17"].assess(ev).kind == (claims.AGREE if all(still) else claims.DISAGREE)
+    assert claims.CLAIMS["D17"].assess(ev).kind == _split(still)
     directional = []
     for d in docs_:
         sh = d["geometry"]["shift"]
         b, up, dn = sh["mean_model_entropy_before"], sh["plus"]["mean_model_entropy"], sh["minus"]["mean_model_entropy"]
         directional.append(up > b > dn and max(up - b, b - dn) <= 0.1)
-    assert claims.CLAIMS["D22"].assess(ev).kind == (claims.AGREE if all(directional) else claims.DISAGREE)
+    assert claims.CLAIMS["D22"].assess(ev).kind == _split(directional)
     if len(docs_) == 2:
         assert "Gemma-3-270M" in claims.CLAIMS["D22"].assess(ev).why
     cuts = [json.loads(f.read_text()) for f in (RESULTS / "llm" / f"{m}-sula-5layers.json" for m in
@@ -327,7 +333,7 @@ def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
                              abs(c["one_at_a_time"][k]["random_axis"]["rho_readout_after"] - c["rho_readout_before"]) <= 0.05
                              for k in c["one_at_a_time"]))
     d19 = claims.CLAIMS["D19"].assess(ev)
-    assert d19.kind == (claims.AGREE if all(cut_alone) else claims.DISAGREE)
+    assert d19.kind == _split(cut_alone)
     assert d19.ours.startswith(f"readout {docs_[0]['cut']['rho_readout_before']:.2f} → ")
     if cuts:  # D20: the readout's ρ after the five-layer cut ≤ 0.1 and the entropy error within 5%, on each model
         holds = []
@@ -335,7 +341,7 @@ def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
             after = abs(d["cut"]["entropy_axis"]["rho_readout_after"])
             mae0, mae1 = d["conditions"]["normal"]["entropy_mae"], d["cut"]["entropy_axis"]["behaviour"]["entropy_mae"]
             holds.append(after <= 0.1 and abs(mae1 - mae0) / mae0 <= 0.05)
-        assert claims.CLAIMS["D20"].assess(ev).kind == (claims.AGREE if all(holds) else claims.DISAGREE)
+        assert claims.CLAIMS["D20"].assess(ev).kind == _split(holds)
         assert ("Gemma-3-270M" in claims.CLAIMS["D20"].assess(ev).why) == (len(cuts) == 2)
 
 

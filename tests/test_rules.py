@@ -175,6 +175,10 @@ def test_compound_rules_join_their_parts() -> None:
     assert each.sentence == "agree if the gap < 0.05 bits on each run (SGD shown)"
     nested = rules.Every(rules.Every(rules.Compare("ρ", "<", 0.1), "layer"), "model")
     assert nested.kind([[0.01, 0.02], [0.05]]) == A and nested.kind([[0.01, 0.2], [0.05]]) == D
+    models = rules.Every(rules.Compare("ρ", "<", 0.1), "model", split=True)  # items join as seeds do
+    assert models.kind([0.01, 0.02]) == A and models.kind([0.5, 0.6]) == D and models.kind([0.01, 0.6]) == I
+    assert models.sentence == "agree if ρ < 0.1 on each model, disagree if it fails on each, inconclusive if they split"
+    assert rules.split_join([A, I]) == I and rules.split_join([D, D]) == D and rules.split_join([A, D]) == I
     assert rules.conjoin([A, I, A]) == I and rules.conjoin([A, I, D]) == D and rules.conjoin([A]) == A
     with pytest.raises(ValueError):
         rules.conjoin([])

@@ -436,12 +436,13 @@ def test_a_claim_that_rereads_anothers_measurement_is_judged_where_and_against_w
 
 
 def test_an_identity_is_listed_apart_from_the_reproduced_findings(judgements) -> None:
-    """C1 and C2 are algebra (the routing law and the value update hold for any weights): where they agree, the front
-    page lists them as identities verified, not among the reproduced findings, and their rows and details say so."""
+    """C1 and C2 are algebra (the routing law and the value update hold for any weights), A27 a theorem (the
+    cross-entropy minimiser is the posterior): where they agree, the front page lists them as identities verified, not
+    among the reproduced findings, and their rows and details say so."""
     page = render.front_page(judgements)
     reproduced = next(line for line in page.splitlines() if line.startswith("- **Reproduced"))
     found, _, identities = reproduced.partition("**Identities verified")
-    for cid in ("C1", "C2"):
+    for cid in ("C1", "C2", "A27"):
         j = judgements[cid]
         assert j.claim.identity
         if j.kind == claims.AGREE:
@@ -467,3 +468,17 @@ def test_mlps_realise_none_is_judged_on_an_mlp_that_can_see_the_context_too(judg
         assert f"{win.value / floor:.1%}" in a25.verdict.why
     else:
         assert a25.kind == claims.AGREE
+
+
+def test_language_models_that_split_on_a_rule_leave_it_inconclusive(judgements) -> None:
+    """A claim about language models is judged on each committed model as a claim about a cell is judged on each seed:
+    met on one and failed on the other is inconclusive, not a disagreement (D22: SmolLM2 fails the shift's rule,
+    Gemma-3-270M meets it).  D5 is read on every committed model and prompt set the paper used: Gemma's mixed-prompt
+    interval, by hand from its file, holds 0 while SmolLM2's exclude it."""
+    d22 = judgements["D22"]
+    assert "(agree)" in d22.verdict.why and d22.raw.kind == claims.INCONCLUSIVE
+    gemma = json.loads((RESULTS / "llm" / "gemma-3-270m-q4-mixed.json").read_text())["value_manifold"]["rho_ci"]
+    smol = [json.loads((RESULTS / "llm" / f"smollm2-135m-instruct-q4-{p}.json").read_text())["value_manifold"]["rho_ci"]
+            for p in ("mixed", "math")]
+    assert gemma[0] < 0 < gemma[1] and all(lo > 0 or hi < 0 for lo, hi in smol)
+    assert judgements["D5"].kind == claims.INCONCLUSIVE and "Gemma-3-270M mixed" in judgements["D5"].verdict.why

@@ -141,7 +141,8 @@ class Claim:
     of the authors' code, or contradicted by the authors' own later figure — ``""`` where nothing is known against it
     (a disagreement with a suspect number is not counted as a failure of the papers' claim); ``identity`` marks an
     algebraic identity, which holds for any weights (its check is of the derivation and of our code, not an empirical
-    finding about trained models, and the front page lists it apart from the reproduced findings)."""
+    finding about trained models, and the front page lists it apart from the reproduced findings; a theorem is one
+    too)."""
 
     id: str
     paper: str

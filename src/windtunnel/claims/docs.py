@@ -30,8 +30,11 @@ text differs from what its artifact gives today.  Fact keys:
   picks (at least one): ``first:rows:quick/cells/recall_p64-mamba-s1/metrics.jsonl:eval.accuracy>0.5:step`` is the
   first evaluated step whose held-out accuracy is above one half;
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
-* ``count:VERDICT`` — how many claims have that verdict (``agree``, ``inconclusive``, ``closes``, ``persists``,
-  ``uncontrolled``, ``uninformative``, ``not-measured``, ``not-measurable``, ``total``), derived claims included.
+* ``count:VERDICT`` — how many of the papers' claims have that verdict, as the front page counts them (``agree``
+  — the identities apart —, ``inconclusive``, ``closes``, ``persists``, ``uncontrolled``, ``uninformative``,
+  ``not-measured``, ``not-measurable``); ``count:counted`` the papers' claims judged, ``count:identities``,
+  ``count:derived`` (rows that re-read another's measurement), ``count:apart`` (rows that are not claims of the
+  papers) and ``count:total`` (every row).
 
 A dotted path indexes lists with integers (``layers.0.kl``); ``max`` or ``min`` as its last part reduces a
 list of numbers (``pair_probe.yx.max``: the best layer's value).
@@ -53,6 +56,28 @@ FACT = re.compile(r"<!-- fact (\S+) -->(.*?)<!-- /fact -->", re.S)
 COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "closes": DISAGREE_CLOSES, "persists": DISAGREE_PERSISTS,
                "uncontrolled": DISAGREE_UNCONTROLLED, "uninformative": UNINFORMATIVE, "not-measured": NOT_MEASURED,
                "not-measurable": NOT_MEASURABLE}
+
+
+def _count(name: str, verdicts: dict[str, Verdict]) -> int:
+    """``count:NAME``, as the front page counts: the papers' own claims (no row that re-reads another's measurement,
+    none judged apart as not a claim of theirs), *agree* without the identities; ``total`` every row, ``counted`` the
+    papers' claims, ``derived``, ``apart`` and ``identities`` the rows the front page lists apart."""
+    from .base import CLAIMS, NOT_CLAIMS
+
+    rows = {cid: CLAIMS[cid] for cid in verdicts if cid in CLAIMS}
+    counted = {cid for cid, c in rows.items() if c.derived is None and c.provenance not in NOT_CLAIMS}
+    if name == "total":
+        return len(verdicts)
+    if name == "counted":
+        return len(counted)
+    if name == "derived":
+        return sum(c.derived is not None for c in rows.values())
+    if name == "apart":
+        return sum(c.derived is None and c.provenance in NOT_CLAIMS for c in rows.values())
+    if name == "identities":
+        return sum(rows[cid].identity and verdicts[cid].kind == AGREE for cid in counted)
+    want = COUNT_NAMES[name]
+    return sum(verdicts[cid].kind == want and not (want == AGREE and rows[cid].identity) for cid in counted)
 
 
 def _dig(doc: Any, path: str) -> Any:
@@ -159,9 +184,7 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
                 return v.kind
             return v.ours_text
         if kind == "count":
-            if rest == "total":
-                return str(len(verdicts))
-            return str(sum(v.kind == COUNT_NAMES[rest] for v in verdicts.values()))
+            return str(_count(rest, verdicts))
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
     raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict or count "

@@ -135,9 +135,8 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         "",
         f"- **Reproduced — {len(found)}**: {_ids(found, details)}"
         + (f"; at the papers' size: {_ids(at_paper, details)}." if at_paper else ".")
-        + (f" **Identities verified — {len(identities)}**: {_ids(identities, details)} (algebra that holds for any "
-           "weights, checked against autograd on the trained models: a check of the derivation, not a finding about "
-           "training)." if identities else ""),
+        + (f" **Identities verified — {len(identities)}**: {_ids(identities, details)} (mathematical facts that hold "
+           "whatever the training: a check of the derivation and of our code, not a finding about what training does)." if identities else ""),
         f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}** "
         f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
         + "; ".join(f"{_named(j, details)} ({_controls_text(j)})" for j in by[DISAGREE_PERSISTS]) + ".",
@@ -145,13 +144,14 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         + "; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
         + ".",
         f"- **Disagree, never controlled — {len(by[DISAGREE_UNCONTROLLED])}**: {_ids(by[DISAGREE_UNCONTROLLED], details)}.",
-        f"- **Uninformative: a trivial predictor meets the rule too — {len(by[UNINFORMATIVE])}**: "
+        f"- **Uninformative: a trivial predictor meets the rule too, or exact inference fails it too — "
+        f"{len(by[UNINFORMATIVE])}**: "
         f"{_ids(by[UNINFORMATIVE], details)}.",
         f"- **Inconclusive — {len(by[INCONCLUSIVE])}**: {_ids(by[INCONCLUSIVE], details)}. **Not measurable here — "
         f"{len(by[NOT_MEASURABLE])}**: {_ids(by[NOT_MEASURABLE], details)}."
         + (f" **Not measured — {len(by[NOT_MEASURED])}**: {_ids(by[NOT_MEASURED], details)}." if by[NOT_MEASURED] else ""),
-        "- **Scale**: " + "; ".join(f"{n} judged at {s}" for s, n in Counter(j.scale for j in counted).most_common())
-        + ".",
+        "- **Scale**: " + "; ".join(f"{n} judged at {s}" for s, n in Counter(
+            j.scale for j in counted if j.kind not in (NOT_MEASURED, NOT_MEASURABLE)).most_common()) + ".",
         f"- **The papers' number is suspect (‡) — {len(doubted)}**: it comes from a defect of the authors' code, or "
         "the authors' own later figure contradicts it (each detail says which); a disagreement with it is not a "
         "failure of the papers' claim: " + ", ".join(f"{_link(j.claim.id, details)} ({verdict_text(j, short=True)})"
@@ -236,7 +236,7 @@ def detail(j: Judgement) -> str:
         "",
         f"- **The papers' number**: {c.number} — source: {c.provenance} ({PROVENANCE[c.provenance]})",
         *([f"- **Why that number is suspect** (‡): {c.doubt}"] if c.doubt else []),
-        *(["- **An identity**: it holds for any weights, the untrained model's too; agreement checks the derivation "
+        *(["- **An identity**: a mathematical fact that holds whatever the training; agreement checks the derivation "
            "and our code, and is not a finding about what training does"] if c.identity else []),
         f"- **What we measure**: {c.metric}",
         f"- **Rule**: {c.rule}",

@@ -421,6 +421,14 @@ def conjoin(kinds: Sequence[str]) -> str:
     return AGREE if all(k == AGREE for k in kinds) else DISAGREE if DISAGREE in kinds else INCONCLUSIVE
 
 
+def split_join(kinds: Sequence[str]) -> str:
+    """The share convention over items: agree when every item agrees, disagree when every item disagrees, else
+    inconclusive."""
+    if not kinds:
+        raise ValueError("a join of no items")
+    return AGREE if all(k == AGREE for k in kinds) else DISAGREE if all(k == DISAGREE for k in kinds) else INCONCLUSIVE
+
+
 def _apply(rule: Rule, arg: object) -> str:
     return rule.kind(*arg) if isinstance(arg, tuple) else rule.kind(arg)  # type: ignore[attr-defined]
 
@@ -463,15 +471,19 @@ class All(Rule):
 @dataclass(frozen=True)
 class Every(Rule):
     """One rule on each of several items (each model, each edited layer, each column — ``over`` names them, ``note``
-    adds which is shown): :meth:`kind` takes the items' arguments and joins their verdicts by :func:`conjoin`."""
+    adds which is shown): :meth:`kind` takes the items' arguments and joins their verdicts by :func:`conjoin`; with
+    ``split``, as seeds are joined instead (:func:`split_join`: items that disagree among themselves leave the claim
+    inconclusive — a claim about language models in general is not refuted by one model that fails it while another
+    meets it, as a mean never decides a claim its seeds split on)."""
 
     rule: Rule
     over: str
     note: str = ""
+    split: bool = False
 
     @property
     def three_way(self) -> bool:  # type: ignore[override]
-        return self.rule.three_way
+        return self.rule.three_way or self.split
 
     @property
     def condition(self) -> str:
@@ -479,10 +491,13 @@ class Every(Rule):
 
     @property
     def sentence(self) -> str:
+        if self.split:
+            return f"agree if {self.condition}, disagree if it fails on each, inconclusive if they split"
         return f"agree if {self.condition}{_may_be_inconclusive((self.rule,))}"
 
     def kind(self, items: Sequence[object]) -> str:
-        return conjoin([_apply(self.rule, a) for a in items])
+        kinds = [_apply(self.rule, a) for a in items]
+        return split_join(kinds) if self.split else conjoin(kinds)
 
 
 @dataclass(frozen=True)
