@@ -468,6 +468,11 @@ def test_mlps_realise_none_is_judged_on_an_mlp_that_can_see_the_context_too(judg
         assert f"{win.value / floor:.1%}" in a25.verdict.why
     else:
         assert a25.kind == claims.AGREE
+    # A5 ("capacity-matched MLPs miss by orders of magnitude"): the same control, by the same ratio rule
+    main = ev.eval_metric("main", "transformer", (0, 1, 2), "entropy_mae_curve").value
+    pointwise = ev.table("bijection", "mlp_pointwise", "entropy_mae_curve").value
+    if pointwise / main >= 100 > win.value / main:
+        assert judgements["A5"].kind == claims.DISAGREE_PERSISTS and judgements["A5"].verdict.controls == ("architecture",)
 
 
 def test_language_models_that_split_on_a_rule_leave_it_inconclusive(judgements) -> None:
