@@ -141,8 +141,8 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
         + "; ".join(f"{_named(j, details)} ({_controls_text(j)})" for j in by[DISAGREE_PERSISTS]) + ".",
         f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
-        + "; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
-        + ".",
+        + ("; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
+           or "none") + ".",
         f"- **Disagree, never controlled — {len(by[DISAGREE_UNCONTROLLED])}**: {_ids(by[DISAGREE_UNCONTROLLED], details)}.",
         f"- **Uninformative: a trivial predictor meets the rule too, or exact inference fails it too — "
         f"{len(by[UNINFORMATIVE])}**: "
