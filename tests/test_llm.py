@@ -141,7 +141,7 @@ def test_signatures_command_end_to_end(saved_models: dict[str, Path], tmp_path: 
 
 
 # --- SULA ------------------------------------------------------------------------------------------
-from windtunnel.llm import sula  # noqa: E402
+from windtunnel.llm import example_count, sula  # noqa: E402
 
 
 def test_sula_prompts_carry_the_exact_noisy_label_posterior() -> None:
@@ -167,12 +167,12 @@ def test_k_only_rho_is_the_best_any_function_of_k_reaches() -> None:
     from windtunnel.evaluation.stats import spearman
 
     setup = sula.SulaSetup(ks=(0, 2, 5), per_k=12, seed=3)
-    H, ks = sula.bayes_entropy(setup)
+    H, ks = example_count.bayes_entropy(setup)
     best = max(abs(spearman(torch.tensor([g[(0, 2, 5).index(int(k))] for k in ks], dtype=torch.float64), H) or 0.0)
                for g in itertools.product(range(3), repeat=3))
-    assert sula.k_only_rho(setup) == pytest.approx(best, abs=1e-12)
-    assert sula.k_only_rho(setup) >= abs(spearman(ks.double(), H)) - 1e-12
-    assert sula.k_only_rho(sula.SulaSetup(ks=(0, 1), per_k=8)) == pytest.approx(1.0)  # H(k=0) = 1, H(k=1) one value
+    assert example_count.k_only_rho(setup) == pytest.approx(best, abs=1e-12)
+    assert example_count.k_only_rho(setup) >= abs(spearman(ks.double(), H)) - 1e-12
+    assert example_count.k_only_rho(sula.SulaSetup(ks=(0, 1), per_k=8)) == pytest.approx(1.0)  # H(k=0) = 1, H(k=1) one value
 
 
 def test_within_k_rho_sees_only_what_is_known_beyond_the_example_count() -> None:
@@ -181,22 +181,22 @@ def test_within_k_rho_sees_only_what_is_known_beyond_the_example_count() -> None
     is constant (k = 0, 1) add nothing."""
     ks = torch.tensor([0, 0, 0, 2, 2, 2, 2, 4, 4, 4])
     H = torch.tensor([1.0, 1.0, 1.0, 0.1, 1.0, 0.1, 1.0, 0.0, 0.1, 1.0], dtype=torch.float64)
-    assert sula.within_k_rho(H, H, ks) == pytest.approx(1.0)
-    assert sula.within_k_rho(ks.double(), H, ks) is None
+    assert example_count.within_k_rho(H, H, ks) == pytest.approx(1.0)
+    assert example_count.within_k_rho(ks.double(), H, ks) is None
     x = torch.tensor([5.0, 6.0, 7.0, 1.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0], dtype=torch.float64)
     from windtunnel.evaluation.stats import spearman
     by_hand = (4 * spearman(x[3:7], H[3:7]) + 3 * spearman(x[7:], H[7:])) / 7
-    assert sula.within_k_rho(x, H, ks) == pytest.approx(by_hand)
+    assert example_count.within_k_rho(x, H, ks) == pytest.approx(by_hand)
 
 
 def test_the_exact_posteriors_state_moves_with_k_unless_the_labels_carry_nothing() -> None:
     """The exact posterior as a state: masking the carriers leaves it where the normal prompts put it (the Bayes model
     ignores carriers), shuffled labels and no evidence leave it at 1 bit on every prompt (no movement)."""
     setup = sula.SulaSetup(ks=(0, 1, 2, 4), per_k=10)
-    normal = sula.oracle_movement(setup, "normal")
-    assert normal < -0.5 and sula.oracle_movement(setup, "masked") == pytest.approx(normal)
-    assert sula.oracle_movement(setup, "shuffled") == 0.0 and sula.oracle_movement(setup, "no_evidence") == 0.0
-    H, _ = sula.bayes_entropy(setup, "shuffled")
+    normal = example_count.oracle_movement(setup, "normal")
+    assert normal < -0.5 and example_count.oracle_movement(setup, "masked") == pytest.approx(normal)
+    assert example_count.oracle_movement(setup, "shuffled") == 0.0 and example_count.oracle_movement(setup, "no_evidence") == 0.0
+    H, _ = example_count.bayes_entropy(setup, "shuffled")
     assert torch.all(H == 1.0)
 
 

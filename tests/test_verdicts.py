@@ -332,7 +332,8 @@ def test_a_correlation_with_the_bayesian_entropy_that_prompt_length_explains_is_
     examples, so a PC1 that only counts them correlates with it — by hand from the committed setup, better than the
     models' PC1 does.  The k-only null reads that number and meets both rules: uninformative, the null named."""
     from windtunnel.evaluation.stats import spearman
-    from windtunnel.llm.sula import SulaSetup, bayes_entropy
+    from windtunnel.llm.example_count import bayes_entropy
+    from windtunnel.llm.sula import SulaSetup
 
     rel = "llm/smollm2-135m-instruct-q4-sula.json"
     doc = json.loads((RESULTS / rel).read_text())

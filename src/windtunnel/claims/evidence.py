@@ -259,7 +259,7 @@ LLM_NULLS = ("always_certain", "always_uniform", "no_evidence", "k_only", "bayes
 every label (entropy log2 of their number), in place of the model's entropies in a SULA record; the model itself
 on prompts whose labels carry no evidence (shuffled: the exact posterior stays at 1 bit), in place of its movement
 along PC1 on the normal prompts; and a representation that knows only how many examples a prompt shows (the best
-any function of k does, :func:`~windtunnel.llm.sula.k_only_rho`), in place of PC1's correlation with the exact
+any function of k does, :func:`~windtunnel.llm.example_count.k_only_rho`), in place of PC1's correlation with the exact
 posterior entropy (which falls with k on these prompts).  Beside them, not trivial but exact: ``bayes_state``, the
 exact posterior taken as the model's state, moving with k as ρ(k, H_Bayes) of each condition's prompts — what a
 model doing exact inference would show (a rule it fails does not test inference)."""
@@ -430,7 +430,8 @@ class NullEvidence(Evidence):
         """A SULA record (``…-sula.json``) or a cross-model record on the SULA prompts (``global-…``) as a null
         that the task's exact posteriors alone define (``k_only``, ``bayes_state``): nothing of it is the model's but
         what the null leaves standing."""
-        from ..llm.sula import SulaSetup, k_only_rho, oracle_movement
+        from ..llm.example_count import k_only_rho, oracle_movement
+        from ..llm.sula import SulaSetup
 
         if not isinstance(doc, dict) or not isinstance(doc.get("setup"), dict):
             return None

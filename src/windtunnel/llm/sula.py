@@ -69,6 +69,7 @@ import torch
 from ..errors import InvalidValue
 from ..evaluation.stats import finite_ci, json_safe, resample_weights
 from .load import encode
+from .example_count import _within_k_ci
 from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_layout
 
 CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "calm", "joyful", "sunny", "sweet", "proud",
@@ -131,48 +132,6 @@ def prompts(setup: SulaSetup, labels: tuple[str, str], condition: str = "normal"
                 text = ", ".join(shown + [f"{words[-1]}:"])
             out.append({"text": text, "k": k, "p1": p1})
     return out
-
-
-def bayes_entropy(setup: SulaSetup, condition: str = "normal") -> tuple[torch.Tensor, torch.Tensor]:
-    """Each prompt's exact posterior entropy (bits) under ``condition`` and its ``k``, in the order of
-    :func:`prompts` — what the task alone fixes, with no model (the labels' words do not enter it)."""
-    items = prompts(setup, ("a", "b"), condition)
-    p1 = torch.tensor([x["p1"] for x in items], dtype=torch.float64)
-    # rounded to 12 decimals: p and 1 − p give one entropy up to the last bits, a tie for a rank correlation
-    return torch.round(_binary_entropy(p1), decimals=12), torch.tensor([x["k"] for x in items])
-
-
-def _levels(n: int) -> Iterator[tuple[int, ...]]:
-    """Every weak ordering of ``n`` items, as the level of each (levels 0, 1, … used without gaps)."""
-    import itertools
-
-    for lv in itertools.product(range(n), repeat=n):
-        if set(lv) == set(range(max(lv) + 1)):
-            yield lv
-
-
-def k_only_rho(setup: SulaSetup) -> float:
-    r"""The highest :math:`|\rho|` (Spearman) with the exact posterior entropy that a representation knowing only
-    how many examples a prompt shows can reach: :math:`\max_g |\rho(g(k), H_{\text{Bayes}})|` over every function
-    ``g`` of ``k`` (each weak ordering of the example counts; a rank correlation sees nothing else of ``g``).
-
-    H_Bayes falls with ``k`` on these prompts, so a PC1 that only counts the examples correlates with it; a
-    model's |ρ(PC1, H_Bayes)| tells that it follows the evidence only where it exceeds this."""
-    H, ks = bayes_entropy(setup)
-    values = sorted(set(ks.tolist()))
-    index = torch.tensor([values.index(int(k)) for k in ks])
-    best = 0.0
-    for lv in _levels(len(values)):
-        r = _spearman(torch.tensor(lv, dtype=torch.float64)[index], H)
-        best = max(best, abs(r or 0.0))
-    return best
-
-
-def oracle_movement(setup: SulaSetup, condition: str) -> float:
-    """ρ(k, H_Bayes) over ``condition``'s prompts: how the Bayes oracle's state (its posterior) moves as examples
-    accumulate — 0 where the exact posterior does not depend on the prompt (shuffled labels, no evidence)."""
-    H, ks = bayes_entropy(setup, condition)
-    return _spearman(ks.double(), H) or 0.0
 
 
 PAPER_DEPTH = 24
@@ -374,33 +333,6 @@ def _rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int = 0) -> dic
             boots.append(r)
     ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
     return {"rho": rho, "ci": ci}
-
-
-def within_k_rho(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor) -> float | None:
-    """Spearman ρ(x, y) within each example count ``k`` where ``y`` varies, averaged with the prompts as weights:
-    what ``x`` knows of ``y`` beyond ``k`` (``None`` where ``y`` is a function of ``k``)."""
-    total, weight = 0.0, 0
-    for k in sorted(set(ks.tolist())):
-        sel = ks == k
-        r = _spearman(x[sel], y[sel]) if int(sel.sum()) >= 3 else None
-        if r is not None:
-            total += r * int(sel.sum())
-            weight += int(sel.sum())
-    return total / weight if weight else None
-
-
-def _within_k_ci(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
-    """:func:`within_k_rho` with a percentile bootstrap interval, prompts resampled within each ``k``."""
-    g = torch.Generator().manual_seed(seed)
-    groups = [torch.nonzero(ks == k).flatten() for k in sorted(set(ks.tolist()))]
-    boots = []
-    for _ in range(n_boot):
-        i = torch.cat([grp[torch.randint(0, len(grp), (len(grp),), generator=g)] for grp in groups])
-        r = within_k_rho(x[i], y[i], ks[i])
-        if r is not None:
-            boots.append(r)
-    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
-    return {"rho": within_k_rho(x, y, ks), "ci": ci}
 
 
 def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
