@@ -5,17 +5,18 @@ near 0), so a representation that merely counts the examples correlates with it.
 separate counting from inference: each prompt's exact posterior entropy (:func:`bayes_entropy`, from the task alone,
 no model); the best correlation any function of ``k`` reaches (:func:`k_only_rho`, the length-only null of a
 correlation with the entropy); how the exact posterior itself moves with ``k`` under each condition
-(:func:`oracle_movement`, what exact inference would show); and a correlation read within each ``k``
-(:func:`within_k_rho`), where only the evidence moves the entropy.
+(:func:`oracle_movement`, what exact inference would show).  The SULA record's own answer to the question, a
+correlation read within each ``k`` where only the evidence moves the entropy, is
+:func:`windtunnel.llm.sula.within_k_rho`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 
-from ..evaluation.stats import finite_ci, spearman as _spearman
+from ..evaluation.stats import spearman as _spearman
 
 if TYPE_CHECKING:
     from .sula import SulaSetup
@@ -63,30 +64,3 @@ def oracle_movement(setup: SulaSetup, condition: str) -> float:
     accumulate — 0 where the exact posterior does not depend on the prompt (shuffled labels, no evidence)."""
     H, ks = bayes_entropy(setup, condition)
     return _spearman(ks.double(), H) or 0.0
-
-
-def within_k_rho(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor) -> float | None:
-    """Spearman ρ(x, y) within each example count ``k`` where ``y`` varies, averaged with the prompts as weights:
-    what ``x`` knows of ``y`` beyond ``k`` (``None`` where ``y`` is a function of ``k``)."""
-    total, weight = 0.0, 0
-    for k in sorted(set(ks.tolist())):
-        sel = ks == k
-        r = _spearman(x[sel], y[sel]) if int(sel.sum()) >= 3 else None
-        if r is not None:
-            total += r * int(sel.sum())
-            weight += int(sel.sum())
-    return total / weight if weight else None
-
-
-def _within_k_ci(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
-    """:func:`within_k_rho` with a percentile bootstrap interval, prompts resampled within each ``k``."""
-    g = torch.Generator().manual_seed(seed)
-    groups = [torch.nonzero(ks == k).flatten() for k in sorted(set(ks.tolist()))]
-    boots = []
-    for _ in range(n_boot):
-        i = torch.cat([grp[torch.randint(0, len(grp), (len(grp),), generator=g)] for grp in groups])
-        r = within_k_rho(x[i], y[i], ks[i])
-        if r is not None:
-            boots.append(r)
-    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
-    return {"rho": within_k_rho(x, y, ks), "ci": ci}

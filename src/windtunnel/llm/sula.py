@@ -69,7 +69,6 @@ import torch
 from ..errors import InvalidValue
 from ..evaluation.stats import finite_ci, json_safe, resample_weights
 from .load import encode
-from .example_count import _within_k_ci
 from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_layout
 
 CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "calm", "joyful", "sunny", "sweet", "proud",
@@ -333,6 +332,33 @@ def _rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int = 0) -> dic
             boots.append(r)
     ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
     return {"rho": rho, "ci": ci}
+
+
+def within_k_rho(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor) -> float | None:
+    """Spearman ρ(x, y) within each example count ``k`` where ``y`` varies, averaged with the prompts as weights:
+    what ``x`` knows of ``y`` beyond ``k`` (``None`` where ``y`` is a function of ``k``)."""
+    total, weight = 0.0, 0
+    for k in sorted(set(ks.tolist())):
+        sel = ks == k
+        r = _spearman(x[sel], y[sel]) if int(sel.sum()) >= 3 else None
+        if r is not None:
+            total += r * int(sel.sum())
+            weight += int(sel.sum())
+    return total / weight if weight else None
+
+
+def _within_k_ci(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
+    """:func:`within_k_rho` with a percentile bootstrap interval, prompts resampled within each ``k``."""
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.nonzero(ks == k).flatten() for k in sorted(set(ks.tolist()))]
+    boots = []
+    for _ in range(n_boot):
+        i = torch.cat([grp[torch.randint(0, len(grp), (len(grp),), generator=g)] for grp in groups])
+        r = within_k_rho(x[i], y[i], ks[i])
+        if r is not None:
+            boots.append(r)
+    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
+    return {"rho": within_k_rho(x, y, ks), "ci": ci}
 
 
 def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
