@@ -167,6 +167,12 @@ class Claim:
         if self.provenance not in PROVENANCE:
             raise ValueError(f"claim {self.id}: unknown provenance {self.provenance!r}")
 
+    @property
+    def counted(self) -> bool:
+        """Whether the front page counts this row among the papers' claims: not a re-reading of another's
+        measurement, and a claim of the papers (:data:`NOT_CLAIMS` rows are judged apart)."""
+        return self.derived is None and self.provenance not in NOT_CLAIMS
+
 
 CLAIMS: dict[str, Claim] = {}
 """Every claim by id, in the order registered (each paper module registers its section in order)."""

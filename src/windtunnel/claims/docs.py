@@ -65,7 +65,7 @@ def _count(name: str, verdicts: dict[str, Verdict]) -> int:
     from .base import CLAIMS, NOT_CLAIMS
 
     rows = {cid: CLAIMS[cid] for cid in verdicts if cid in CLAIMS}
-    counted = {cid for cid, c in rows.items() if c.derived is None and c.provenance not in NOT_CLAIMS}
+    counted = {cid for cid, c in rows.items() if c.counted}
     if name == "total":
         return len(verdicts)
     if name == "counted":

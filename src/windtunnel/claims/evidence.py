@@ -296,6 +296,15 @@ def _signature_null(doc: dict[str, Any], null: str) -> dict[str, Any] | None:
     return out
 
 
+def uniform_gap_bits(doc: dict[str, Any], arm: str) -> float | None:
+    """An EM-versus-SGD record's gap to the exact posterior for an always-uniform answer, on ``arm``'s sequences:
+    KL(p ‖ uniform) = log2 V − H(p), from the exact entropy the record holds (``None`` where it holds none)."""
+    a = doc["summary"]["arms"][arm]
+    if "n_symbols" not in (doc.get("setup") or {}) or "exact_entropy_bits" not in a:
+        return None
+    return math.log2(doc["setup"]["n_symbols"]) - a["exact_entropy_bits"]["mean"]
+
+
 @dataclass
 class NullEvidence(Evidence):
     """The committed results as a trivial predictor would have produced them: every file that records a model's
@@ -462,9 +471,9 @@ class NullEvidence(Evidence):
             return None
         arms = {}
         for arm, a in doc["summary"]["arms"].items():
-            if "exact_entropy_bits" not in a:
+            gap = uniform_gap_bits(doc, arm)
+            if gap is None:
                 return None
-            gap = math.log2(doc["setup"]["n_symbols"]) - a["exact_entropy_bits"]["mean"]
             stat = {"mean": gap, "std": 0.0, "n": a["exact_entropy_bits"]["n"], "ci95": [gap, gap]}
             arms[arm] = {"final_gap": stat, "final_held_out_gap": stat, "exact_entropy_bits": a["exact_entropy_bits"]}
         return {"setup": doc["setup"], "summary": {"arms": arms}}

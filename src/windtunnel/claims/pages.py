@@ -92,7 +92,7 @@ def _listed(judgements: dict[str, Judgement]) -> list[Judgement]:
 def _counted(judgements: dict[str, Judgement]) -> list[Judgement]:
     """The claims counted on the front page: every claim of the papers but those that re-read another's
     measurement (a row whose number is not a claim of the papers is judged apart, :data:`NOT_CLAIMS`)."""
-    return [j for j in _listed(judgements) if j.claim.provenance not in NOT_CLAIMS]
+    return [j for j in judgements.values() if j.claim.counted]
 
 
 def _doubted(j: Judgement) -> str:

@@ -15,7 +15,7 @@ from ..routing.em import seed_steps
 from dataclasses import replace
 
 from .base import AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, Verdict, claim, missing, reads
-from .evidence import Evidence, Measure, geometry_stat
+from .evidence import Evidence, Measure, geometry_stat, uniform_gap_bits
 from .paper1 import ON_PAPER_CELL, TIMESCALES_CONSTANT, _with_size_controls
 from .rows import geometry_of, row
 from .rules import All, AtMost, Compare, EachSeed, Every, EverySeed, Follows, IntervalAbove, IntervalBelow
@@ -152,8 +152,8 @@ def _c6(ev: Evidence) -> Verdict:
     sgd, em = _gap(doc, "sgd"), _gap(doc, "em_like")
     arms = doc["summary"]["arms"]
     uniform = ""
-    if "exact_entropy_bits" in arms["sgd"]:  # KL(p ‖ uniform) = log2 V − H(p): the gap of knowing nothing
-        blind = math.log2(doc["setup"]["n_symbols"]) - arms["sgd"]["exact_entropy_bits"]["mean"]
+    blind = uniform_gap_bits(doc, "sgd")  # the gap of knowing nothing
+    if blind is not None:
         uniform = f"; an always-uniform answer's gap is {blind:.3f} bits"
         if C6_RULE.parts[0].kind(Measure(blind)) == AGREE:
             uniform += " (within SGD's bar: that half alone could not fail; EM-like's bar it fails)"

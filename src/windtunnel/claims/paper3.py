@@ -35,6 +35,49 @@ def _each_model(rule: Rule) -> Every:
     return Every(rule, "model", "SmolLM2 shown, Gemma-3-270M beside it", split=True)
 
 
+SULA_MODELS = (("SmolLM2", f"{LLM}-sula.json"), ("Gemma-3-270M", f"{GEMMA}-sula.json"))
+"""The SULA runs a claim is judged on: SmolLM2 (shown) and Gemma-3-270M beside it when committed."""
+SULA_BOTH = SULA + "; the same for gemma-3-270m-q4_k_m.gguf"
+
+
+def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = SULA_MODELS
+             ) -> Callable[[Callable[[dict, str], Verdict]], Callable[[Evidence], Verdict]]:
+    """Judge a SULA claim on every committed model's file: ``judge(doc, file)`` gives one model's verdict;
+    the claim agrees if every model does, disagrees if any does, and is inconclusive otherwise.  ``needs``:
+    a key of the file without which a model is skipped (the cut is not applicable to every model);
+    ``models``: (name, file) pairs, the first one shown."""
+
+    def wrap(judge: Callable[[dict, str], Verdict]) -> Callable[[Evidence], Verdict]:
+        def assess(ev: Evidence) -> Verdict:
+            runs = []
+            for name, rel in models:
+                d = ev.json(rel)
+                if d is not None and (not needs or d.get(needs, {}).get("applicable", True)):
+                    runs.append((name, rel, judge(d, rel)))
+            if not runs or runs[0][0] != models[0][0]:
+                return missing(what)
+            kinds = [v.kind for _, _, v in runs]
+            kind = split_join(kinds)  # every model's verdict by the claim's rule: models that split settle nothing
+            first = runs[0][2]
+            files = tuple(rel for _, rel, _ in runs)
+            ours = (Measure(first.ours.value, first.ours.ci, None, (), files) if isinstance(first.ours, Measure)
+                    else first.ours)
+            if len(runs) == 1:
+                why = first.why
+            else:
+                why = f"{runs[0][0]} shown" + (f": {first.why}" if first.why else "")
+            for name, _, v in runs[1:]:
+                why += f"; {name} {v.ours_text} ({v.kind.split(' ')[0]})"
+            # a second production model is the control a language-model claim has: a disagreement on every model
+            # persists under the change of model; one model alone, or models that differ, control nothing
+            persists = kind == DISAGREE and len(runs) > 1 and all(k == DISAGREE for k in kinds)
+            return Verdict(kind, ours, why, files=files if not isinstance(ours, Measure) else (),
+                           controls=("model",) if persists else ())
+        return assess
+
+    return wrap
+
+
 def _sig(ev: Evidence, prompts: str) -> dict | None:
     return ev.json(f"{LLM}-{prompts}.json")
 
@@ -148,31 +191,19 @@ D7_RULE = Compare("the trained median", "<", "the random-initialisation median")
        "0.034–0.18 vs 0.35–0.45", "paper", "median layer mean |cos| vs the same model at random initialisation, on "
        "each model (mixed prompts)",
        D7_RULE, SIG.format("mixed"))
-def _d7(ev: Evidence) -> Verdict:
+@_on_each("signatures", models=(("SmolLM2", f"{LLM}-mixed.json"), ("Gemma-3-270M", f"{GEMMA}-mixed.json")))
+def _d7(d: dict, rel: str) -> Verdict:
     import statistics
 
-    read = []
-    for name, stem in (("SmolLM2", LLM), ("Gemma-3-270M", GEMMA)):
-        d = ev.json(f"{stem}-mixed.json")
-        if d is None or not d["key_orthogonality"].get("random_init_by_layer"):
-            continue
-        k = d["key_orthogonality"]
-        read.append((name, stem, statistics.median(k["by_layer"]), statistics.median(k["random_init_by_layer"]),
-                     k["gaussian_baseline"]))
-    if not read or read[0][0] != "SmolLM2":
-        return missing("signatures")
-    kinds = [D7_RULE.kind(trained, rand) for _, _, trained, rand, _ in read]
-    kind = split_join(kinds)
-    m = Measure(read[0][2], None, None, (), tuple(f"{stem}-mixed.json" for _, stem, *_ in read))
-    said = "; ".join(f"{name} trained {trained:.3f}, at random initialisation {rand:.3f} (Gaussian {gauss:.3f})"
-                     for name, _, trained, rand, gauss in read)
-    if kind != DISAGREE:
-        return Verdict(kind, m, said)
-    # every model's trained keys are less orthogonal than its own at initialisation: the comparison the rule makes
-    # refutes the claim on each model, which is what the second model controls (the papers' 0.35–0.45 'random' is not
-    # what random keys give)
-    return Verdict(DISAGREE, m, f"{said}: trained keys are less orthogonal than random, and the paper's 0.35–0.45 is "
-                   "not what random keys give", controls=("model",) if len(read) > 1 else ())
+    k = d["key_orthogonality"]
+    if not k.get("random_init_by_layer"):
+        raise KeyError("random_init_by_layer")
+    trained, rand = statistics.median(k["by_layer"]), statistics.median(k["random_init_by_layer"])
+    kind = D7_RULE.kind(trained, rand)
+    said = f"at random initialisation {rand:.3f} (Gaussian {k['gaussian_baseline']:.3f})"
+    if kind == DISAGREE:  # the papers' 0.35–0.45 'random' is not what random keys give
+        said += ": trained keys are less orthogonal than random, and the paper's 0.35–0.45 is not what random keys give"
+    return Verdict(kind, Measure(trained, None, None, (), (rel,)), said)
 
 
 D9_RULE = _each_model(IntervalAbove(0.30, over="prompts (bootstrap)"))
@@ -328,49 +359,6 @@ def _d12(ev: Evidence) -> Verdict:
                    "3 seeds each; PC1 on the reduced sawtooth (no paper-size cell of it)" + beside,
                    files=pc1.files + keys.files,
                    scale=f"{PAPER_SCALE}; PC1 at reduced scale" if paper is not None else "")
-
-
-SULA_MODELS = (("SmolLM2", f"{LLM}-sula.json"), ("Gemma-3-270M", f"{GEMMA}-sula.json"))
-"""The SULA runs a claim is judged on: SmolLM2 (shown) and Gemma-3-270M beside it when committed."""
-SULA_BOTH = SULA + "; the same for gemma-3-270m-q4_k_m.gguf"
-
-
-def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = SULA_MODELS
-             ) -> Callable[[Callable[[dict, str], Verdict]], Callable[[Evidence], Verdict]]:
-    """Judge a SULA claim on every committed model's file: ``judge(doc, file)`` gives one model's verdict;
-    the claim agrees if every model does, disagrees if any does, and is inconclusive otherwise.  ``needs``:
-    a key of the file without which a model is skipped (the cut is not applicable to every model);
-    ``models``: (name, file) pairs, the first one shown."""
-
-    def wrap(judge: Callable[[dict, str], Verdict]) -> Callable[[Evidence], Verdict]:
-        def assess(ev: Evidence) -> Verdict:
-            runs = []
-            for name, rel in models:
-                d = ev.json(rel)
-                if d is not None and (not needs or d.get(needs, {}).get("applicable", True)):
-                    runs.append((name, rel, judge(d, rel)))
-            if not runs or runs[0][0] != models[0][0]:
-                return missing(what)
-            kinds = [v.kind for _, _, v in runs]
-            kind = split_join(kinds)  # every model's verdict by the claim's rule: models that split settle nothing
-            first = runs[0][2]
-            files = tuple(rel for _, rel, _ in runs)
-            ours = (Measure(first.ours.value, first.ours.ci, None, (), files) if isinstance(first.ours, Measure)
-                    else first.ours)
-            if len(runs) == 1:
-                why = first.why
-            else:
-                why = f"{runs[0][0]} shown" + (f": {first.why}" if first.why else "")
-            for name, _, v in runs[1:]:
-                why += f"; {name} {v.ours_text} ({v.kind.split(' ')[0]})"
-            # a second production model is the control a language-model claim has: a disagreement on every model
-            # persists under the change of model; one model alone, or models that differ, control nothing
-            persists = kind == DISAGREE and len(runs) > 1 and all(k == DISAGREE for k in kinds)
-            return Verdict(kind, ours, why, files=files if not isinstance(ours, Measure) else (),
-                           controls=("model",) if persists else ())
-        return assess
-
-    return wrap
 
 
 def _rho(m: dict, rel: str) -> Measure:
