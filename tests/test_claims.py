@@ -541,7 +541,9 @@ def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytes
     from windtunnel.cli import main
 
     (tmp_path / "page-details").write_text("a file where the claims' detail folder goes")
+    (tmp_path / "elsewhere").mkdir()  # a folder that holds no results: no page of 'not measured' written into it
     cases = [["claims", "--results", str(tmp_path / "none")], ["claims", "--out", str(tmp_path / "no" / "C.md")],
+             ["claims", "--results", str(tmp_path / "elsewhere")],
              ["claims", "--out", str(tmp_path / "page.md")],
              ["compare", str(tmp_path / "none")], ["reproduce", "paper1", "--workers", "0"],
              ["reproduce", "paper1", "--threads", "0"],
@@ -553,6 +555,7 @@ def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytes
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith("windtunnel: error:"), (args, err)
     assert not (tmp_path / "no").exists() and not (tmp_path / "page.md").exists()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_path: Path, monkeypatch) -> None:

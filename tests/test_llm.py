@@ -231,6 +231,20 @@ def sula_model(folder: Path, seed: int, layers: int = 2, silent: int | None = No
     return folder
 
 
+def test_an_llm_result_that_could_not_be_written_is_refused_before_the_model_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Minutes of forward passes must not end on an --out that cannot be written: an --out under a file (or in a
+    folder that is not writable) is refused in one line before the model is even loaded, and nothing is created."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for action in ("sula", "signatures"):
+        capsys.readouterr()
+        assert main(["llm", action, str(tmp_path / "no-model-here"), "--out", str(blocker / "deep" / "x.json")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "invalid out" in err and "no-model-here" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     folder = sula_model(tmp_path / "llama", 0)
     out = tmp_path / "sula.json"
@@ -244,6 +258,7 @@ def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixt
     # the no-evidence control's exact posterior is uniform: its KL is 1 − H(model)
     assert doc["conditions"]["no_evidence"]["by_k"]["0"]["bayes_entropy"] == pytest.approx(1.0)
     assert "SULA" in capsys.readouterr().out
+    assert set(doc["geometry"]["pc1_vs_bayes_entropy_within_k"]) == {"rho", "ci"}
     model, tk, _ = load_model(str(folder))
     items = sula.prompts(sula.SulaSetup(ks=(2,), per_k=5), ("dax", "lug"))
     p1, vals = sula.model_posterior(model, tk, items, ("dax", "lug"), [1])

@@ -72,6 +72,13 @@ def new_json_file(out: Path, force: bool) -> None:
     if out.is_dir():
         raise UsageError(f"invalid out: {out} is a folder; give a .json file")
     keep_result(out, force)
+    # minutes of a model's forward passes must not end on a file that cannot be written: the folder that will hold
+    # it, or the nearest one that exists (write_json makes the rest), must be writable now; nothing is created yet
+    folder = out.parent if str(out.parent) else Path(".")
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UsageError(f"invalid out: cannot write {out} (its folder is not writable)")
 
 
 def write_json(out: Path, record: dict[str, Any]) -> None:

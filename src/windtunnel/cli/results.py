@@ -94,6 +94,10 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
     results = Path(out_path(args.results) or "results")
     if not results.is_dir():
         raise UsageError(f"invalid results: {results} is not a folder")
+    held = ("quick", "paper", "routing", "llm")
+    if not any((results / name).is_dir() for name in held):  # a wrong folder would get a page of 'not measured'
+        raise UsageError(f"invalid results: {results} holds none of windtunnel's results folders "
+                         f"({', '.join(h + '/' for h in held)})")
     out = out_path(args.out)
     page = out if out is not None else results / "CLAIMS.md"
     writable_file(page)
