@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from windtunnel import tasks
 from windtunnel.tasks import IGNORE  # noqa: F401
+from windtunnel.tasks.base import Episodes
 
 from contracts import check_task_contract
 
@@ -85,3 +86,21 @@ def test_golden_episodes(name: str) -> None:
     assert torch.allclose(torch.tensor(gold["posterior"], dtype=torch.float64), ep.posterior, rtol=0, atol=1e-12)
     if gold["features"] is not None:
         assert torch.equal(torch.tensor(gold["features"], dtype=torch.float32), ep.features)
+
+
+@pytest.mark.parametrize("name", BASE_TASKS)
+def test_the_posterior_is_computed_when_first_read_and_equals_the_eager_one(name: str) -> None:
+    """A sampled batch carries its posterior unread; slicing, concatenating and moving it keep it unread; read, each
+    is exactly the task's posterior of the tokens as drawn — even after the caller edits the tokens in place."""
+    task = tasks.make(name, **SMALL[name])
+    ep, other = task.sample(6, 3), task.sample(4, 4)
+    derived = [ep[1:4], ep[torch.tensor([5, 0])], Episodes.cat([ep, other]), ep.to("cpu")]
+    assert not ep.posterior_ready and not any(d.posterior_ready for d in derived)
+    want = task.posterior(ep.tokens, ep.features)
+    ep.tokens[:, -1] = 0  # an in-place edit after sampling changes nothing already drawn
+    assert torch.equal(ep.posterior, want) and ep.posterior_ready and ep.posterior.dtype == torch.float64
+    assert torch.equal(derived[0].posterior, want[1:4]) and torch.equal(derived[1].posterior, want[[5, 0]])
+    assert torch.equal(derived[2].posterior, torch.cat([want, task.posterior(other.tokens, other.features)]))
+    assert torch.equal(derived[3].posterior, want)
+    eager = Episodes(tokens=ep.tokens, targets=ep.targets, posterior=want, mask=ep.mask)
+    assert eager.posterior_ready and eager[0:2].posterior_ready  # a tensor given is a tensor kept

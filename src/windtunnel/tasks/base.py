@@ -38,6 +38,11 @@ class Episodes:
     ``tokens [B,T] long``, ``targets [B,T] long`` (``IGNORE`` off the mask), ``posterior
     [B,T,C] float64``, ``mask [B,T] bool``, ``latent`` (the hidden truth, task specific) and, for
     real-valued inputs, ``features [B,T,F] float32``.
+
+    ``posterior`` may be given as a function of no arguments (a task's :meth:`Task.lazy_posterior`): it is then
+    computed the first time it is read, and never where nothing reads it — a training step whose loss uses the
+    sampled targets reads it only when a log line is due.  Slicing, concatenating and moving episodes keep it
+    unread; :attr:`posterior_ready` says whether it has been computed.
     """
 
     tokens: torch.Tensor
@@ -48,6 +53,29 @@ class Episodes:
     features: torch.Tensor | None = None
     #: latent entries shared by the whole batch (e.g. fixed symbol means): never sliced or concatenated
     shared: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if callable(self.posterior):  # computed on first read (__getattr__), not now
+            self.__dict__["_compute_posterior"] = self.__dict__.pop("posterior")
+
+    def __getattr__(self, name: str) -> Any:
+        # called only for an attribute the instance lacks: the posterior not yet computed
+        compute = self.__dict__.get("_compute_posterior") if name == "posterior" else None
+        if compute is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = compute()
+        self.__dict__["posterior"] = value
+        del self.__dict__["_compute_posterior"]
+        return value
+
+    @property
+    def posterior_ready(self) -> bool:
+        """Whether the posterior has been computed (or was given as a tensor)."""
+        return "posterior" in self.__dict__
+
+    def _later(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "torch.Tensor | Callable[[], torch.Tensor]":
+        """``fn`` of the posterior: now if it is computed, else when it is first read."""
+        return fn(self.posterior) if self.posterior_ready else (lambda: fn(self.posterior))
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -67,7 +95,7 @@ class Episodes:
         return Episodes(
             tokens=fn(self.tokens),
             targets=fn(self.targets),
-            posterior=fn(self.posterior),
+            posterior=self._later(fn),
             mask=fn(self.mask),
             latent={k: lat(k, v) for k, v in self.latent.items()},
             features=None if self.features is None else fn(self.features),
@@ -112,7 +140,8 @@ class Episodes:
         return Episodes(
             tokens=torch.cat([p.tokens for p in parts]),
             targets=torch.cat([p.targets for p in parts]),
-            posterior=torch.cat([p.posterior for p in parts]),
+            posterior=(torch.cat([p.posterior for p in parts]) if all(p.posterior_ready for p in parts)
+                       else lambda: torch.cat([p.posterior for p in parts])),
             mask=torch.cat([p.mask for p in parts]),
             latent=latent,
             features=None if first.features is None else torch.cat([p.features for p in parts]),
@@ -201,6 +230,14 @@ class Task:
     def posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """Exact predictive ``[B,T,C]`` float64 from the model inputs (uniform rows off the mask)."""
         raise NotImplementedError
+
+    def lazy_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> Callable[[], torch.Tensor]:
+        """:meth:`posterior` of these inputs as a function to call later (what ``sample`` gives :class:`Episodes`,
+        which calls it when the posterior is first read).  The inputs are copied now, so editing the sampled
+        tokens afterwards cannot change the posterior of the episodes as they were drawn."""
+        tokens = tokens.clone()
+        features = None if features is None else features.clone()
+        return lambda: self.posterior(tokens, features)
 
     def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """Which positions are scored, ``[B,T]`` bool, from the inputs alone."""

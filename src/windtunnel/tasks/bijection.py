@@ -134,7 +134,7 @@ class Bijection(Task):
         return Episodes(
             tokens=tokens,
             targets=targets,
-            posterior=self.posterior(tokens),
+            posterior=self.lazy_posterior(tokens),
             mask=mask,
             latent={"perm": perm, "keys": keys},
         )

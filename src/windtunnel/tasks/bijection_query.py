@@ -65,7 +65,7 @@ class BijectionQuery(Bijection):
         tokens = tokens[:, : 3 * L - 1]
         targets = torch.full(tokens.shape, IGNORE, dtype=torch.long)
         targets[:, 1::3] = values
-        return Episodes(tokens=tokens, targets=targets, posterior=self.posterior(tokens),
+        return Episodes(tokens=tokens, targets=targets, posterior=self.lazy_posterior(tokens),
                         mask=self.scored_mask(tokens), latent={"perm": perm, "keys": keys})
 
     def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:

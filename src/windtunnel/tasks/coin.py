@@ -126,7 +126,7 @@ class Coin(Task):
         return Episodes(
             tokens=tokens,
             targets=targets,
-            posterior=self.posterior(tokens),
+            posterior=self.lazy_posterior(tokens),
             mask=self.scored_mask(tokens),
             latent=latent,
         )

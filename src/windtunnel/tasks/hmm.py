@@ -190,7 +190,7 @@ class HMM(Task):
         return Episodes(
             tokens=tokens,
             targets=targets,
-            posterior=self.posterior(tokens),
+            posterior=self.lazy_posterior(tokens),
             mask=self.scored_mask(tokens),
             latent={
                 "T": cT.double() / 100.0,

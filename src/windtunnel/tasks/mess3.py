@@ -102,7 +102,7 @@ class Mess3(Task):
         tokens = torch.empty(n, L, dtype=torch.long)
         tokens[:, 0] = self.BOS
         tokens[:, 1:] = symbols[:, : L - 1]
-        return Episodes(tokens=tokens, targets=symbols, posterior=self.posterior(tokens),
+        return Episodes(tokens=tokens, targets=symbols, posterior=self.lazy_posterior(tokens),
                         mask=self.scored_mask(tokens), latent={"states": states})
 
     def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:

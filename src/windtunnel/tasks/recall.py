@@ -110,7 +110,7 @@ class Recall(Task):
         return Episodes(
             tokens=tokens,
             targets=targets,
-            posterior=self.posterior(tokens),
+            posterior=self.lazy_posterior(tokens),
             mask=self.scored_mask(tokens),
             latent={"keys": keys, "values": values, "queries": qkeys},
         )

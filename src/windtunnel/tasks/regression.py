@@ -206,7 +206,7 @@ class Regression(Task):
         return Episodes(
             tokens=tokens,
             targets=targets,
-            posterior=self.posterior(tokens, features),
+            posterior=self.lazy_posterior(tokens, features),
             mask=self.scored_mask(tokens, features),
             latent={"w": w, "x": x.float(), "y": y},
             features=features,

@@ -116,7 +116,7 @@ class Sticky(Task):
         return Episodes(
             tokens=tokens,
             targets=symbols[:, 1:].clone(),
-            posterior=self.posterior(tokens, features),
+            posterior=self.lazy_posterior(tokens, features),
             mask=self.scored_mask(tokens, features),
             latent={"symbols": symbols, "means": mu, "P": P},
             shared=("means", "P"),
