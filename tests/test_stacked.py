@@ -13,7 +13,9 @@ import torch
 from windtunnel.run import checkpoint as ckpt
 from windtunnel.run.runs import RunDir
 from windtunnel.training.stacked import train_stacked
-from windtunnel.training.loop import ConfigError, TrainConfig, train
+from windtunnel.training.loop import ConfigError, TrainConfig, TrainingDiverged, train
+from windtunnel.training.optim import lr_at
+from windtunnel.training.step import Schedule, StackedStep
 
 SEEDS = (0, 1, 2)
 
@@ -89,11 +91,110 @@ def test_a_stacked_run_resumes_from_its_members_checkpoints(tmp_path: Path, floa
         assert all(torch.allclose(a[k], b[k], rtol=1e-9, atol=1e-12) for k in a)
 
 
-def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="differ only in their seed; these differ: lr"):
-        train_stacked([tiny(seed=0), tiny(seed=1, lr=1e-3)], [tmp_path / "a", tmp_path / "b"])
-    with pytest.raises(ConfigError, match="distinct seeds"):
+def test_runs_that_differ_in_more_than_seed_and_learning_rates_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="differ only in their seed, lr, min_lr, readout_lr_mult; these differ: "
+                                          "batch_size"):
+        train_stacked([tiny(seed=0), tiny(seed=1, batch_size=16)], [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(ConfigError, match="distinct runs"):
         train_stacked([tiny(seed=0), tiny(seed=0)], [tmp_path / "a", tmp_path / "b"])
     with pytest.raises(ConfigError, match="a run folder each"):
         train_stacked([tiny(seed=0), tiny(seed=1)], [tmp_path / "a", tmp_path / "a"])
+    with pytest.raises(ConfigError, match="invalid graph"):
+        train_stacked([tiny(seed=0), tiny(seed=1)], [tmp_path / "a", tmp_path / "b"], graph="sometimes")
     assert not (tmp_path / "a").exists()  # refused before anything is written
+
+
+def _same_runs(a: Path, b: Path, rel: float = 1e-9) -> None:
+    assert _losses(a) == pytest.approx(_losses(b), rel=rel, abs=1e-12)
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], rtol=rel, atol=1e-12) for k in wa)
+
+
+def test_members_that_differ_in_their_learning_rates_each_follow_their_run_alone(tmp_path: Path,
+                                                                                float64: None) -> None:
+    """One seed at two rates, and a third member whose readout keeps the base rate while the others scale theirs:
+    each member's own schedule and parameter groups reach it (a rate shared across members would show), and each
+    equals its run alone; the logged rate is the member's own."""
+    cfgs = [tiny(seed=0), tiny(seed=0, lr=1e-3, min_lr=1e-4), tiny(seed=1, readout_lr_mult=1.0)]
+    train_stacked(cfgs, [tmp_path / f"stacked{i}" for i in range(3)])
+    for i, c in enumerate(cfgs):
+        train(c, tmp_path / f"alone{i}")
+        _same_runs(tmp_path / f"stacked{i}", tmp_path / f"alone{i}")
+        lrs = [r["lr"] for r in map(json.loads, (tmp_path / f"stacked{i}" / "metrics.jsonl").read_text().splitlines())
+               if "lr" in r]
+        assert lrs[-1] == pytest.approx(lr_at(59, c), rel=1e-12)
+    assert _losses(tmp_path / "stacked0") != _losses(tmp_path / "stacked1")
+
+
+def test_the_device_schedule_is_the_hosts() -> None:
+    """The schedule the recorded step computes on the device equals ``lr_at`` at every step, warm-up, cosine and past
+    the end, for members with different rates."""
+    cfgs = [tiny(seed=0, warmup=5, steps=60), tiny(seed=1, warmup=5, steps=60, lr=1e-2, min_lr=1e-3)]
+    rates = Schedule(cfgs, torch.device("cpu"))
+    for s in range(0, 70):
+        got = rates(torch.tensor(s))
+        assert got.tolist() == pytest.approx([lr_at(s, c) for c in cfgs], rel=1e-12, abs=1e-18)
+
+
+def _faithful(body, warmup, reset):
+    """A recorder whose replay runs the recorded program again — what a faithful CUDA graph does — after the
+    warm-up steps and a recording that each change the weights (the program must undo both)."""
+    warmup()
+    warmup()
+    reset()
+    body()
+    return body
+
+
+def _frozen(body, warmup, reset):
+    """A recorder whose replay leaves the weights where they are: a graph that recorded the wrong thing."""
+    body()
+    return lambda: None
+
+
+def _broken(body, warmup, reset):
+    warmup()
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+@pytest.mark.parametrize("recorder, note", [(_faithful, "CUDA graph"), (_frozen, "did not reproduce the eager one"),
+                                            (_broken, "could not record the step: RuntimeError")])
+def test_a_recorded_step_is_trusted_only_where_it_reproduces_the_eager_step(
+        tmp_path: Path, float64: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        recorder, note: str) -> None:
+    """With a recorder standing in for CUDA graphs on this CPU: a faithful replay is used and trains exactly as the
+    eager step; a replay that does not update the weights, or a recording that fails, is refused, said, and the runs
+    go on eagerly — with the warm-up and the recording undone, so they too end exactly where the eager runs end."""
+    cfgs = [tiny(seed=s) for s in (0, 1)]
+    train_stacked(cfgs, [tmp_path / f"eager{s}" for s in (0, 1)], graph="off")
+    monkeypatch.setattr(StackedStep, "recorder", staticmethod(recorder))
+    monkeypatch.setattr(StackedStep, "records_on", staticmethod(lambda device: True))
+    train_stacked(cfgs, [tmp_path / f"graph{s}" for s in (0, 1)], log_lines=True)
+    said = [x for x in capsys.readouterr().out.splitlines() if "stacked step:" in x]
+    assert len(said) == 1 and note in said[0] and (note == "CUDA graph") == ("eager" not in said[0])
+    for s in (0, 1):
+        _same_runs(tmp_path / f"graph{s}", tmp_path / f"eager{s}")
+
+
+def test_a_replayed_step_still_watches_for_divergence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The divergence watch is part of the recorded program: with every step a replay, a member whose loss turns NaN
+    mid-interval still stops the stack, naming that step, with the last good checkpoints kept."""
+    from windtunnel.training import step as step_module
+
+    real, calls = step_module.loss_fn, {"n": 0}
+
+    def poisoned(logits, ep, soft, n_scored=None):  # member 0 from the 17th loss computed on
+        calls["n"] += 1
+        loss = real(logits, ep, soft, n_scored)
+        return loss * float("nan") if calls["n"] % 2 == 1 and calls["n"] > 16 else loss
+
+    monkeypatch.setattr(step_module, "loss_fn", poisoned)
+    monkeypatch.setattr(StackedStep, "recorder", staticmethod(_faithful))
+    monkeypatch.setattr(StackedStep, "records_on", staticmethod(lambda device: True))
+    runs = [tmp_path / "s0", tmp_path / "s1"]
+    # step 0 is recorded (two warm-up steps, the recording, the checked replay, the eager step: 10 losses), each later
+    # step computes 2: the 17th loss is member 0's at step 4, which the watch must name from the replay's own counter
+    with pytest.raises(TrainingDiverged, match=r"non-finite at step 4 for seed\(s\) \[0\]"):
+        train_stacked([tiny(seed=0), tiny(seed=1)], runs)
+    for r in runs:
+        assert all(torch.isfinite(p).all() for p in _weights(r).values())

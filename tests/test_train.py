@@ -260,16 +260,16 @@ def test_a_loss_gone_non_finite_mid_interval_is_caught_before_anything_is_writte
 
 def test_a_stacked_member_whose_loss_goes_non_finite_stops_the_stack_naming_its_seed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from windtunnel.training import stacked
+    from windtunnel.training import stacked, step
 
-    real, calls = stacked.loss_fn, {"n": 0}
+    real, calls = step.loss_fn, {"n": 0}
 
     def poisoned(logits, ep, soft, n_scored=None):  # member 1 (seed 1) from step 7 on; member 0 stays finite
         calls["n"] += 1
         loss = real(logits, ep, soft, n_scored)
         return loss * float("nan") if calls["n"] % 2 == 0 and calls["n"] > 14 else loss
 
-    monkeypatch.setattr(stacked, "loss_fn", poisoned)
+    monkeypatch.setattr(step, "loss_fn", poisoned)
     runs = [tmp_path / "s0", tmp_path / "s1"]
     with pytest.raises(TrainingDiverged, match=r"at step 7 for seed\(s\) \[1\]"):
         stacked.train_stacked([tiny(seed=0), tiny(seed=1)], runs)

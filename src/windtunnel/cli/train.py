@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--lr", type=float, help=f"peak learning rate of the cosine schedule (default {train_defaults.lr:g})")
     tr.add_argument("--seeds", type=seed_list, help="several seeds, comma-separated (0,1,2), trained together as one "
                     "stacked model; each seed's run is its own folder OUT-sSEED, resumable and analysable alone")
+    tr.add_argument("--cuda-graph", dest="cuda_graph", choices=("auto", "off"), default="auto",
+                    help="with --seeds on a GPU: record the step once as a CUDA graph and replay it (auto, the default; "
+                    "kept only where a replay reproduces the eager step) or run it eagerly (off)")
     train_args(tr, "the architecture's own size, or the config file's",
                f"{train_defaults.steps}, or the config file's")
     tr.set_defaults(func=cmd_train)
@@ -104,7 +107,7 @@ def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
         check_out(run, False, args.force)
     print(f"training {base.arch} on {base.task} for {base.steps} steps, seeds {', '.join(map(str, args.seeds))} "
           f"stacked into one model: {', '.join(str(r.path) for r in runs)}", flush=True)
-    train_stacked(cfgs, runs, log_lines=True)
+    train_stacked(cfgs, runs, log_lines=True, graph=args.cuda_graph)
     print(f"trained {base.arch} on {base.task}: {', '.join(str(r.path) for r in runs)}")
     return 0
 

@@ -42,12 +42,13 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any
 
 
 def loss_fn(logits: torch.Tensor, ep: Episodes, soft: bool, n_scored: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean cross-entropy (nats) over scored positions, against targets or the soft posterior.
+    """Mean cross-entropy (nats) over scored positions, against targets or the soft posterior, in float32 (float64
+    for float64 logits).
 
     ``n_scored``: divide the summed cross-entropy by this count instead of the batch's own (a data-
     parallel shard divides by the global count, so the mean over processes is the global mean).
     """
-    logits = logits.float()
+    logits = logits if logits.dtype == torch.float64 else logits.float()  # float32 at least, float64 kept
     if soft:
         logq = F.log_softmax(logits, dim=-1)
         ce = -(ep.posterior.to(logq.dtype) * logq).sum(-1)
@@ -83,12 +84,14 @@ class FiniteWatch:
         self.step = torch.full((members,), -1, dtype=torch.long, device=device)
         self.loss = torch.zeros(members, dtype=torch.float32, device=device)
 
-    def record(self, step: int, losses: torch.Tensor) -> None:
-        """Note the members whose loss at ``step`` is the first not finite (device operations only)."""
+    def record(self, step: "int | torch.Tensor", losses: torch.Tensor) -> None:
+        """Note the members whose loss at ``step`` (a number, or a 0-d tensor on the device) is the first not finite.
+        Device operations only, and in place: a step recorded once as a CUDA graph and replayed updates the same
+        watch at every replay, with the step its counter holds then."""
         losses = losses.detach().float().reshape(-1)
         new = (self.step < 0) & ~torch.isfinite(losses)
-        self.step = torch.where(new, torch.full_like(self.step, step), self.step)
-        self.loss = torch.where(new, losses, self.loss)
+        self.step.copy_(torch.where(new, step, self.step))
+        self.loss.copy_(torch.where(new, losses, self.loss))
 
     def first_bad(self, across_processes: bool = False) -> list[tuple[int, int, float]]:
         """``(member, step, loss)`` for each member whose loss has gone non-finite, earliest step first (the one

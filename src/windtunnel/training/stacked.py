@@ -1,6 +1,7 @@
 """Several runs of one shape trained as one model: the seeds of a cell stacked along a leading member dimension.
 
-``train_stacked(configs, run_dirs)`` trains ``M`` runs whose configs differ only in ``seed`` as one model whose every
+``train_stacked(configs, run_dirs)`` trains ``M`` runs whose configs differ only in their seed (the data stream) and
+learning rates (``lr``, ``min_lr``, ``readout_lr_mult``) as one model whose every
 parameter carries a leading dimension of size ``M`` (``torch.func.stack_module_state``), the forward pass vmapped over
 the members (``torch.func.functional_call`` under ``torch.func.vmap``; a model whose forward does not vmap — an
 ``nn.LSTM``, a compiled scan — is run member by member inside the same step).  Each member keeps what it would have
@@ -11,19 +12,22 @@ alone:
   sum is each member's own gradient in its own slice);
 * its own gradient clipping: ``g_m ← g_m · min(1, c / (‖g_m‖ + 10⁻⁶))`` with ``‖g_m‖`` over the member's parameters
   only, as ``clip_grad_norm_`` computes it for a run alone;
-* AdamW, which is elementwise, on the stacked parameters: the same update as each member's own optimizer, with the
-  same parameter groups (weight decay on matrices, the readout's learning-rate multiplier);
+* AdamW, which is elementwise, on the stacked parameters with a learning rate per member and parameter group
+  (:class:`windtunnel.training.step.MemberAdamW`): the same update as each member's own optimizer, with the same
+  parameter groups (weight decay on matrices, the readout's learning-rate multiplier) and its own schedule;
 * its own run folder, written exactly as a run trained alone writes it — ``config.json``, checkpoints (the member's
   slice of the weights and of the optimizer's moments, in the single-run format), ``metrics.jsonl`` — so it can be
   resumed, evaluated or analysed alone, and a stacked run resumes from its members' checkpoints.
 
-A member's trajectory equals the same seed trained alone up to floating-point summation order (the tests hold the
-two together over hundreds of steps).  Stacking pays where one model is too small to keep the hardware busy: its
+The step itself is :class:`windtunnel.training.step.StackedStep`: device operations only, recorded once as a CUDA graph
+and replayed on a GPU.  A member's trajectory equals the same run trained alone up to floating-point summation order
+(the tests hold the two together over hundreds of steps).  Stacking pays where one model is too small to keep the hardware busy: its
 steps are bound by per-operation overhead, which the members now share (``benchmarks/stacked_cpu.py`` measures it).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -38,30 +42,38 @@ from ..run import stopping
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
-from .optim import FiniteWatch, log_spaced_steps, loss_fn, lr_at, param_groups
+from .optim import log_spaced_steps, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
 from .loop import LOG2E, TrainingDiverged, build
+from .step import MemberAdamW, StackedStep
 from ..run.config import ConfigError, TrainConfig
 
-__all__ = ["train_stacked", "stackable"]
+__all__ = ["STACKABLE_DIFFERENCES", "train_stacked", "stackable"]
+
+
+STACKABLE_DIFFERENCES = ("seed", "lr", "min_lr", "readout_lr_mult")
+"""What stacked runs may differ in: the data stream, and the learning rates (each member has its own schedule)."""
 
 
 def stackable(configs: Sequence[TrainConfig]) -> None:
-    """Raise :class:`ConfigError` unless ``configs`` differ only in their seeds (distinct ones) and describe a run
-    the stacked loop trains (one process, no ``torch.compile``, no experiment trackers)."""
+    """Raise :class:`ConfigError` unless ``configs`` are distinct runs that differ only in
+    :data:`STACKABLE_DIFFERENCES` and describe a run the stacked loop trains (one process, no ``torch.compile``, no
+    experiment trackers)."""
     if not configs:
         raise ConfigError("no runs to stack")
-    seeds = [c.seed for c in configs]
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"invalid seeds: stacked runs need distinct seeds, got {seeds}")
-    base = {k: v for k, v in configs[0].to_dict().items() if k != "seed"}
-    for c in configs[1:]:
-        other = {k: v for k, v in c.to_dict().items() if k != "seed"}
+    dicts = [c.to_dict() for c in configs]
+    if len({json.dumps(d, sort_keys=True, default=str) for d in dicts}) != len(dicts):
+        raise ConfigError("stacked runs must be distinct runs: two of these configs are the same "
+                          f"(seeds {[c.seed for c in configs]})")
+    base = {k: v for k, v in dicts[0].items() if k not in STACKABLE_DIFFERENCES}
+    for d in dicts[1:]:
+        other = {k: v for k, v in d.items() if k not in STACKABLE_DIFFERENCES}
         diff = sorted(k for k in base.keys() | other.keys() if base.get(k) != other.get(k))
         if diff:
-            raise ConfigError(f"stacked runs must differ only in their seed; these differ: {', '.join(diff)}")
+            raise ConfigError(f"stacked runs must differ only in their {', '.join(STACKABLE_DIFFERENCES)}; "
+                              f"these differ: {', '.join(diff)}")
     if configs[0].compile:
         raise ConfigError("stacked runs are not compiled (torch.compile): drop compile")
     if configs[0].trackers:
@@ -69,9 +81,12 @@ def stackable(configs: Sequence[TrainConfig]) -> None:
 
 
 def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path | RunDir], resume: bool = False,
-                  until: int | None = None, log_lines: bool = False) -> list[Path]:
+                  until: int | None = None, log_lines: bool = False, graph: str = "auto") -> list[Path]:
     """Train (or resume) the runs ``configs`` into ``run_dirs`` as one stacked model (see the module docstring);
-    returns the run folders.  ``until`` and ``log_lines`` as :func:`windtunnel.training.loop.train`."""
+    returns the run folders.  ``until`` and ``log_lines`` as :func:`windtunnel.training.loop.train`; ``graph``:
+    ``"auto"`` records the step as a CUDA graph on a GPU, ``"off"`` runs it eagerly everywhere."""
+    if graph not in ("auto", "off"):
+        raise ConfigError(f"invalid graph: must be auto or off, got {graph!r}")
     stackable(configs)
     if len(run_dirs) != len(configs):
         raise ConfigError(f"{len(configs)} configs but {len(run_dirs)} run folders")
@@ -87,22 +102,28 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
             stack.enter_context(r.lock())
         with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
             return _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
-                          log_lines)
+                          log_lines, graph)
 
 
-def _clip_per_member(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale each member's slice of ``grads`` so that its norm over all parameters is at most ``max_norm``; returns
-    the members' norms before clipping (``clip_grad_norm_``'s rule, member by member)."""
-    sq = torch.stack([g.reshape(g.shape[0], -1).double().pow(2).sum(1) for g in grads]).sum(0)
-    norms = sq.sqrt()
-    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(coef.to(g.dtype).reshape(-1, *([1] * (g.dim() - 1))))
-    return norms
+def _groups(members: list[torch.nn.Module], cfgs: list[TrainConfig]) -> list[tuple[list[str], float, list[float]]]:
+    """The stacked AdamW's parameter groups: each member's :func:`param_groups` (decay on matrices; the readout apart
+    where any member scales its rate), with each member's multiplier of its scheduled rate."""
+    model, cfg = members[0], cfgs[0]
+    split = any(c.readout_lr_mult != 1 for c in cfgs)
+    readout = {id(p) for p in model.readout_parameters()} if split else set()
+    groups = []
+    for is_readout in (False, True):
+        mults = [float(c.readout_lr_mult) if is_readout else 1.0 for c in cfgs]
+        for decays in (True, False):
+            names = [n for n, p in model.named_parameters() if (id(p) in readout) == is_readout
+                     and (p.dim() >= 2 and not getattr(p, "_no_weight_decay", False)) == decays]
+            if names:
+                groups.append((names, cfg.weight_decay if decays else 0.0, mults))
+    return groups
 
 
 def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], members: list[torch.nn.Module],
-           shards: list[int], resume: bool, until: int | None, log_lines: bool) -> list[Path]:
+           shards: list[int], resume: bool, until: int | None, log_lines: bool, graph: str) -> list[Path]:
     from torch.func import functional_call, stack_module_state, vmap
 
     cfg, M = cfgs[0], len(cfgs)
@@ -122,19 +143,18 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         raise UserError("stacked runs resume together: their newest checkpoints are at steps "
                         f"{[s for s, _ in starts]}; resume each alone (windtunnel train --resume) to one step first")
     start, elapsed = starts[0][0], max(e for _, e in starts)
-    for m, r, task in zip(members, runs, task_list):
-        r.write_config({"train": cfgs[runs.index(r)].to_dict(), "task": {"name": task.name, "params": task.params()},
+    for m, r, task, c in zip(members, runs, task_list, cfgs):
+        r.write_config({"train": c.to_dict(), "task": {"name": task.name, "params": task.params()},
                         "model": m.config_dict(), "n_params": m.n_params()})
 
-    # the stacked parameters, and AdamW over them with each member's parameter groups
-    names = [n for n, _ in members[0].named_parameters()]
+    # the stacked parameters, and AdamW over them with each member's parameter groups and rates
     params, buffers = stack_module_state(members)
     params = {n: p.detach().requires_grad_(True) for n, p in params.items()}
-    of = {id(p): n for n, p in members[0].named_parameters()}
-    groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [params[of[id(p)]] for p in g["params"]]}
-              for g in param_groups(members[0], cfg)]
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
-    _load_moments(optimizer, optimizers, members, params)
+    optimizer = MemberAdamW(params, _groups(members, cfgs), betas=(0.9, cfg.beta2))
+    for i, (m, o) in enumerate(zip(members, optimizers)):  # after a resume: each member's moments in its slice
+        names = {id(p): n for n, p in m.named_parameters()}
+        if o.state:
+            optimizer.load_member(i, {names[id(p)]: s for p, s in o.state.items()})
     base = members[0]
 
     def forward_one(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -153,26 +173,29 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                                         {k: v[i] for k, v in inputs.items()}) for i in range(M)])
 
     use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
+    program = StackedStep(forward, params, optimizer, cfgs, soft, use_bf16, device, start, graph)
     eval_batches = [t.sample(c.eval_n, eval_seed(c.seed)).to(device) for t, c in zip(task_list, cfgs)]
     keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
 
     def on_schedule(step: int) -> bool:
         return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
 
-    def unstack() -> None:
-        """Each member model and optimizer holds its slice of the stacked state."""
+    def unstack(step: int) -> None:
+        """Each member model and optimizer holds its slice of the stacked state (and the rates it would have saved)."""
         with torch.no_grad():
             for i, m in enumerate(members):
                 for n, p in m.named_parameters():
                     p.copy_(params[n][i])
-        _store_moments(optimizer, optimizers, members, params)
-        for o in optimizers:  # the rates a run alone would have saved
-            for g, sg in zip(o.param_groups, optimizer.param_groups):
-                g["lr"] = sg["lr"]
+        for i, (o, m, c) in enumerate(zip(optimizers, members, cfgs)):
+            state = optimizer.member_state(i)
+            for n, p in m.named_parameters():
+                o.state[p] = state[n]
+            for g in o.param_groups:
+                g["lr"] = lr_at(step, c) * g.get("lr_mult", 1.0)
 
     def save(step: int, now: float, timed: bool = False) -> None:
-        unstack()
-        for i, (m, o, r, c) in enumerate(zip(members, optimizers, runs, cfgs)):
+        unstack(max(step - 1, 0))
+        for m, c in zip(members, cfgs):
             bad = next((n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())), None)
             if bad is not None:
                 if timed:
@@ -190,11 +213,9 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     if start == 0 and cfg.log_checkpoints and all(r.latest_checkpoint() is None for r in runs):
         save(0, 0.0)
 
-    watch = FiniteWatch(M, device)
-
     def diverged() -> None:
-        """Stop if a member's loss went non-finite since the last look (the one read of :class:`FiniteWatch`)."""
-        bad = watch.first_bad()
+        """Stop if a member's loss went non-finite since the last look (the one read of the program's watch)."""
+        bad = program.watch.first_bad()
         if bad:
             at = bad[0][1]
             raise TrainingDiverged(f"loss became non-finite at step {at} for seed(s) "
@@ -206,37 +227,30 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     stop = cfg.steps if until is None else min(cfg.steps, until)
     lines = log_lines or not sys.stderr.isatty()
     for step in range(start, stop):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
-        batches = [step_batch(c, t, step, s).to(device, non_blocking=True) for c, t, s in zip(cfgs, task_list, shards)]
-        inputs = {k: torch.stack([b.inputs[k] for b in batches]) for k in batches[0].inputs}
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            logits = forward(inputs)
-        losses = torch.stack([loss_fn(logits[i], b, soft) for i, b in enumerate(batches)])
-        watch.record(step, losses)  # read back only where the host needs it (below): no synchronisation here
-        optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        grads = [params[n].grad for n in names]
-        norms = _clip_per_member(grads, cfg.grad_clip)
-        optimizer.step()
+        batches = [step_batch(c, t, step, s) for c, t, s in zip(cfgs, task_list, shards)]
+        program.load(batches)  # queued behind the step still running on a GPU
+        program.run()
         done = step + 1
+        if lines and step == start and program.want_graph:
+            print(f"{cfg.arch}/{task_list[0].name} stacked step: {program.graph_note}", flush=True)
         now = elapsed + time.perf_counter() - t0
         scheduled = on_schedule(done) or done == stop
         if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
             diverged()
         if done % cfg.log_every == 0 or done == cfg.steps:
-            for i, (r, b) in enumerate(zip(runs, batches)):
-                r.append_metrics({"step": done, "loss": float(losses[i].detach()) * LOG2E,
-                                  "bayes_gap": bayes_gap(logits[i].detach(), b), "lr": lr_at(step, cfg),
-                                  "grad_norm": float(norms[i]), "time": now})
+            losses, norms = program.losses.tolist(), program.norms.tolist()
+            for i, (r, b, c) in enumerate(zip(runs, batches, cfgs)):
+                r.append_metrics({"step": done, "loss": losses[i] * LOG2E,
+                                  "bayes_gap": bayes_gap(program.logits[i], b), "lr": lr_at(step, c),
+                                  "grad_norm": norms[i], "time": now})
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            unstack()
+            unstack(step)
             for m, r, e in zip(members, runs, eval_batches):
                 r.append_metrics({"step": done, "eval": held_out_metrics(m, e)})
                 m.train()
             if lines:
                 print(f"{cfg.arch}/{task_list[0].name} seeds {[c.seed for c in cfgs]} step {done}/{cfg.steps}: loss "
-                      f"{', '.join(f'{float(x) * LOG2E:.4f}' for x in losses.detach())} bits, {now:.0f} s", flush=True)
+                      f"{', '.join(f'{x * LOG2E:.4f}' for x in program.losses.tolist())} bits, {now:.0f} s", flush=True)
         timed = cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
         if timed and not scheduled:
             diverged()
@@ -252,29 +266,3 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
             raise stopping.stopped(done, cfg.steps, ", ".join(str(r.checkpoints) for r in runs))
     return [r.path for r in runs]
 
-
-def _load_moments(optimizer: torch.optim.Optimizer, optimizers: list[torch.optim.Optimizer],
-                  members: list[torch.nn.Module], params: dict[str, torch.Tensor]) -> None:
-    """The stacked optimizer's state from the members' (after a resume: each member's AdamW moments in its slice)."""
-    per = [{id(p): n for n, p in m.named_parameters()} for m in members]
-    states = [{per[i][id(p)]: s for p, s in o.state.items()} for i, o in enumerate(optimizers)]
-    if not any(states):
-        return
-    for n, p in params.items():
-        member = [s.get(n) for s in states]
-        if any(s is None for s in member):
-            continue
-        optimizer.state[p] = {"step": member[0]["step"].clone(),
-                              "exp_avg": torch.stack([s["exp_avg"] for s in member]),
-                              "exp_avg_sq": torch.stack([s["exp_avg_sq"] for s in member])}
-
-
-def _store_moments(optimizer: torch.optim.Optimizer, optimizers: list[torch.optim.Optimizer],
-                   members: list[torch.nn.Module], params: dict[str, torch.Tensor]) -> None:
-    """Each member's AdamW state from its slice of the stacked optimizer's (what its checkpoint saves)."""
-    for i, (o, m) in enumerate(zip(optimizers, members)):
-        for n, p in m.named_parameters():
-            s = optimizer.state.get(params[n])
-            if s:
-                o.state[p] = {"step": s["step"].clone(), "exp_avg": s["exp_avg"][i].clone(),
-                              "exp_avg_sq": s["exp_avg_sq"][i].clone()}
