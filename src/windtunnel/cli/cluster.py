@@ -20,6 +20,10 @@ SLURM_FLAGS = {"slurm_tasks": "tasks", "slurm_partition": "partition", "slurm_ti
 def add_executor_options(p: argparse.ArgumentParser) -> None:
     """``--executor`` and the ``--slurm-*`` options of a command that plans several cells."""
     g = p.add_argument_group("where the cells run")
+    g.add_argument("--stack", choices=["auto", "on", "off"], default="auto",
+                   help="train the seeds of a cell as one stacked model, each seed still its own run folder: auto "
+                        "(default) where the cells run on GPUs, on, or off (on CPU cores a stack is slower than "
+                        "separate processes)")
     g.add_argument("--executor", choices=["local", "slurm"], default="local",
                    help="local: a process pool on this machine (default); slurm: one SLURM job array submitted "
                         "from this (login) node through submitit, each task a shard of cells worked by the local "

@@ -22,6 +22,7 @@ registry (:mod:`windtunnel.claims`) reads its numbers from these files only.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import statistics
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import executors
+from . import executors, stacking
 from ..run import grid, locks, stopping
 from ..io import copy_atomic
 from ..errors import InvalidValue
@@ -325,13 +326,15 @@ def export(job: Job, results: Path) -> Path:
 
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
               dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None,
-              only: Sequence[str] = (), slurm: executors.SlurmOptions | None = None) -> dict[str, Any]:
+              only: Sequence[str] = (), slurm: executors.SlurmOptions | None = None,
+              stack: str = "auto") -> dict[str, Any]:
     """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took.
     ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers).
     ``only``: shell patterns on the cell folders (``hmm_pool_*-mamba-s0``); when given, just the cells that
     match one of them are worked (a row of a sweep, one seed of every cell).  ``slurm``: work them as a SLURM job
     array instead (:func:`windtunnel.orchestration.executors.run_slurm`), each task a shard of cells run by the local pool on its
-    node; with ``dry_run``, the array's plan (:func:`array_plan`)."""
+    node; with ``dry_run``, the array's plan (:func:`array_plan`).  ``stack``: train the seeds of a cell as one
+    stacked model (:mod:`windtunnel.orchestration.stacking`): ``auto`` where the cells run on GPUs, ``on``, ``off``."""
     import torch
 
     results = Path(results)
@@ -372,12 +375,17 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         })
     t0 = time.perf_counter()
     by_dir = {p["run_dir"]: j for p, j in zip(payload, todo)}
+    work: executors.Work = _work
+    if stacking.wanted(stack, n_gpu):
+        payload, work = stacking.group(payload, n_gpu), functools.partial(stacking.work_stack, _work)
     if slurm is not None:
-        seconds = {p["run_dir"]: estimate_seconds(by_dir[p["run_dir"]], results) for p in payload}
-        outcomes = executors.run_slurm(_work, payload, slurm, lambda p: seconds[p["run_dir"]],
-                                       Path(slurm.folder) if slurm.folder else executors.default_folder(results))
+        seconds = {r: estimate_seconds(j, results) for r, j in by_dir.items()}
+        found = executors.run_slurm(work, payload, slurm,
+                                    lambda p: sum(seconds[m["run_dir"]] for m in stacking.members(p)),
+                                    Path(slurm.folder) if slurm.folder else executors.default_folder(results))
     else:
-        outcomes = executors.run_local(_work, payload, workers)
+        found = executors.run_local(work, payload, workers)
+    outcomes = stacking.outcomes(found)
 
     # each cell is exported by its worker as it finishes; a failed one is reported and the others go on, so a long
     # unattended reproduction never loses its finished cells to one that broke

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import executors
+from . import executors, stacking
 from ..run import grid, locks
 from ..errors import InvalidValue, UserError, did_you_mean, is_int
 
@@ -383,10 +383,14 @@ def run_table(
     steps: int | None = None,
     eval_n: int | None = None,
     slurm: "executors.SlurmOptions | None" = None,
+    stack: str = "auto",
 ) -> Path:
     """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}; with ``slurm``, the
     cells are worked as a SLURM job array (:func:`windtunnel.orchestration.executors.run_slurm`) and the table is written once
-    every one has come back."""
+    every one has come back.  ``stack``: a cell's seeds as one stacked model (:mod:`windtunnel.orchestration.stacking`):
+    ``auto`` where the cells run on GPUs, ``on``, ``off``."""
+    import functools
+
     import torch
 
     from .. import models
@@ -462,11 +466,16 @@ def run_table(
 
     jobs.sort(key=lambda j: (j["seed"], -step_cost(j["arch"]), j["column"]))
     t0 = time.perf_counter()
+    work: executors.Work = claimed_cell
+    if stacking.wanted(stack, n_gpu):
+        jobs, work = stacking.group(jobs, n_gpu), functools.partial(stacking.work_stack, claimed_cell)
     if slurm is not None:
-        outcomes = executors.run_slurm(claimed_cell, jobs, slurm, lambda j: step_cost(j["arch"]) * j["config"]["steps"],
-                                       Path(slurm.folder) if slurm.folder else executors.default_folder(out))
+        found = executors.run_slurm(work, jobs, slurm, lambda j: sum(step_cost(m["arch"]) * m["config"]["steps"]
+                                                                     for m in stacking.members(j)),
+                                    Path(slurm.folder) if slurm.folder else executors.default_folder(out))
     else:
-        outcomes = executors.run_local(claimed_cell, jobs, workers)
+        found = executors.run_local(work, jobs, workers)
+    outcomes = stacking.outcomes(found)
     held, failed = [], []
     for job, cell, error in outcomes:
         name = f"{job['column']}/{job['arch']}/s{job['seed']}"

@@ -1,0 +1,75 @@
+"""Stacked cells in the commands that plan many (``windtunnel.orchestration.stacking``): a table whose seeds are trained
+as one stacked model writes, for every cell, what the same table trained cell by cell writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from windtunnel.orchestration import stacking
+from windtunnel.orchestration.table import run_table
+from windtunnel.run.runs import RunDir
+
+
+def _log(run: Path) -> list[float]:
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+def test_a_stacked_table_writes_what_a_table_trained_cell_by_cell_writes(tmp_path: Path) -> None:
+    """Three seeds of a cell, one trained earlier alone: the other two are trained as one stack (their timings say
+    so), the first is reused; every cell's training log and evaluation equal those of the table trained cell by cell
+    (float32: to rounding), and the two tables hold the same cells."""
+    kw = dict(preset="quick", archs=["transformer"], tasks=["recall"], workers=1, steps=20, eval_n=64)
+    run_table(**kw, seeds=3, out=tmp_path / "alone", stack="off")
+    run_table(**kw, seeds=1, out=tmp_path / "stacked", stack="off")
+    run_table(**kw, seeds=3, out=tmp_path / "stacked", stack="on")
+    runs = sorted((tmp_path / "stacked" / "runs").glob("*-s*"))
+    assert [r.name for r in runs] == ["recall-transformer-s0", "recall-transformer-s1", "recall-transformer-s2"]
+    assert [RunDir(r).timings().get("stacked_members") for r in runs] == [None, 2, 2]
+    for r in runs:
+        alone = tmp_path / "alone" / "runs" / r.name
+        assert _log(r) == pytest.approx(_log(alone), rel=1e-4)
+        a, b = RunDir(r).read_eval()["metrics"], RunDir(alone).read_eval()["metrics"]
+        assert a["kl"]["value"] == pytest.approx(b["kl"]["value"], rel=1e-3)
+    tables = [json.loads((tmp_path / t / "table.json").read_text())["cells"] for t in ("alone", "stacked")]
+    assert [c["seeds"] for c in tables[0]] == [c["seeds"] for c in tables[1]] == [[0, 1, 2]]
+
+
+def _payload(seed: int, arch: str = "transformer", lr: float = 1e-3) -> dict:
+    return {"column": "recall", "arch": arch, "seed": seed, "config": {"arch": arch, "seed": seed, "lr": lr, "steps": 9},
+            "run_dir": f"runs/{arch}-s{seed}", "threads": 1, "device": None}
+
+
+def test_cells_that_differ_only_in_seed_or_rate_are_one_stack_and_come_back_one_by_one() -> None:
+    payloads = [_payload(0), _payload(0, "lstm"), _payload(1), _payload(2, lr=3e-3), _payload(1, "lstm")]
+    grouped = stacking.group(payloads, gpus=2)
+    assert [[m["run_dir"] for m in stacking.members(g)] for g in grouped] == [
+        ["runs/transformer-s0", "runs/transformer-s1", "runs/transformer-s2"], ["runs/lstm-s0", "runs/lstm-s1"]]
+    assert [[m["device"] for m in stacking.members(g)] for g in grouped] == [["cuda:0"] * 3, ["cuda:1"] * 2]
+    assert stacking.group([_payload(0)]) == [_payload(0)]  # alone, a cell is its own payload
+    boom = RuntimeError("out of memory")
+    back = list(stacking.outcomes([
+        (grouped[0], {"members": [(m, {"ok": m["seed"]}, None) for m in grouped[0]["members"]]}, None),
+        (grouped[1], None, boom)]))
+    assert [(p["run_dir"], r, e) for p, r, e in back] == [
+        ("runs/transformer-s0", {"ok": 0}, None), ("runs/transformer-s1", {"ok": 1}, None),
+        ("runs/transformer-s2", {"ok": 2}, None), ("runs/lstm-s0", None, boom), ("runs/lstm-s1", None, boom)]
+    assert stacking.wanted("auto", 1) and not stacking.wanted("auto", 0) and stacking.wanted("on", 0)
+
+
+def test_reproduce_hands_a_cells_seeds_out_as_one_stack_and_counts_each_seed(tmp_path: Path, monkeypatch,
+                                                                             capsys: pytest.CaptureFixture) -> None:
+    """``reproduce --stack on``: the three seeds of each planned cell reach one worker together, are trained together
+    first, then worked one by one by reproduce's own work; each seed is reported done on its own."""
+    from windtunnel.orchestration import reproduce
+
+    trained, worked = [], []
+    monkeypatch.setattr(stacking, "train_together", lambda ps, held: trained.append([p["seed"] for p in ps]) or [])
+    monkeypatch.setattr(reproduce, "_work", lambda p: worked.append(p["run_dir"]) or {"run_dir": p["run_dir"],
+                                                                                      "wall_s": 1.0})
+    summary = reproduce.reproduce("paper1", results=tmp_path, workers=1, only=["main-transformer-s*"], stack="on")
+    assert trained == [[0, 1, 2]] and len(worked) == 3
+    assert sorted(summary["done"]) == ["main-transformer-s0", "main-transformer-s1", "main-transformer-s2"]
+    assert capsys.readouterr().out.count("  done main-transformer-s") == 3
