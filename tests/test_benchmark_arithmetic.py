@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import paper_gpu  # noqa: E402
+import paper_stacked  # noqa: E402
 import reproduce_budget  # noqa: E402
 
 
@@ -133,3 +135,37 @@ def test_reproduce_budget_refuses_bad_input_in_one_line(argv: list, says: str, m
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+def test_the_stacked_paper_table_projection_by_hand() -> None:
+    """Stacked: each cell's fastest way; alone: the cell's seeds one after another; the slowest row by stacked hours."""
+    rows = [{"column": "hmm", "arch": "transformer", "graph": {"cell_h": 0.5, "member_speedup": 4.0},
+             "eager": {"cell_h": 0.75, "member_speedup": 2.0}, "alone": {"cell_h": 2.0}},
+            {"column": "hmm", "arch": "mamba", "graph": {"error": "RuntimeError: no"},
+             "eager": {"cell_h": 1.25, "member_speedup": 1.5}, "alone": {"cell_h": 1.5}}]
+    got = paper_stacked.summary(rows, {"device": "x"})
+    assert got["table_h_stacked"] == 0.5 + 1.25 and got["table_h_alone"] == 3.5
+    assert got["stacked_h_by_arch"] == {"transformer": 0.5, "mamba": 1.25} and got["slowest_arch"] == "mamba"
+    assert (got["member_speedup_min"], got["member_speedup_max"]) == (1.5, 4.0) and got["graphed_cells"] == 0
+    rows[1]["eager"] = {"error": "RuntimeError: no"}
+    assert paper_stacked.summary(rows, {})["table_h_stacked"] is None  # a cell not measured: no table figure
+
+
+def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -> None:
+    """The GPU script runs here as it will there (the graph way eager, and said so), writes a row per cell and a
+    summary, and a second command measures only what the first did not."""
+    import subprocess
+    import sys as _sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_stacked.py"
+    cmd = [_sys.executable, str(script), "--preset", "quick", "--steps", "4", "--seeds", "2", "--columns", "recall",
+           "--device", "cpu", "--out", str(tmp_path)]
+    subprocess.run([*cmd, "--archs", "mlp"], check=True, capture_output=True, cwd=script.parent)
+    subprocess.run([*cmd, "--archs", "mlp", "mlp_pointwise"], check=True, capture_output=True, cwd=script.parent)
+    rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["arch"], r["seeds"]) for r in rows] == [("mlp", 2), ("mlp_pointwise", 2)]
+    for r in rows:
+        assert r["graph"]["step_program"] == "eager" and r["graph"]["ms_per_step"] > 0
+        assert r["graph"]["member_speedup"] == pytest.approx(2 * r["alone"]["ms_per_step"] / r["graph"]["ms_per_step"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["cells"] == 2 and summary["table_h_stacked"] > 0

@@ -233,10 +233,10 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         done = step + 1
         if lines and step == start and program.want_graph:
             print(f"{cfg.arch}/{task_list[0].name} stacked step: {program.graph_note}", flush=True)
-        now = elapsed + time.perf_counter() - t0
         scheduled = on_schedule(done) or done == stop
         if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
-            diverged()
+            diverged()  # (a read from the device: the time below then includes every step queued so far)
+        now = elapsed + time.perf_counter() - t0
         if done % cfg.log_every == 0 or done == cfg.steps:
             losses, norms = program.losses.tolist(), program.norms.tolist()
             for i, (r, b, c) in enumerate(zip(runs, batches, cfgs)):
