@@ -1,7 +1,7 @@
 """The paper table as stacks: per cell, its seeds trained as one stacked model (step recorded as a CUDA graph, and
 eager) against one seed alone, and the whole table's projected time on one device from those step times.
 
-    python benchmarks/paper_stacked.py [--steps 60] [--seeds 3] [--columns …] [--archs …] [--preset paper]
+    python benchmarks/paper_stacked.py [--steps 40] [--seeds 3] [--columns …] [--archs …] [--preset paper]
                                        [--modes graph eager alone] [--device cuda] [--out DIR]
 
 Each cell of the table (``windtunnel.run.grid``'s columns × rows at ``--preset``, each on its own recipe) is trained
@@ -128,7 +128,7 @@ def summary(rows: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, An
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--preset", default="paper", choices=list(grid.PRESETS))
     ap.add_argument("--columns", nargs="+", default=list(grid.TABLE_COLUMNS))

@@ -274,6 +274,8 @@ def test_a_stacked_member_whose_loss_goes_non_finite_stops_the_stack_naming_its_
     with pytest.raises(TrainingDiverged, match=r"at step 7 for seed\(s\) \[1\]"):
         stacked.train_stacked([tiny(seed=0), tiny(seed=1)], runs)
     assert [RunDir(r).latest_step() for r in runs] == [5, 5]  # the last checkpoint before step 7 (log-spaced: 5)
+    # the member that diverged says so (diverged.json, what eval, runs and the report read); its partner merely stopped
+    assert RunDir(runs[1]).divergence()["last_good_step"] == 5 and RunDir(runs[0]).divergence() is None
     for r in runs:
         assert all(torch.isfinite(p).all() for p in load(r)[1].parameters())
 

@@ -100,9 +100,24 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
     with ExitStack() as stack:
         for r in runs:
             stack.enter_context(r.lock())
-        with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
-            return _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
-                          log_lines, graph)
+        try:
+            with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
+                out = _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
+                             log_lines, graph)
+        except TrainingDiverged as exc:  # recorded in the runs that diverged; the others merely stopped with them
+            for i in getattr(exc, "members", range(len(runs))):
+                runs[i].record_divergence(str(exc))
+            raise
+        for r in runs:
+            r.clear_divergence()  # trained on past it since
+        return out
+
+
+def _diverged(message: str, members: list[int]) -> TrainingDiverged:
+    """The error that stops a stack, naming (``members``) the runs whose numbers went non-finite."""
+    exc = TrainingDiverged(message)
+    exc.members = members  # type: ignore[attr-defined]
+    return exc
 
 
 def _groups(members: list[torch.nn.Module], cfgs: list[TrainConfig]) -> list[tuple[list[str], float, list[float]]]:
@@ -195,13 +210,13 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
 
     def save(step: int, now: float, timed: bool = False) -> None:
         unstack(max(step - 1, 0))
-        for m, c in zip(members, cfgs):
+        for i, (m, c) in enumerate(zip(members, cfgs)):
             bad = next((n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())), None)
             if bad is not None:
                 if timed:
                     return
-                raise TrainingDiverged(f"weights of seed {c.seed} became non-finite ({bad}) by step {step}; stopped, "
-                                       f"last good checkpoints kept in {', '.join(str(x.checkpoints) for x in runs)}")
+                raise _diverged(f"weights of seed {c.seed} became non-finite ({bad}) by step {step}; stopped, "
+                                f"last good checkpoints kept in {', '.join(str(x.checkpoints) for x in runs)}", [i])
         for i, (m, o, r, c) in enumerate(zip(members, optimizers, runs, cfgs)):
             ckpt.save(r.checkpoints, step, m, o, {"elapsed": now, "config": c.to_dict(), "data_shards": shards[i]})
             for p in ckpt.list_checkpoints(r.checkpoints):
@@ -218,8 +233,9 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         bad = program.watch.first_bad()
         if bad:
             at = bad[0][1]
-            raise TrainingDiverged(f"loss became non-finite at step {at} for seed(s) "
-                                   f"{[cfgs[i].seed for i, s, _ in bad if s == at]}; stopped, last good checkpoints kept")
+            raise _diverged(f"loss became non-finite at step {at} for seed(s) "
+                            f"{[cfgs[i].seed for i, s, _ in bad if s == at]}; stopped, last good checkpoints kept",
+                            [i for i, _, _ in bad])
 
     for m in members:
         m.train()

@@ -198,7 +198,7 @@ class StackedStep:
         inputs = {k[3:]: v for k, v in b.items() if k.startswith("in:")}
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16, cache_enabled=False):
             logits = self.forward(inputs)
-        targets = b.get("targets", torch.full_like(b["mask"], IGNORE, dtype=torch.long))
+        targets = b["targets"] if "targets" in b else torch.full_like(b["mask"], IGNORE, dtype=torch.long)
         losses = torch.stack([loss_fn(logits[i], _Scored(targets[i], b["mask"][i], b["soft"][i] if self.soft else None),
                                       self.soft) for i in range(logits.shape[0])])  # each member's own mean
         self.watch.record(self.step, losses)
@@ -209,9 +209,6 @@ class StackedStep:
         self.step.add_(1)
         self.losses, self.norms, self.logits = losses.detach(), norms, logits.detach()
 
-    def _eager(self) -> None:
-        self._body()
-
     def run(self) -> None:
         """Take one step: replay the recorded graph, or record one first (on CUDA), or run the program eagerly."""
         if self.replay is not None:
@@ -219,7 +216,7 @@ class StackedStep:
         elif self.want_graph and self.graph_note.startswith("not captured"):
             self.capture()
         else:
-            self._eager()
+            self._body()
 
     # --- capture -----------------------------------------------------------------------------
     def _state(self) -> list[torch.Tensor]:
@@ -242,17 +239,17 @@ class StackedStep:
                 p.grad = None
 
         try:
-            replay = self.recorder(self._body, self._eager, restore)
+            replay = self.recorder(self._body, self._body, restore)
             outputs = (self.losses, self.norms, self.logits)  # where every replay leaves its values
             restore()
             replay()
             replayed = [t.detach().clone() for t in self._state()]
             replayed_losses = self.losses.clone()
             restore()
-            self._eager()
+            self._body()
         except Exception as exc:  # any step that cannot be recorded runs eagerly, as on a CPU
             restore()
-            self._eager()
+            self._body()
             self.graph_note = f"eager (could not record the step: {type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
             return
         n = len(self.params)
