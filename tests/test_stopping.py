@@ -189,3 +189,29 @@ def test_a_stopped_reproduction_says_stopped_and_left_and_the_same_command_finis
     again = reproduce.reproduce("paper1", results=tmp_path, workers=1, threads=1)
     assert sorted(again["done"]) == sorted([first.folder, second.folder])
     assert len(drawn) == (60 - 31) + 60 and drawn[0] == 31  # the stopped cell resumed at its step: nothing redone
+
+
+def test_the_same_stacked_train_command_again_continues_a_stopped_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """``windtunnel train --seeds`` stopped by SIGTERM says "rerun the same command": that command continues every
+    member from the step it reached and ends where an unbroken stack ends; a folder of another configuration is
+    still refused."""
+    from windtunnel.cli import main as cli_main
+
+    argv = ["train", "--task", "bijection", "--V", "5", "--L", "5", "--arch", "transformer", "--params", "20000",
+            "--steps", "20", "--batch-size", "16", "--seeds", "0,1", "--no-progress"]
+    signal_at(monkeypatch, stacked, 4, signal.SIGTERM)
+    assert cli_main([*argv, "--out", str(tmp_path / "cut")]) == 128 + signal.SIGTERM
+    assert "rerun the same command" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert cli_main([*argv, "--out", str(tmp_path / "cut")]) == 0
+    assert "resuming from step 5" in capsys.readouterr().out
+    assert cli_main([*argv, "--out", str(tmp_path / "whole")]) == 0
+    for s in (0, 1):
+        cut, whole = tmp_path / f"cut-s{s}", tmp_path / f"whole-s{s}"
+        assert logged_steps(cut) == logged_steps(whole)
+        a, b = load(cut)[1].state_dict(), load(whole)[1].state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    other = ["30" if a == "20" else a for a in argv]  # another recipe: 30 steps
+    assert cli_main([*other, "--out", str(tmp_path / "cut")]) == 2
+    assert "already exists" in capsys.readouterr().err

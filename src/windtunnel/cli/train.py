@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..errors import UserError
 from .args import UsageError, parse_params, positive_int, seed_int, seed_list
 from .outputs import check_out, divergence_note
 
@@ -103,11 +104,15 @@ def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
     cfgs = [replace(base, seed=seed) for seed in args.seeds]
     runs = [RunDir(f"{str(args.out).rstrip('/')}-s{seed}") for seed in args.seeds]
     build(base)  # validate task and model before anything on disk is touched
+    # the same command again, after a stop, continues the stack: every folder a run of exactly this configuration
+    resume = not args.force and all(_same_run(r, c) for r, c in zip(runs, cfgs))
     for run in runs:
-        check_out(run, False, args.force)
+        check_out(run, resume, args.force)
+    start = runs[0].latest_step() if resume else 0
     print(f"training {base.arch} on {base.task} for {base.steps} steps, seeds {', '.join(map(str, args.seeds))} "
-          f"stacked into one model: {', '.join(str(r.path) for r in runs)}", flush=True)
-    train_stacked(cfgs, runs, log_lines=True, graph=args.cuda_graph)
+          f"stacked into one model{f', resuming from step {start}' if resume else ''}: "
+          f"{', '.join(str(r.path) for r in runs)}", flush=True)
+    train_stacked(cfgs, runs, resume=resume, log_lines=True, graph=args.cuda_graph)
     print(f"trained {base.arch} on {base.task}: {', '.join(str(r.path) for r in runs)}")
     return 0
 
@@ -163,3 +168,17 @@ def first_line(cfg: "Any", model: "Any", run: "Any", done: int) -> str:
     where = f"resuming from step {done}" if done else "from step 0"
     return (f"training {cfg.arch} ({model.n_params():,} parameters) on {cfg.task}" + (f" ({params})" if params else "")
             + f" for {cfg.steps} steps of batch {cfg.batch_size}, {where}, into {run.path}")
+
+
+def _same_run(run: Any, cfg: Any) -> bool:
+    """Whether ``run`` is a run folder of configuration ``cfg`` (its progress bar aside)."""
+    if not run.is_run():
+        return False
+    try:
+        stored = dict(run.read_config()["train"])
+    except (KeyError, TypeError, ValueError, OSError, UserError):  # not readable as a run: check_out refuses it
+        return False
+    stored.pop("progress", None)
+    wanted = cfg.to_dict()
+    wanted.pop("progress", None)
+    return stored == wanted
