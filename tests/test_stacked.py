@@ -198,3 +198,16 @@ def test_a_replayed_step_still_watches_for_divergence(tmp_path: Path, monkeypatc
         train_stacked([tiny(seed=0), tiny(seed=1)], runs)
     for r in runs:
         assert all(torch.isfinite(p).all() for p in _weights(r).values())
+
+
+def test_soft_targets_and_a_curriculum_that_changes_the_episode_length_stack_as_alone(tmp_path: Path,
+                                                                                     float64: None) -> None:
+    """The HMM trains against its exact posterior (soft targets), and a curriculum that starts on shorter episodes
+    changes the batch's shape mid-run (the step's input buffers are made anew): each member still equals its run
+    alone."""
+    cfgs = [tiny(seed=s, task="hmm", task_params={"S": 3, "O": 4, "K": 6}, steps=30, eval_every=15, ckpt_every=15,
+                 curriculum=[{"until": 12, "task_params": {"K": 3}}]) for s in (0, 1)]
+    train_stacked(cfgs, [tmp_path / f"stacked{c.seed}" for c in cfgs])
+    for c in cfgs:
+        train(c, tmp_path / f"alone{c.seed}")
+        _same_runs(tmp_path / f"stacked{c.seed}", tmp_path / f"alone{c.seed}")
