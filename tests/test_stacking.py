@@ -48,7 +48,9 @@ def test_cells_that_differ_only_in_seed_or_rate_are_one_stack_and_come_back_one_
     assert [[m["run_dir"] for m in stacking.members(g)] for g in grouped] == [
         ["runs/transformer-s0", "runs/transformer-s1", "runs/transformer-s2"], ["runs/lstm-s0", "runs/lstm-s1"]]
     assert [[m["device"] for m in stacking.members(g)] for g in grouped] == [["cuda:0"] * 3, ["cuda:1"] * 2]
-    assert stacking.group([_payload(0)]) == [_payload(0)]  # alone, a cell is its own payload
+    assert stacking.group([_payload(0)]) == [_payload(0)]  # alone, a cell is its own payload off a GPU
+    assert stacking.members(stacking.group([_payload(0)], gpus=1)[0]) == [{**_payload(0), "device": "cuda:0"}]
+    assert "members" in stacking.group([_payload(0)], gpus=1)[0]  # on one, a stack of one: the recorded step
     boom = RuntimeError("out of memory")
     back = list(stacking.outcomes([
         (grouped[0], {"members": [(m, {"ok": m["seed"]}, None) for m in grouped[0]["members"]]}, None),

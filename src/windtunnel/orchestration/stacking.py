@@ -44,7 +44,8 @@ def _shape(payload: dict[str, Any]) -> str:
 def group(payloads: Sequence[dict[str, Any]], gpus: int = 0) -> list[dict[str, Any]]:
     """The payloads with every set of stackable ones (same shape: equal configs but for the seed and learning rates,
     and equal work otherwise) made one ``{"members": [...]}`` payload, at the place of its first member; with
-    ``gpus``, the devices dealt out again, one per payload in turn (a stack's members share its device)."""
+    ``gpus``, a cell alone is made a stack of one too (so that it trains through the recorded step), and the devices
+    are dealt out again, one per payload in turn (a stack's members share its device)."""
     shapes: dict[str, list[dict[str, Any]]] = {}
     for p in payloads:
         shapes.setdefault(_shape(p), []).append(p)
@@ -52,7 +53,7 @@ def group(payloads: Sequence[dict[str, Any]], gpus: int = 0) -> list[dict[str, A
     for p in payloads:
         same = shapes.pop(_shape(p), None)
         if same is not None:
-            out.append(same[0] if len(same) == 1 else {"members": same, "run_dir": same[0]["run_dir"]})
+            out.append(same[0] if len(same) == 1 and not gpus else {"members": same, "run_dir": same[0]["run_dir"]})
     for i, p in enumerate(out):
         if gpus:
             for m in members(p):
@@ -101,8 +102,9 @@ def work_stack(work: Work, payload: dict[str, Any]) -> dict[str, Any]:
 def train_together(payloads: Sequence[dict[str, Any]], held: ExitStack) -> list[str]:
     """Train, as one stacked model, the members whose cells this worker can claim (claims kept on ``held``) and that
     stand at the same step short of their recipe's end (new runs, or runs stopped together); returns their run
-    folders (none when fewer than two qualify: each member is then trained alone by the command's work).  Each
-    trained member's ``timings.json`` records the stack's training time and its size."""
+    folders — none when fewer than two qualify off a GPU (each member is then trained alone by the command's work;
+    on a GPU one alone is a stack of one, for the recorded step).  Each trained member's ``timings.json`` records the
+    stack's training time and its size."""
     import torch
 
     from ..run import locks
@@ -120,7 +122,7 @@ def train_together(payloads: Sequence[dict[str, Any]], held: ExitStack) -> list[
         if run.read_cell() is None and step < cfg.steps:
             at.setdefault(step, []).append((cfg, run))
     together = max(at.values(), key=len, default=[])
-    if len(together) < 2:
+    if not together or (len(together) < 2 and not str(together[0][0].device or "").startswith("cuda")):
         return []
     torch.set_num_threads(payloads[0].get("threads") or torch.get_num_threads())
     t0 = time.perf_counter()
