@@ -152,19 +152,41 @@ def _frozen(body, warmup, reset):
     return lambda: None
 
 
+def _stale(body, warmup, reset):
+    """A recorder whose replay reads the batch it was recorded with, not the one the loop refills each step (a value
+    fixed at recording): right at the step recorded, wrong at every later one."""
+    program = body.__self__
+    warmup()
+    reset()
+    body()  # the recording: it runs the step once, as a CUDA graph's does (undone by the program)
+    recorded = {k: v.clone() for k, v in program.buffers.items()}
+
+    def replay():
+        now = {k: v.clone() for k, v in program.buffers.items()}
+        for k, v in recorded.items():
+            program.buffers[k].copy_(v)
+        body()
+        for k, v in now.items():
+            program.buffers[k].copy_(v)
+
+    return replay
+
+
 def _broken(body, warmup, reset):
     warmup()
     raise RuntimeError("operation not permitted when stream is capturing")
 
 
 @pytest.mark.parametrize("recorder, note", [(_faithful, "CUDA graph"), (_frozen, "did not reproduce the eager one"),
+                                            (_stale, "did not reproduce the eager one"),
                                             (_broken, "could not record the step: RuntimeError")])
 def test_a_recorded_step_is_trusted_only_where_it_reproduces_the_eager_step(
         tmp_path: Path, float64: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
         recorder, note: str) -> None:
     """With a recorder standing in for CUDA graphs on this CPU: a faithful replay is used and trains exactly as the
     eager step; a replay that does not update the weights, or a recording that fails, is refused, said, and the runs
-    go on eagerly — with the warm-up and the recording undone, so they too end exactly where the eager runs end."""
+    go on eagerly — with the warm-up and the recording undone, so they too end exactly where the eager runs end.  A
+    replay that reads a stale batch is right at the step recorded: the check's second step, on another batch, shows it."""
     cfgs = [tiny(seed=s) for s in (0, 1)]
     train_stacked(cfgs, [tmp_path / f"eager{s}" for s in (0, 1)], graph="off")
     monkeypatch.setattr(StackedStep, "recorder", staticmethod(recorder))
@@ -183,17 +205,18 @@ def test_a_replayed_step_still_watches_for_divergence(tmp_path: Path, monkeypatc
 
     real, calls = step_module.loss_fn, {"n": 0}
 
-    def poisoned(logits, ep, soft, n_scored=None):  # member 0 from the 17th loss computed on
+    def poisoned(logits, ep, soft, n_scored=None):  # member 0 from the 23rd loss computed on
         calls["n"] += 1
         loss = real(logits, ep, soft, n_scored)
-        return loss * float("nan") if calls["n"] % 2 == 1 and calls["n"] > 16 else loss
+        return loss * float("nan") if calls["n"] % 2 == 1 and calls["n"] > 22 else loss
 
     monkeypatch.setattr(step_module, "loss_fn", poisoned)
     monkeypatch.setattr(StackedStep, "recorder", staticmethod(_faithful))
     monkeypatch.setattr(StackedStep, "records_on", staticmethod(lambda device: True))
     runs = [tmp_path / "s0", tmp_path / "s1"]
-    # step 0 is recorded (two warm-up steps, the recording, the checked replay, the eager step: 10 losses), each later
-    # step computes 2: the 17th loss is member 0's at step 4, which the watch must name from the replay's own counter
+    # step 0 is recorded (two warm-up steps, the recording, two checked replays, two eager steps, the step itself: 16
+    # losses), each later step computes 2: the 23rd loss is member 0's at step 4, which the watch must name from the
+    # replay's own counter
     with pytest.raises(TrainingDiverged, match=r"non-finite at step 4 for seed\(s\) \[0\]"):
         train_stacked([tiny(seed=0), tiny(seed=1)], runs)
     for r in runs:

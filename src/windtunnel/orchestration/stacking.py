@@ -109,7 +109,7 @@ def train_together(payloads: Sequence[dict[str, Any]], held: ExitStack) -> list[
 
     from ..run import locks
     from ..run.runs import RunDir
-    from ..training.loop import TrainConfig
+    from ..training.loop import TrainConfig, TrainingDiverged
     from ..training.stacked import train_stacked
 
     at: dict[int, list[tuple[TrainConfig, RunDir]]] = {}
@@ -119,15 +119,20 @@ def train_together(payloads: Sequence[dict[str, Any]], held: ExitStack) -> list[
         run = RunDir(p["run_dir"])
         cfg = TrainConfig.from_dict({**p["config"], **({"device": p["device"]} if p.get("device") else {})})
         step = run.latest_step() if run.is_run() else 0
-        if run.read_cell() is None and step < cfg.steps:
+        if run.read_cell() is None and step < cfg.steps and run.divergence() is None:  # a diverged run goes alone
             at.setdefault(step, []).append((cfg, run))
     together = max(at.values(), key=len, default=[])
     if not together or (len(together) < 2 and not str(together[0][0].device or "").startswith("cuda")):
         return []
     torch.set_num_threads(payloads[0].get("threads") or torch.get_num_threads())
     t0 = time.perf_counter()
-    train_stacked([c for c, _ in together], [r for _, r in together], resume=any(r.is_run() for _, r in together),
-                  log_lines=True)
+    try:
+        train_stacked([c for c, _ in together], [r for _, r in together],
+                      resume=any(r.is_run() for _, r in together), log_lines=True)
+    except TrainingDiverged:
+        # the diverged member recorded it; each member goes on alone from its last good checkpoint (the command's
+        # work): its partners finish, and the diverged one fails as its own cell
+        return []
     for _, run in together:
         run.add_timing(train_s=run.training_seconds() or (time.perf_counter() - t0), stacked_members=len(together))
     return [str(r.path) for _, r in together]

@@ -130,6 +130,7 @@ class Episodes:
 
     @staticmethod
     def cat(parts: list["Episodes"]) -> "Episodes":
+        parts = list(parts)  # an unread posterior is concatenated later: from these parts, whatever the caller's list
         first = parts[0]
         latent: dict[str, Any] = {}
         for k, v in first.latent.items():

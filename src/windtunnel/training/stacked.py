@@ -143,6 +143,8 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
 
     cfg, M = cfgs[0], len(cfgs)
     device = pick_device(cfg.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # the recorded step's streams and graph are the current device's
     soft = cfg.loss == "posterior" or (cfg.loss == "auto" and task_list[0].soft_targets)
     for m in members:
         m.to(device)
@@ -183,6 +185,8 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
             try:
                 return vmapped(params, buffers, inputs)
             except (RuntimeError, NotImplementedError, ValueError):
+                if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                    raise  # a failure of the recording, not of vmap: the eager step keeps its vmapped forward
                 vmapped = None  # a forward without a vmap rule: member by member, the same step otherwise
         return torch.stack([forward_one({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in buffers.items()},
                                         {k: v[i] for k, v in inputs.items()}) for i in range(M)])

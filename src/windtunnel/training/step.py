@@ -15,9 +15,10 @@ watch — without reading a single number back to the host and without a Python 
   in place) and read back only at a log, evaluation, checkpoint or stop.
 
 On CUDA the step is then recorded once as a CUDA graph and each later step is one replay.  Before a graph is trusted,
-one replay is checked against the same step run eagerly from the same state (:meth:`StackedStep.capture`): a
-program that recorded something it should have recomputed — a value fixed at capture, an input read from a buffer
-that is not the one refilled — fails that check, and the step runs eagerly from then on, saying why.  Elsewhere (a
+two replays — this step's batch, then another — are checked against the same two steps run eagerly from the same
+state (:meth:`StackedStep.capture`): a program that recorded something it should have recomputed — a value fixed at
+capture, an input read from a buffer that is not the one refilled — fails that check, and the step runs eagerly from
+then on, saying why.  Elsewhere (a
 CPU, a forward that cannot be captured) the same program runs eagerly: the arithmetic is the same either way.
 
 Per member ``m`` and parameter ``θ`` in group ``g`` (AdamW, decoupled weight decay ``λ_g``, step ``t``):
@@ -225,47 +226,70 @@ class StackedStep:
                 self.watch.step, self.watch.loss]
 
     def capture(self) -> None:
-        """Record the step (with :attr:`recorder`) and take this step with it — if one replay matches the eager step
-        from the same state (the step counters equal, the losses and the weights' update within
-        :data:`GRAPH_TOLERANCE`); otherwise take the step eagerly, from then on, and say why in :attr:`graph_note`.
-        Whatever recording runs (CUDA graphs need warm-up steps first) is undone before the step is taken."""
+        """Record the step (with :attr:`recorder`) and keep the recording only where it reproduces the eager program:
+        two replays — this step's batch, then other inputs (its sequences shifted by one position) — must match two
+        eager steps from the same state (the step counters equal, the losses and the weights' update within
+        :data:`GRAPH_TOLERANCE`), so that a value fixed at recording or an input read from a stale copy shows.
+        Otherwise the step runs eagerly from then on, saying why in :attr:`graph_note`.  Everything recording and
+        checking ran is undone (state, batch, random stream), and this step is then taken eagerly on its own batch."""
         before = [t.detach().clone() for t in self._state()]
+        batch = {k: v.clone() for k, v in self.buffers.items()}
+        rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
 
         def restore() -> None:
             with torch.no_grad():
                 for t, saved in zip(self._state(), before):
                     t.copy_(saved)
+                for k, v in batch.items():
+                    self.buffers[k].copy_(v)
+            if rng is not None:
+                torch.cuda.set_rng_state(rng, self.device)
             for p in self.params.values():
                 p.grad = None
+
+        def two_steps(step: Callable[[], None]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+            step()
+            first = self.losses.clone()
+            with torch.no_grad():  # other inputs in the same buffers: every sequence shifted by one position (a
+                for v in self.buffers.values():  # reordered batch would not do: its mean loss is the same)
+                    v.copy_(v.roll(1, 2))
+            step()
+            return [t.detach().clone() for t in self._state()], [first, self.losses.clone()]
 
         try:
             replay = self.recorder(self._body, self._body, restore)
             outputs = (self.losses, self.norms, self.logits)  # where every replay leaves its values
             restore()
-            replay()
-            replayed = [t.detach().clone() for t in self._state()]
-            replayed_losses = self.losses.clone()
+            replayed, replayed_losses = two_steps(replay)
             restore()
-            self._body()
+            eager, eager_losses = two_steps(self._body)
+            failed = None
         except Exception as exc:  # any step that cannot be recorded runs eagerly, as on a CPU
-            restore()
-            self._body()
-            self.graph_note = f"eager (could not record the step: {type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
-            return
-        n = len(self.params)
-        eager = [t.detach() for t in self._state()]
-        moved = math.sqrt(sum(float((e - b).double().pow(2).sum()) for e, b in zip(eager[:n], before[:n])))
-        apart = math.sqrt(sum(float((r - e).double().pow(2).sum()) for r, e in zip(replayed[:n], eager[:n])))
-        counters = all(torch.equal(r, e) for r, e in zip(replayed[-4:-2], eager[-4:-2]))  # AdamW's and the step's
-        if not counters or not torch.allclose(replayed_losses, self.losses, rtol=GRAPH_TOLERANCE, equal_nan=True) \
-                or apart > GRAPH_TOLERANCE * moved + 1e-12:
-            self.graph_note = ("eager (the recorded step did not reproduce the eager one: "
-                               + ("its step counters differ)" if not counters else
-                                  f"weights {apart:.3g} apart after an update of {moved:.3g})"))
+            failed = f"could not record the step: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        restore()
+        self._body()  # this step, on its own batch
+        if failed is None and any(k.shape != v.shape for k, v in zip(outputs, (self.losses, self.norms, self.logits))):
+            failed = "the recording left no outputs of the step"
+        if failed is None:
+            n = len(self.params)
+            moved = math.sqrt(sum(float((e - b).double().pow(2).sum()) for e, b in zip(eager[:n], before[:n])))
+            apart = math.sqrt(sum(float((r - e).double().pow(2).sum()) for r, e in zip(replayed[:n], eager[:n])))
+            counters = all(torch.equal(r, e) for r, e in zip(replayed[-4:-2], eager[-4:-2]))  # AdamW's and the step's
+            losses = all(torch.allclose(r, e, rtol=GRAPH_TOLERANCE, equal_nan=True)
+                         for r, e in zip(replayed_losses, eager_losses))
+            if not counters:
+                failed = "the recorded step did not reproduce the eager one: its step counters differ"
+            elif not losses or apart > GRAPH_TOLERANCE * moved + 1e-12:
+                failed = (f"the recorded step did not reproduce the eager one: weights {apart:.3g} apart after an "
+                          f"update of {moved:.3g} over two steps")
+        if failed is not None:
+            self.graph_note = f"eager ({failed})"
             return
         for kept, now in zip(outputs, (self.losses, self.norms, self.logits)):
             kept.copy_(now)  # this step's values, where the replays will write theirs
         self.losses, self.norms, self.logits = outputs
+        for p in self.params.values():
+            p.grad = None  # the eager step's gradients: the replays write their own
         self.replay, self.graph_note = replay, "CUDA graph"
 
 
