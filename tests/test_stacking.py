@@ -75,3 +75,26 @@ def test_reproduce_hands_a_cells_seeds_out_as_one_stack_and_counts_each_seed(tmp
     assert trained == [[0, 1, 2]] and len(worked) == 3
     assert sorted(summary["done"]) == ["main-transformer-s0", "main-transformer-s1", "main-transformer-s2"]
     assert capsys.readouterr().out.count("  done main-transformer-s") == 3
+
+
+def test_a_stack_whose_member_diverges_leaves_each_seed_to_finish_alone(tmp_path: Path, monkeypatch) -> None:
+    """One seed's loss goes non-finite inside the stack: the stack stops at the last good checkpoints, and each seed
+    then goes on alone from there (the command's own work) — the healthy one finishes instead of failing with its
+    partner, and the table is written."""
+    from windtunnel.training import step as step_module
+
+    real, calls = step_module.loss_fn, {"n": 0}
+
+    def poisoned(logits, ep, soft, n_scored=None):  # seed 1's loss inside the stack, from its 6th step on
+        calls["n"] += 1
+        loss = real(logits, ep, soft, n_scored)
+        return loss * float("nan") if calls["n"] % 2 == 0 and calls["n"] > 10 else loss
+
+    monkeypatch.setattr(step_module, "loss_fn", poisoned)
+    run_table(preset="quick", archs=["transformer"], tasks=["recall"], workers=1, steps=20, eval_n=64, seeds=2,
+              out=tmp_path, stack="on")
+    runs = sorted((tmp_path / "runs").glob("*-s*"))
+    assert [RunDir(r).latest_step() for r in runs] == [20, 20]
+    assert all(RunDir(r).divergence() is None and "stacked_members" not in RunDir(r).timings() for r in runs)
+    assert json.loads((tmp_path / "table.json").read_text())["cells"][0]["seeds"] == [0, 1]
+    assert calls["n"] > 10  # the stack reached the poisoned steps (and stopped there: no member says it was stacked)
