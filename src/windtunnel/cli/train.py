@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "stacked model; each seed's run is its own folder OUT-sSEED, resumable and analysable alone")
     tr.add_argument("--cuda-graph", dest="cuda_graph", choices=("auto", "off"), default="auto",
                     help="with --seeds on a GPU: record the step once as a CUDA graph and replay it (auto, the default; "
-                    "kept only where a replay reproduces the eager step) or run it eagerly (off)")
+                    "kept only where its replays reproduce the eager steps) or run it eagerly (off)")
     train_args(tr, "the architecture's own size, or the config file's",
                f"{train_defaults.steps}, or the config file's")
     tr.set_defaults(func=cmd_train)
