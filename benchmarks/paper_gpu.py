@@ -72,11 +72,17 @@ def step_seconds(metrics: list[dict[str, Any]]) -> tuple[float, int]:
     return (b["time"] - a["time"]) / (b["step"] - a["step"]), b["step"] - a["step"]
 
 
+def timing_config(fields: dict[str, Any], steps: int, device: str, **more: Any) -> TrainConfig:
+    """The run ``fields`` describes, set up to be timed for ``steps`` steps: logged four times (the step time is read
+    between the first and the last log), no progress bar, no evaluation or checkpoint on the way."""
+    return TrainConfig.from_dict({**fields, "device": device, "progress": False, "log_every": max(1, steps // 4),
+                                  "log_checkpoints": False, "eval_every": 10 * steps, "ckpt_every": 10 * steps, **more})
+
+
 def timed_training(fields: dict[str, Any], steps: int, device: str) -> tuple[float, int, float]:
     """(seconds per step, steps timed, wall seconds) of ``steps`` steps of the run ``fields`` describes,
     trained in a scratch folder."""
-    cfg = TrainConfig.from_dict({**fields, "device": device, "progress": False, "log_every": max(1, steps // 4),
-                                 "log_checkpoints": False, "eval_every": 10 * steps, "ckpt_every": 10 * steps})
+    cfg = timing_config(fields, steps, device)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         train(cfg, Path(tmp) / "run", until=steps)

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from common import matmul_peak_flops
-from paper_gpu import step_seconds
+from paper_gpu import step_seconds, timing_config
 from table_budget import cell_flops
 from windtunnel.run import grid
 from windtunnel.run.runs import RunDir
@@ -51,10 +51,7 @@ MODES = ("graph", "eager", "alone")
 def configs(preset: str, column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:
     """The cell's recipe for each seed, cut to ``steps`` steps logged four times, evaluated and saved only at the end."""
     fields = grid.preset(preset, column, arch)
-    return [TrainConfig.from_dict({**fields, "seed": s, "device": device, "progress": False,
-                                   "log_every": max(1, steps // 4), "log_checkpoints": False,
-                                   "eval_every": 10 * steps, "ckpt_every": 10 * steps, "eval_n": 64})
-            for s in range(seeds)]
+    return [timing_config(fields, steps, device, seed=s, eval_n=64) for s in range(seeds)]
 
 
 def timed(mode: str, cfgs: list[TrainConfig], steps: int) -> dict[str, Any]:

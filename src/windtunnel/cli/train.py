@@ -7,7 +7,6 @@ import argparse
 import sys
 from typing import Any
 
-from ..errors import UserError
 from .args import UsageError, parse_params, positive_int, seed_int, seed_list
 from .outputs import check_out, divergence_note
 
@@ -42,6 +41,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
 
     if getattr(args, "seeds", None):
         return _train_stacked(args, extra)
+    if args.cuda_graph != "auto":
+        raise UsageError("--cuda-graph applies to --seeds (the stacked step); a run alone is not recorded")
     rank, _ = process_group()  # under torchrun only rank 0 touches the folder
     if args.resume is not None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "arch", "params", "seed", "batch_size", "lr", "config", "out")
@@ -105,7 +106,7 @@ def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
     runs = [RunDir(f"{str(args.out).rstrip('/')}-s{seed}") for seed in args.seeds]
     build(base)  # validate task and model before anything on disk is touched
     # the same command again, after a stop, continues the stack: every folder a run of exactly this configuration
-    resume = not args.force and all(_same_run(r, c) for r, c in zip(runs, cfgs))
+    resume = not args.force and all(r.holds(c.to_dict()) for r, c in zip(runs, cfgs))
     for run in runs:
         check_out(run, resume, args.force)
     start = runs[0].latest_step() if resume else 0
@@ -168,17 +169,3 @@ def first_line(cfg: "Any", model: "Any", run: "Any", done: int) -> str:
     where = f"resuming from step {done}" if done else "from step 0"
     return (f"training {cfg.arch} ({model.n_params():,} parameters) on {cfg.task}" + (f" ({params})" if params else "")
             + f" for {cfg.steps} steps of batch {cfg.batch_size}, {where}, into {run.path}")
-
-
-def _same_run(run: Any, cfg: Any) -> bool:
-    """Whether ``run`` is a run folder of configuration ``cfg`` (its progress bar aside)."""
-    if not run.is_run():
-        return False
-    try:
-        stored = dict(run.read_config()["train"])
-    except (KeyError, TypeError, ValueError, OSError, UserError):  # not readable as a run: check_out refuses it
-        return False
-    stored.pop("progress", None)
-    wanted = cfg.to_dict()
-    wanted.pop("progress", None)
-    return stored == wanted

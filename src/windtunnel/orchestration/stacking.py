@@ -34,11 +34,12 @@ def wanted(stack: str, gpus: int) -> bool:
 
 
 def _shape(payload: dict[str, Any]) -> str:
-    from ..training.stacked import STACKABLE_DIFFERENCES
+    """The payload's stack key: its config's :func:`~windtunnel.training.stacked.stack_shape` (the device is dealt
+    out per stack) and the rest of its work."""
+    from ..training.stacked import stack_shape
 
-    config = {k: v for k, v in payload["config"].items() if k not in (*STACKABLE_DIFFERENCES, "device")}
     rest = {k: v for k, v in payload.items() if k not in ("config", "seed", "run_dir", "cell_dir", "job", "device")}
-    return json.dumps([config, rest], sort_keys=True, default=str)
+    return json.dumps([stack_shape(payload["config"]), rest], sort_keys=True, default=str)
 
 
 def group(payloads: Sequence[dict[str, Any]], gpus: int = 0) -> list[dict[str, Any]]:

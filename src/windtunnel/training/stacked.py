@@ -48,28 +48,33 @@ from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
 from .loop import LOG2E, TrainingDiverged, build
 from .step import MemberAdamW, StackedStep
-from ..run.config import ConfigError, TrainConfig
+from ..run.config import ConfigError, TrainConfig, recipe
 
-__all__ = ["STACKABLE_DIFFERENCES", "train_stacked", "stackable"]
+__all__ = ["STACKABLE_DIFFERENCES", "stack_shape", "stackable", "train_stacked"]
 
 
 STACKABLE_DIFFERENCES = ("seed", "lr", "min_lr", "readout_lr_mult")
 """What stacked runs may differ in: the data stream, and the learning rates (each member has its own schedule)."""
 
 
+def stack_shape(fields: dict[str, Any]) -> dict[str, Any]:
+    """What runs stacked together share, from ``TrainConfig`` fields: their recipe (what they train, how they are
+    watched aside: :func:`windtunnel.run.config.recipe`) but for :data:`STACKABLE_DIFFERENCES`."""
+    return {k: v for k, v in recipe(fields).items() if k not in STACKABLE_DIFFERENCES}
+
+
 def stackable(configs: Sequence[TrainConfig]) -> None:
-    """Raise :class:`ConfigError` unless ``configs`` are distinct runs that differ only in
-    :data:`STACKABLE_DIFFERENCES` and describe a run the stacked loop trains (one process, no ``torch.compile``, no
-    experiment trackers)."""
+    """Raise :class:`ConfigError` unless ``configs`` are distinct runs of one :func:`stack_shape` on one device that
+    the stacked loop trains (one process, no ``torch.compile``, no experiment trackers)."""
     if not configs:
         raise ConfigError("no runs to stack")
     dicts = [c.to_dict() for c in configs]
     if len({json.dumps(d, sort_keys=True, default=str) for d in dicts}) != len(dicts):
         raise ConfigError("stacked runs must be distinct runs: two of these configs are the same "
                           f"(seeds {[c.seed for c in configs]})")
-    base = {k: v for k, v in dicts[0].items() if k not in STACKABLE_DIFFERENCES}
+    base = {**stack_shape(dicts[0]), "device": dicts[0]["device"]}
     for d in dicts[1:]:
-        other = {k: v for k, v in d.items() if k not in STACKABLE_DIFFERENCES}
+        other = {**stack_shape(d), "device": d["device"]}
         diff = sorted(k for k in base.keys() | other.keys() if base.get(k) != other.get(k))
         if diff:
             raise ConfigError(f"stacked runs must differ only in their {', '.join(STACKABLE_DIFFERENCES)}; "
