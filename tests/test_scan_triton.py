@@ -64,6 +64,43 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     mixed = model(**ep.inputs)
 out["model"]["bf16_finite"] = bool(torch.isfinite(mixed.float()).all())
 out["self_check"] = triton_self_check("cpu")
+
+# stacked members (torch.func.vmap over the stacked parameters, as windtunnel.training.stacked runs them): one launch
+# per layer for the whole stack, each member's logits and gradients those of the same model alone
+import copy
+from torch.func import functional_call, stack_module_state, vmap
+from windtunnel.models import scan_triton
+members = [models.make("mamba", task, params=20_000) for _ in range(3)]
+for i, m in enumerate(members):
+    for mod in m.modules():
+        if hasattr(mod, "scan_method"):
+            mod.scan_method = "triton"
+            with torch.no_grad():  # A and D start equal in every model: each member its own, as training makes them
+                mod.A_log.add_(0.3 * i * torch.randn(mod.A_log.shape))
+                mod.D.add_(0.5 * i)
+params, buffers = stack_module_state(members)
+base = copy.deepcopy(members[0])
+launches = []
+forward = scan_triton.TritonScan.forward
+scan_triton.TritonScan.forward = staticmethod(lambda *a: launches.append(a[0].shape[0]) or forward(*a))
+stacked = vmap(lambda p, b, x: functional_call(base, (p, b), (), x))(
+    params, buffers, {k: torch.stack([v] * 3) for k, v in ep.inputs.items()})
+scan_triton.TritonScan.forward = staticmethod(forward)
+stacked.float().logsumexp(-1).sum().backward()
+errors = []
+for i, m in enumerate(members):
+    alone = m(**ep.inputs)
+    alone.float().logsumexp(-1).sum().backward()
+    errors.append(float((stacked[i] - alone).abs().max()))
+    errors.extend(float((params[n].grad[i] - p.grad).abs().max() / p.grad.abs().max().clamp_min(1e-12))
+                  for n, p in m.named_parameters())
+out["stacked"] = {"error": max(errors), "launches": launches, "layers": len(members[0].blocks)}
+# the self-check, first asked for inside the stacked forward pass, still runs (a GPU would otherwise fall back to the
+# loop scan for the whole process)
+from windtunnel.models.scans import _checked_outside_transforms
+inside = []
+vmap(lambda x: inside.append(_checked_outside_transforms("cpu")) or x * 2, randomness="different")(torch.randn(3, 2))
+out["checked_inside_vmap"] = inside
 print(json.dumps(out))
 """
 
@@ -90,8 +127,19 @@ def test_a_mamba_through_the_triton_scan_is_the_same_mamba(interpreted: dict) ->
     assert interpreted["model"]["bf16_finite"]  # autocast hands it bf16 projections: it scans in float32
 
 
+def test_stacked_mambas_scan_in_one_launch_each_member_its_own_model(interpreted: dict) -> None:
+    """Under ``vmap`` (a stack of three Mambas) the scan folds the members into its sequences: one launch per layer
+    of 3 × 4 sequences, not the forward pass member by member, and each member's logits and gradients are those
+    of the same model alone (fails if the kernels read member 0's ``A`` and ``D`` for every sequence, or if the
+    gradients of ``A`` and ``D`` are summed across members)."""
+    stacked = interpreted["stacked"]
+    assert stacked["launches"] == [12] * stacked["layers"]
+    assert stacked["error"] < 1e-4, stacked
+
+
 def test_the_self_check_passes_where_the_kernels_are_right(interpreted: dict) -> None:
     assert interpreted["self_check"] is None
+    assert interpreted["checked_inside_vmap"] == [True]
 
 
 def test_the_triton_scan_refuses_what_it_cannot_do_in_one_line() -> None:

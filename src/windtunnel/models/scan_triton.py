@@ -34,15 +34,16 @@ except ImportError:  # pragma: no cover - exercised where Triton is not installe
 if triton is not None:
 
     @triton.jit
-    def _forward_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, y_ptr, H_ptr, T, Di, N,
+    def _forward_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, y_ptr, H_ptr, T, Di, N, per,
                         BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
         b = tl.program_id(0)
+        grp = b // per  # the model this sequence belongs to (its A and D)
         d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
         n = tl.arange(0, BLOCK_N)
         dm, nm = d < Di, n < N
         dn = dm[:, None] & nm[None, :]
-        A = tl.load(A_ptr + d[:, None] * N + n[None, :], mask=dn, other=0.0)
-        Dv = tl.load(D_ptr + d, mask=dm, other=0.0)
+        A = tl.load(A_ptr + (grp * Di + d[:, None]) * N + n[None, :], mask=dn, other=0.0)
+        Dv = tl.load(D_ptr + grp * Di + d, mask=dm, other=0.0)
         h = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
         for t in range(T):
             row = b * T + t
@@ -56,16 +57,17 @@ if triton is not None:
 
     @triton.jit
     def _backward_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, H_ptr, gy_ptr,
-                         gu_ptr, gdelta_ptr, gA_ptr, gB_ptr, gC_ptr, gD_ptr, T, Di, N, n_blocks,
+                         gu_ptr, gdelta_ptr, gA_ptr, gB_ptr, gC_ptr, gD_ptr, T, Di, N, n_blocks, per,
                          BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
         b = tl.program_id(0)
+        grp = b // per
         blk = tl.program_id(1)
         d = blk * BLOCK_D + tl.arange(0, BLOCK_D)
         n = tl.arange(0, BLOCK_N)
         dm, nm = d < Di, n < N
         dn = dm[:, None] & nm[None, :]
-        A = tl.load(A_ptr + d[:, None] * N + n[None, :], mask=dn, other=0.0)
-        Dv = tl.load(D_ptr + d, mask=dm, other=0.0)
+        A = tl.load(A_ptr + (grp * Di + d[:, None]) * N + n[None, :], mask=dn, other=0.0)
+        Dv = tl.load(D_ptr + grp * Di + d, mask=dm, other=0.0)
         carry = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)  # e^{Δ_{t+1} A} g_{t+1}
         gA = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)
         gD = tl.zeros((BLOCK_D,), dtype=tl.float32)
@@ -105,27 +107,39 @@ def _block_n(N: int) -> int:
     return max(16, 1 << (N - 1).bit_length())  # a power of two ≥ N (Triton's blocks are powers of two)
 
 
+INDEX_LIMIT = 2**31
+"""The kernels index the states ``H [B,T,Di,N]`` in 32 bits."""
+
+
 class TritonScan(torch.autograd.Function):
-    """The selective scan through :func:`_forward_kernel` and :func:`_backward_kernel` (float32, contiguous)."""
+    """The selective scan through :func:`_forward_kernel` and :func:`_backward_kernel` (float32, contiguous), for
+    ``G`` models at once: ``A [G,Di,N]`` and ``D [G,Di]``, sequence ``b`` of ``u [B,T,Di]`` belonging to model
+    ``b // (B/G)``.  One model is ``G = 1``; under ``torch.func.vmap`` (stacked members, each its own ``A`` and
+    ``D``) :meth:`vmap` folds the members into the sequences and makes one launch of them all, where a function
+    without a vmap rule would run the whole forward pass member by member.  Returns ``y`` and the states ``H``
+    (which the backward pass reads; not differentiable)."""
 
     @staticmethod
-    def forward(ctx: Any, u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                D: torch.Tensor) -> torch.Tensor:
-        u, delta, A, B, C, D = (t.float().contiguous() for t in (u, delta, A, B, C, D))
+    def forward(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         Bsz, T, Di = u.shape
-        N = A.shape[1]
+        G, _, N = A.shape
         y = torch.empty_like(u)
         H = torch.empty(Bsz, T, Di, N, dtype=torch.float32, device=u.device)
         grid = (Bsz, triton.cdiv(Di, BLOCK_D))
-        _forward_kernel[grid](u, delta, A, B, C, D, y, H, T, Di, N, BLOCK_D=BLOCK_D, BLOCK_N=_block_n(N))
-        ctx.save_for_backward(u, delta, A, B, C, D, H)
-        return y
+        _forward_kernel[grid](u, delta, A, B, C, D, y, H, T, Di, N, Bsz // G, BLOCK_D=BLOCK_D, BLOCK_N=_block_n(N))
+        return y, H
 
     @staticmethod
-    def backward(ctx: Any, gy: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
+        ctx.mark_non_differentiable(output[1])
+        ctx.save_for_backward(*inputs, output[1])
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor, _gH: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         u, delta, A, B, C, D, H = ctx.saved_tensors
         Bsz, T, Di = u.shape
-        N = A.shape[1]
+        G, _, N = A.shape
         blocks = triton.cdiv(Di, BLOCK_D)
         gy = gy.float().contiguous()
         gu, gdelta = torch.empty_like(u), torch.empty_like(u)
@@ -134,8 +148,25 @@ class TritonScan(torch.autograd.Function):
         gB = torch.empty(Bsz, blocks, T, N, dtype=torch.float32, device=u.device)
         gC = torch.empty_like(gB)
         _backward_kernel[(Bsz, blocks)](u, delta, A, B, C, D, H, gy, gu, gdelta, gA, gB, gC, gD, T, Di, N, blocks,
-                                        BLOCK_D=BLOCK_D, BLOCK_N=_block_n(N))
-        return gu, gdelta, gA.sum(0), gB.sum(1), gC.sum(1), gD.sum(0)
+                                        Bsz // G, BLOCK_D=BLOCK_D, BLOCK_N=_block_n(N))
+        # A and D: each model's sum over its own sequences
+        return (gu, gdelta, gA.view(G, Bsz // G, Di, N).sum(1), gB.sum(1), gC.sum(1),
+                gD.view(G, Bsz // G, Di).sum(1))
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[int, int]]:
+        """Members ``M`` folded into the sequences (``u [M,B,T,Di] -> [M·B,T,Di]``) and into the models
+        (``A [M,G,Di,N] -> [M·G,Di,N]``): one launch for the whole stack, sequence ``m·B + b`` reading member
+        ``m``'s ``A`` and ``D``.  Where the folded states would overflow the kernels' 32-bit index, one launch
+        per member."""
+        M = info.batch_size
+        u, delta, A, B, C, D = (x.movedim(d, 0) if d is not None else x.expand(M, *x.shape) for x, d in zip(args, in_dims))
+        Bsz = u.shape[1]
+        if M * u[0].numel() * A.shape[-1] >= INDEX_LIMIT:
+            outs = [TritonScan.apply(*(x[i].contiguous() for x in (u, delta, A, B, C, D))) for i in range(M)]
+            return (torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])), (0, 0)
+        y, H = TritonScan.apply(*(x.reshape(M * x.shape[1], *x.shape[2:]).contiguous() for x in (u, delta, A, B, C, D)))
+        return (y.view(M, Bsz, *y.shape[1:]), H.view(M, Bsz, *H.shape[1:])), (0, 0)
 
 
 def selective_scan_triton(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -144,4 +175,5 @@ def selective_scan_triton(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor,
     not returned), in float32 through the Triton kernels."""
     if triton is None:
         raise RuntimeError("the Triton scan needs Triton (it ships with PyTorch's CUDA wheels)")
-    return TritonScan.apply(u, delta, A, B, C, D)
+    u, delta, A, B, C, D = (t.float().contiguous() for t in (u, delta, A.unsqueeze(0), B, C, D.unsqueeze(0)))
+    return TritonScan.apply(u, delta, A, B, C, D)[0]

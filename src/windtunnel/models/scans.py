@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import warnings
 
 import torch
@@ -373,10 +374,28 @@ def triton_available(device: str) -> bool:
     (once per device and process)."""
     if not device.startswith("cuda"):
         return False
-    try:
-        return triton_self_check(device) is None
-    except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
-        return False
+    return _checked_outside_transforms(device)
+
+
+def _checked_outside_transforms(device: str) -> bool:
+    """:func:`triton_self_check` passed on ``device``.  The first scan of a stacked model runs inside
+    ``torch.func.vmap``, where the check's random inputs would be batched and its ``backward`` refused: there it
+    runs in a thread of its own, which no transform of this one reaches (the transforms are per thread)."""
+    verdict: list[bool] = []
+
+    def check() -> None:
+        try:
+            verdict.append(triton_self_check(device) is None)
+        except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
+            verdict.append(False)
+
+    if torch._C._are_functorch_transforms_active():
+        worker = threading.Thread(target=check)
+        worker.start()
+        worker.join()
+    else:
+        check()
+    return verdict[0]
 
 
 # --- the causal convolution ------------------------------------------------------------------------
