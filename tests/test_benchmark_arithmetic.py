@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import paper_gpu  # noqa: E402
 import paper_stacked  # noqa: E402
+import step_ops  # noqa: E402
 import reproduce_budget  # noqa: E402
 
 
@@ -169,3 +170,15 @@ def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -
         assert r["graph"]["member_speedup"] == pytest.approx(2 * r["alone"]["ms_per_step"] / r["graph"]["ms_per_step"])
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["cells"] == 2 and summary["table_h_stacked"] > 0
+
+
+def test_the_step_is_counted_by_part_and_its_update_does_not_grow_with_the_parameters() -> None:
+    """A quick cell's stacked step counted through the real training loop: every part of the step is there, the
+    parts add up, and clipping with AdamW on the group buffers is a few operations where the loop over the stacked
+    parameters (the baseline counted on the same gradients) takes about ten a parameter."""
+    small = step_ops.count("quick", "hmm", "mlp_pointwise", 2)
+    assert all(small["ops"][part] > 0 for part in step_ops.PARTS), small["ops"]
+    assert small["total"] == sum(small["ops"].values())
+    assert small["clip_and_update_per_parameter"] >= 8 * small["parameters"]
+    assert small["clip_and_update"] < small["clip_and_update_per_parameter"] / 5
+    assert small["total_per_parameter"] == small["total"] - small["clip_and_update"] + small["clip_and_update_per_parameter"]

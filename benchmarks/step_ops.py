@@ -1,0 +1,170 @@
+"""Operations in one stacked training step, by part: what a recorded step replays on a GPU, counted on a CPU.
+
+    python benchmarks/step_ops.py [--preset paper] [--seeds 3] [--columns …] [--archs …] [--jsonl OUT]
+
+A graphed step of a small model costs about its kernel count times a few microseconds: the kernels are too small to
+fill the device, so the count, not the arithmetic, sets the time.  For each cell of the table
+(``windtunnel.run.grid``'s columns × rows at ``--preset``, each on its own recipe), ``--seeds`` members are stacked
+(``windtunnel.training.stacked``) and trained three steps eagerly on the CPU, every dispatched ATen operation counted
+(``TorchDispatchMode``; views and other metadata operations, which launch nothing, left out) and split into the
+parts of :meth:`windtunnel.training.step.StackedStep._body`: the forward pass, the members' losses, backward, the
+per-member gradient clipping, the AdamW update and the bookkeeping (gradient buffers, schedule, divergence watch).
+
+In the same run, the clipping and update are also counted the way they were first written — a loop over the stacked
+parameters, about ten operations each (``per_parameter``, on the same gradients) — the baseline of
+:class:`windtunnel.training.step.MemberAdamW`'s one-buffer update.  Clipping and update are the same operations on a
+GPU; the forward and backward counts are the CPU's operator choices (a GPU's attention and LSTM kernels differ), and
+Mamba is left out by default since its CPU scan is a C++ kernel where a GPU runs Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from paper_stacked import configs
+from windtunnel.run import grid
+from windtunnel.training import step as step_module
+from windtunnel.training.optim import FiniteWatch
+from windtunnel.training.stacked import train_stacked
+
+PARTS = ("forward", "loss", "backward", "clip", "update", "bookkeeping")
+STEPS = 3
+METADATA = {"view", "_unsafe_view", "detach", "t", "expand", "unsqueeze", "squeeze", "select", "slice", "reshape",
+            "permute", "transpose", "alias", "as_strided", "split", "split_with_sizes", "unbind", "chunk", "narrow",
+            "_reshape_alias", "lift_fresh"}
+"""Operations that make a view or read metadata: no kernel runs."""
+
+
+class _Counter(TorchDispatchMode):
+    """Counts the operations dispatched while it is active, under the part named in :attr:`part`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.part = "backward"  # what runs in the step outside the named parts is the backward pass
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func.overloadpacket.__name__ not in METADATA:
+            self.counts[self.part] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _in_part(counter: _Counter, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        before, counter.part = counter.part, part
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            counter.part = before
+    return wrapped
+
+
+def per_parameter_ops(grads: list[torch.Tensor], params: list[torch.Tensor]) -> int:
+    """Operations of clipping and AdamW written as a loop over the stacked parameters (the first stacked step's
+    form), on copies of this step's gradients and weights."""
+    counter = _Counter()
+    grads, params = [g.clone() for g in grads], [p.detach().clone() for p in params]
+    m, v = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    lr, count = torch.full((grads[0].shape[0],), 1e-3, dtype=torch.float64), torch.ones((), dtype=torch.float64)
+    with counter, torch.no_grad():
+        sq = torch.stack([g.reshape(g.shape[0], -1).double().pow(2).sum(1) for g in grads]).sum(0)
+        coef = (1.0 / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.dtype).reshape(-1, *([1] * (g.dim() - 1))))
+        bias1, bias2_sqrt = 1 - 0.9 ** count, (1 - 0.999 ** count).sqrt()
+        for p, g, mi, vi in zip(params, grads, m, v):
+            lr_p = lr.to(p.dtype).reshape(-1, *([1] * (p.dim() - 1)))
+            p.mul_(1 - lr_p * 0.01)
+            mi.lerp_(g, 0.1)
+            vi.mul_(0.999).addcmul_(g, g, value=0.001)
+            p.sub_(mi / (vi.sqrt() / bias2_sqrt.to(p.dtype)).add_(1e-8) * (lr_p / bias1.to(p.dtype)))
+    return sum(counter.counts.values())
+
+
+class _Patched:
+    """While active: each step's parts counted, and the last step's gradients and weights kept for the baseline."""
+
+    def __init__(self) -> None:
+        self.counter = _Counter()
+        self.steps = 0
+        self.grads: list[torch.Tensor] = []
+        self.params: list[torch.Tensor] = []
+
+    def __enter__(self) -> "_Patched":
+        c, S = self.counter, step_module
+        self.saved = [(S, "clip_per_member", S.clip_per_member), (S, "loss_fn", S.loss_fn),
+                      (S.MemberAdamW, "step", S.MemberAdamW.step), (S.MemberAdamW, "zero_grad", S.MemberAdamW.zero_grad),
+                      (S.MemberAdamW, "grads", S.MemberAdamW.grads), (S.Schedule, "__call__", S.Schedule.__call__),
+                      (FiniteWatch, "record", FiniteWatch.record), (S.StackedStep, "_body", S.StackedStep._body)]
+        S.clip_per_member = _in_part(c, "clip", S.clip_per_member)
+        S.loss_fn = _in_part(c, "loss", S.loss_fn)
+        S.MemberAdamW.step = _in_part(c, "update", S.MemberAdamW.step)
+        for owner, name in ((S.MemberAdamW, "zero_grad"), (S.MemberAdamW, "grads"), (S.Schedule, "__call__"),
+                            (FiniteWatch, "record")):
+            setattr(owner, name, _in_part(c, "bookkeeping", getattr(owner, name)))
+        body, patched = S.StackedStep._body, self
+
+        def counted_body(step: Any) -> None:
+            if not getattr(step, "_counted_forward", False):
+                step.forward, step._counted_forward = _in_part(c, "forward", step.forward), True
+            with c:
+                body(step)
+            patched.steps += 1
+            patched.grads = [q.grad.clone() for q in step.params.values() if q.grad is not None]
+            patched.params = [q.detach().clone() for q in step.params.values() if q.grad is not None]
+        S.StackedStep._body = counted_body
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for owner, name, fn in self.saved:
+            setattr(owner, name, fn)
+
+
+def count(preset: str, column: str, arch: str, seeds: int) -> dict[str, Any]:
+    """One cell's operations per stacked step, by part, with the per-parameter baseline of clipping and update."""
+    cfgs = configs(preset, column, arch, seeds, STEPS, "cpu")
+    with _Patched() as p, tempfile.TemporaryDirectory() as tmp:
+        train_stacked(cfgs, [Path(tmp) / f"s{c.seed}" for c in cfgs], until=STEPS, log_lines=False, graph="off")
+    ops = {part: p.counter.counts[part] // p.steps for part in PARTS}
+    per_parameter = per_parameter_ops(p.grads, p.params)
+    return {"column": column, "arch": arch, "seeds": seeds, "parameters": len(p.params), "ops": ops,
+            "total": sum(ops.values()), "clip_and_update": ops["clip"] + ops["update"],
+            "clip_and_update_per_parameter": per_parameter,
+            "total_per_parameter": sum(ops.values()) - ops["clip"] - ops["update"] + per_parameter}
+
+
+def cells(preset: str, columns: list[str] | None, archs: list[str] | None) -> Iterator[tuple[str, str]]:
+    for column in columns or list(grid.TABLE_COLUMNS):
+        for arch in archs or [a for a in grid.TABLE_ARCHS if a != "mamba"]:
+            yield column, arch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="paper")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--columns", nargs="+")
+    ap.add_argument("--archs", nargs="+")
+    ap.add_argument("--jsonl", help="write the rows here, one JSON object a line")
+    args = ap.parse_args()
+    rows = []
+    for column, arch in cells(args.preset, args.columns, args.archs):
+        rows.append(count(args.preset, column, arch, args.seeds))
+        r = rows[-1]
+        print(f"{column:22s} {arch:14s} {r['total']:5d} operations a step {r['ops']}; clipping and update "
+              f"{r['clip_and_update']} (a loop over {r['parameters']} parameters: {r['clip_and_update_per_parameter']})",
+              flush=True)
+    if args.jsonl:
+        Path(args.jsonl).write_text("".join(json.dumps({"preset": args.preset, **r}) + "\n" for r in rows))
+
+
+if __name__ == "__main__":
+    main()
