@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from windtunnel.run import checkpoint as ckpt
 from windtunnel.run.runs import RunDir
 from windtunnel.training.stacked import train_stacked
 from windtunnel.training.loop import ConfigError, TrainConfig, TrainingDiverged, train
