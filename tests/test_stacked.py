@@ -91,9 +91,11 @@ def test_a_stacked_run_resumes_from_its_members_checkpoints(tmp_path: Path, floa
 
 
 def test_runs_that_differ_in_more_than_seed_and_learning_rates_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="differ only in their seed, lr, min_lr, readout_lr_mult; these differ: "
-                                          "batch_size"):
+    with pytest.raises(ConfigError, match="differ only in their seed, lr, min_lr, readout_lr_mult, task, task_params "
+                                          r"\(a task whose episodes have the same shapes\); these differ: batch_size"):
         train_stacked([tiny(seed=0), tiny(seed=1, batch_size=16)], [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(ConfigError, match="these differ: the shapes of their tasks' episodes"):  # V = 5: other sizes
+        train_stacked([tiny(seed=0), tiny(seed=1, task_params={"V": 5, "L": 4})], [tmp_path / "a", tmp_path / "b"])
     with pytest.raises(ConfigError, match="distinct runs"):
         train_stacked([tiny(seed=0), tiny(seed=0)], [tmp_path / "a", tmp_path / "b"])
     with pytest.raises(ConfigError, match="a run folder each"):
@@ -123,6 +125,21 @@ def test_members_that_differ_in_their_learning_rates_each_follow_their_run_alone
                if "lr" in r]
         assert lrs[-1] == pytest.approx(lr_at(59, c), rel=1e-12)
     assert _losses(tmp_path / "stacked0") != _losses(tmp_path / "stacked1")
+
+
+def test_columns_whose_episodes_have_one_shape_stack_each_member_on_its_own_task(tmp_path: Path,
+                                                                                float64: None) -> None:
+    """Bijection with and without replacement (the same shapes, other episodes) stack, each member trained on its own
+    task exactly as alone: its config names its task, and its losses and weights are its run's alone (a member fed
+    its partner's episodes would show)."""
+    cfgs = [tiny(seed=0), tiny(seed=0, task_params={"V": 4, "L": 4, "replacement": True}), tiny(seed=1)]
+    train_stacked(cfgs, [tmp_path / f"stacked{i}" for i in range(3)])
+    for i, c in enumerate(cfgs):
+        train(c, tmp_path / f"alone{i}")
+        _same_runs(tmp_path / f"stacked{i}", tmp_path / f"alone{i}")
+        task = json.loads((tmp_path / f"stacked{i}" / "config.json").read_text())["task"]["params"]
+        assert task["replacement"] == c.task_params.get("replacement", False)
+    assert _losses(tmp_path / "stacked0") != _losses(tmp_path / "stacked1")  # one seed, two tasks
 
 
 def test_the_device_schedule_is_the_hosts() -> None:

@@ -37,17 +37,40 @@ def test_a_stacked_table_writes_what_a_table_trained_cell_by_cell_writes(tmp_pat
     assert [c["seeds"] for c in tables[0]] == [c["seeds"] for c in tables[1]] == [[0, 1, 2]]
 
 
-def _payload(seed: int, arch: str = "transformer", lr: float = 1e-3) -> dict:
-    return {"column": "recall", "arch": arch, "seed": seed, "config": {"arch": arch, "seed": seed, "lr": lr, "steps": 9},
-            "run_dir": f"runs/{arch}-s{seed}", "threads": 1, "device": None}
+def test_a_stacked_table_trains_two_columns_of_one_shape_together(tmp_path: Path) -> None:
+    """Bijection with and without replacement at the paper preset (episodes of one shape there; small models), one
+    seed each: one stack of two (their timings say so) whose cells each equal the table trained cell by cell."""
+    kw = dict(preset="paper", archs=["transformer"], tasks=["bijection", "bijection_replacement"], workers=1,
+              steps=6, eval_n=64, seeds=1, params=20_000)
+    run_table(**kw, out=tmp_path / "alone", stack="off")
+    run_table(**kw, out=tmp_path / "stacked", stack="on")
+    runs = sorted((tmp_path / "stacked" / "runs").glob("*-s*"))
+    assert [r.name for r in runs] == ["bijection-transformer-s0", "bijection_replacement-transformer-s0"]
+    assert [RunDir(r).timings().get("stacked_members") for r in runs] == [2, 2]
+    for r in runs:
+        assert _log(r) == pytest.approx(_log(tmp_path / "alone" / "runs" / r.name), rel=1e-4)
+    assert _log(runs[0]) != _log(runs[1])
+
+
+def _payload(seed: int, arch: str = "transformer", lr: float = 1e-3, column: str = "bijection", **task: object) -> dict:
+    config = {"task": "bijection", "task_params": {"V": 4, "L": 4, **task}, "arch": arch, "seed": seed, "lr": lr,
+              "steps": 9}
+    return {"column": column, "arch": arch, "seed": seed, "config": config, "run_dir": f"runs/{column}-{arch}-s{seed}",
+            "threads": 1, "device": None, "analyze": column == "bijection"}
 
 
 def test_cells_that_differ_only_in_seed_or_rate_are_one_stack_and_come_back_one_by_one() -> None:
-    payloads = [_payload(0), _payload(0, "lstm"), _payload(1), _payload(2, lr=3e-3), _payload(1, "lstm")]
+    """Seeds, rates and columns whose episodes have one shape (with and without replacement; analysed or not
+    afterwards) share a stack; another architecture, or a task of other shapes, does not."""
+    payloads = [_payload(0), _payload(0, "lstm"), _payload(1), _payload(2, lr=3e-3), _payload(1, "lstm"),
+                _payload(0, column="bijection_replacement", replacement=True), _payload(0, column="wider", V=5)]
     grouped = stacking.group(payloads, gpus=2)
     assert [[m["run_dir"] for m in stacking.members(g)] for g in grouped] == [
-        ["runs/transformer-s0", "runs/transformer-s1", "runs/transformer-s2"], ["runs/lstm-s0", "runs/lstm-s1"]]
-    assert [[m["device"] for m in stacking.members(g)] for g in grouped] == [["cuda:0"] * 3, ["cuda:1"] * 2]
+        ["runs/bijection-transformer-s0", "runs/bijection-transformer-s1", "runs/bijection-transformer-s2",
+         "runs/bijection_replacement-transformer-s0"], ["runs/bijection-lstm-s0", "runs/bijection-lstm-s1"],
+        ["runs/wider-transformer-s0"]]
+    assert [[m["device"] for m in stacking.members(g)] for g in grouped] == [["cuda:0"] * 4, ["cuda:1"] * 2,
+                                                                              ["cuda:0"]]
     assert stacking.group([_payload(0)]) == [_payload(0)]  # alone, a cell is its own payload off a GPU
     assert stacking.members(stacking.group([_payload(0)], gpus=1)[0]) == [{**_payload(0), "device": "cuda:0"}]
     assert "members" in stacking.group([_payload(0)], gpus=1)[0]  # on one, a stack of one: the recorded step
@@ -56,8 +79,9 @@ def test_cells_that_differ_only_in_seed_or_rate_are_one_stack_and_come_back_one_
         (grouped[0], {"members": [(m, {"ok": m["seed"]}, None) for m in grouped[0]["members"]]}, None),
         (grouped[1], None, boom)]))
     assert [(p["run_dir"], r, e) for p, r, e in back] == [
-        ("runs/transformer-s0", {"ok": 0}, None), ("runs/transformer-s1", {"ok": 1}, None),
-        ("runs/transformer-s2", {"ok": 2}, None), ("runs/lstm-s0", None, boom), ("runs/lstm-s1", None, boom)]
+        ("runs/bijection-transformer-s0", {"ok": 0}, None), ("runs/bijection-transformer-s1", {"ok": 1}, None),
+        ("runs/bijection-transformer-s2", {"ok": 2}, None), ("runs/bijection_replacement-transformer-s0", {"ok": 0}, None),
+        ("runs/bijection-lstm-s0", None, boom), ("runs/bijection-lstm-s1", None, boom)]
     assert stacking.wanted("auto", 1) and not stacking.wanted("auto", 0) and stacking.wanted("on", 0)
 
 

@@ -21,7 +21,8 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
     """``--executor`` and the ``--slurm-*`` options of a command that plans several cells."""
     g = p.add_argument_group("where the cells run")
     g.add_argument("--stack", choices=["auto", "on", "off"], default="auto",
-                   help="train the seeds of a cell as one stacked model, each seed still its own run folder: auto "
+                   help="train the seeds of a cell (and cells of other columns whose episodes have the same "
+                        "shapes) as one stacked model, each seed still its own run folder: auto "
                         "(default) where the cells run on GPUs, on, or off (on CPU cores a stack is slower than "
                         "separate processes)")
     g.add_argument("--executor", choices=["local", "slurm"], default="local",

@@ -1,7 +1,8 @@
 """Cells of one shape trained as one stacked model, then each finished alone.
 
-``windtunnel reproduce`` and ``windtunnel table`` plan cells that differ only in their seed.  :func:`group` turns the
-payloads of such cells (configs equal but for :data:`~windtunnel.training.stacked.STACKABLE_DIFFERENCES`) into one
+``windtunnel reproduce`` and ``windtunnel table`` plan cells that differ only in their seed, and columns whose tasks
+have episodes of one shape (bijection with and without replacement).  :func:`group` turns the payloads of such cells
+(configs equal but for :data:`~windtunnel.training.stacked.STACKABLE_DIFFERENCES`) into one
 payload ``{"members": [...]}`` that a worker takes whole; :func:`work_stack` trains the members as one stacked model
 (:func:`windtunnel.training.stacked.train_stacked`: each member's run folder exactly as a run trained alone writes it),
 then hands each member to the command's own work function, which finds its training finished and evaluates, analyses
@@ -33,18 +34,23 @@ def wanted(stack: str, gpus: int) -> bool:
     return stack == "on" or (stack == "auto" and gpus > 0)
 
 
+OWN_WORK = ("config", "seed", "run_dir", "cell_dir", "job", "device", "column", "lengths", "analyze", "analyze_n")
+"""A payload's fields that are its cell's alone — what it trains, where, and how it is evaluated and analysed after
+(each member's own work) — and not part of what a stack shares."""
+
+
 def _shape(payload: dict[str, Any]) -> str:
     """The payload's stack key: its config's :func:`~windtunnel.training.stacked.stack_shape` (the device is dealt
-    out per stack) and the rest of its work."""
+    out per stack) and the rest of its work (the preset, the threads, where results go)."""
     from ..training.stacked import stack_shape
 
-    rest = {k: v for k, v in payload.items() if k not in ("config", "seed", "run_dir", "cell_dir", "job", "device")}
+    rest = {k: v for k, v in payload.items() if k not in OWN_WORK}
     return json.dumps([stack_shape(payload["config"]), rest], sort_keys=True, default=str)
 
 
 def group(payloads: Sequence[dict[str, Any]], gpus: int = 0) -> list[dict[str, Any]]:
-    """The payloads with every set of stackable ones (same shape: equal configs but for the seed and learning rates,
-    and equal work otherwise) made one ``{"members": [...]}`` payload, at the place of its first member; with
+    """The payloads with every set of stackable ones (same shape: equal configs but for the data stream and learning
+    rates, and equal work otherwise) made one ``{"members": [...]}`` payload, at the place of its first member; with
     ``gpus``, a cell alone is made a stack of one too (so that it trains through the recorded step), and the devices
     are dealt out again, one per payload in turn (a stack's members share its device)."""
     shapes: dict[str, list[dict[str, Any]]] = {}

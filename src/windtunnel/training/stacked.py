@@ -1,7 +1,8 @@
 """Several runs of one shape trained as one model: the seeds of a cell stacked along a leading member dimension.
 
-``train_stacked(configs, run_dirs)`` trains ``M`` runs whose configs differ only in their seed (the data stream) and
-learning rates (``lr``, ``min_lr``, ``readout_lr_mult``) as one model whose every
+``train_stacked(configs, run_dirs)`` trains ``M`` runs whose configs differ only in their data stream (the seed, or
+a task whose episodes have the same shapes) and learning rates (``lr``, ``min_lr``, ``readout_lr_mult``) as one model
+whose every
 parameter carries a leading dimension of size ``M`` (``torch.func.stack_module_state``), the forward pass vmapped over
 the members (``torch.func.functional_call`` under ``torch.func.vmap``; a model whose forward does not vmap — an
 ``nn.LSTM``, a compiled scan — is run member by member inside the same step).  Each member keeps what it would have
@@ -27,6 +28,7 @@ steps are bound by per-operation overhead, which the members now share (``benchm
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -53,14 +55,35 @@ from ..run.config import ConfigError, TrainConfig, recipe
 __all__ = ["STACKABLE_DIFFERENCES", "stack_shape", "stackable", "train_stacked"]
 
 
-STACKABLE_DIFFERENCES = ("seed", "lr", "min_lr", "readout_lr_mult")
-"""What stacked runs may differ in: the data stream, and the learning rates (each member has its own schedule)."""
+STACKABLE_DIFFERENCES = ("seed", "lr", "min_lr", "readout_lr_mult", "task", "task_params")
+"""What stacked runs may differ in: the data stream — the seed, or the task itself where its episodes have the same
+shapes (:func:`episode_shapes`: bijection with and without replacement, say) — and the learning rates (each member
+has its own schedule)."""
 
 
 def stack_shape(fields: dict[str, Any]) -> dict[str, Any]:
     """What runs stacked together share, from ``TrainConfig`` fields: their recipe (what they train, how they are
-    watched aside: :func:`windtunnel.run.config.recipe`) but for :data:`STACKABLE_DIFFERENCES`."""
-    return {k: v for k, v in recipe(fields).items() if k not in STACKABLE_DIFFERENCES}
+    watched aside: :func:`windtunnel.run.config.recipe`) but for :data:`STACKABLE_DIFFERENCES`, and the shapes of
+    their task's episodes (:func:`episode_shapes`), which size the model and the step's buffers."""
+    shape = {k: v for k, v in recipe(fields).items() if k not in STACKABLE_DIFFERENCES}
+    return {**shape, "episode_shapes": episode_shapes(fields["task"], fields.get("task_params") or {})}
+
+
+def episode_shapes(task: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What a task's episodes look like to a model and to the step: vocabulary, classes, features, whether it trains
+    against the posterior, and the per-episode shapes of its inputs and targets (from two sampled episodes)."""
+    return json.loads(_episode_shapes(task, json.dumps(params, sort_keys=True, default=str)))
+
+
+@functools.lru_cache(maxsize=64)
+def _episode_shapes(task: str, params: str) -> str:
+    from .. import tasks
+
+    t = tasks.make(task, **json.loads(params))
+    ep = t.sample(2, seed=0)
+    return json.dumps({"vocab_size": t.vocab_size, "n_classes": t.n_classes, "n_features": t.n_features,
+                       "soft_targets": bool(t.soft_targets), "targets": list(ep.targets.shape[1:]),
+                       "inputs": {k: list(v.shape[1:]) for k, v in sorted(ep.inputs.items())}})
 
 
 def stackable(configs: Sequence[TrainConfig]) -> None:
@@ -77,8 +100,9 @@ def stackable(configs: Sequence[TrainConfig]) -> None:
         other = {**stack_shape(d), "device": d["device"]}
         diff = sorted(k for k in base.keys() | other.keys() if base.get(k) != other.get(k))
         if diff:
-            raise ConfigError(f"stacked runs must differ only in their {', '.join(STACKABLE_DIFFERENCES)}; "
-                              f"these differ: {', '.join(diff)}")
+            said = ["the shapes of their tasks' episodes" if k == "episode_shapes" else k for k in diff]
+            raise ConfigError(f"stacked runs must differ only in their {', '.join(STACKABLE_DIFFERENCES)} (a task "
+                              f"whose episodes have the same shapes); these differ: {', '.join(said)}")
     if configs[0].compile:
         raise ConfigError("stacked runs are not compiled (torch.compile): drop compile")
     if configs[0].trackers:
@@ -99,6 +123,10 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
     if len({r.path.resolve() for r in runs}) != len(runs):
         raise ConfigError("stacked runs need a run folder each")
     built = [build(c) for c in configs]  # every user error is raised here, before anything is written
+    shapes = [{n: tuple(p.shape) for n, p in m.named_parameters()} for _, m in built]
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise ConfigError("stacked runs must build models of one shape; these do not (their tasks size them "
+                          "differently)")
     shards = [resolve_shards(c, r, resume, 1) for c, r in zip(configs, runs)]
     for r in runs:
         r.prepare()
