@@ -316,3 +316,22 @@ def test_the_stacked_update_is_the_same_few_operations_however_many_parameters()
     """The update runs on the group's one buffer: its operation count does not grow with the number of parameters
     (a per-parameter loop would take about ten more operations for each one)."""
     assert _member_adamw_against_torch(False, n_layers=2)[1] == _member_adamw_against_torch(False, n_layers=12)[1]
+
+
+def test_stacked_lstms_run_as_one_block_diagonal_lstm_each_member_its_own(tmp_path: Path, float64: None,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the fold is used (a GPU; here the CPU, told to), a stack's LSTM layers run as one block-diagonal LSTM —
+    one fold a layer a step, the forward pass vmapped rather than member by member — and each member still equals its
+    seed trained alone (a block reading another member's state or weights would show)."""
+    from windtunnel.models import lstm
+
+    folds = []
+    monkeypatch.setattr(lstm, "FOLDED_DEVICES", ("cpu",))
+    fold = lstm._FoldedLSTM.vmap
+    monkeypatch.setattr(lstm._FoldedLSTM, "vmap", staticmethod(lambda *a: folds.append(a[0].batch_size) or fold(*a)))
+    cfgs = [tiny("lstm", seed=s, steps=20, eval_every=20, ckpt_every=20) for s in SEEDS]
+    train_stacked(cfgs, [tmp_path / f"stacked{s}" for s in SEEDS])
+    assert folds and set(folds) == {len(SEEDS)}  # every layer of every forward pass folded, the three members at once
+    for c in cfgs:
+        train(c, tmp_path / f"alone{c.seed}")
+        _same_runs(tmp_path / f"stacked{c.seed}", tmp_path / f"alone{c.seed}")

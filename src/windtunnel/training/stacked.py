@@ -5,7 +5,8 @@ a task whose episodes have the same shapes) and learning rates (``lr``, ``min_lr
 whose every
 parameter carries a leading dimension of size ``M`` (``torch.func.stack_module_state``), the forward pass vmapped over
 the members (``torch.func.functional_call`` under ``torch.func.vmap``; a model whose forward does not vmap — an
-``nn.LSTM``, a compiled scan — is run member by member inside the same step).  Each member keeps what it would have
+``nn.LSTM`` on a CPU, the fused CPU scan — is run member by member inside the same step; on a GPU the LSTM's layers
+fold the members into one block-diagonal LSTM and Mamba's Triton scan folds them into its sequences).  Each member keeps what it would have
 alone:
 
 * its own data stream (``streams.step_batch`` with its own seed) and its own held-out batch;
