@@ -277,6 +277,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
 
     for m in members:
         m.train()
+    tasks_said = "+".join(dict.fromkeys(t.name for t in task_list))  # a stack across columns names each task once
     t0 = last_save = time.perf_counter()
     stop = cfg.steps if until is None else min(cfg.steps, until)
     lines = log_lines or not sys.stderr.isatty()
@@ -286,7 +287,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         program.run()
         done = step + 1
         if lines and step == start and program.want_graph:
-            print(f"{cfg.arch}/{task_list[0].name} stacked step: {program.graph_note}", flush=True)
+            print(f"{cfg.arch}/{tasks_said} stacked step: {program.graph_note}", flush=True)
         scheduled = on_schedule(done) or done == stop
         if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
             diverged()  # (a read from the device: the time below then includes every step queued so far)
@@ -303,7 +304,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                 r.append_metrics({"step": done, "eval": held_out_metrics(m, e)})
                 m.train()
             if lines:
-                print(f"{cfg.arch}/{task_list[0].name} seeds {[c.seed for c in cfgs]} step {done}/{cfg.steps}: loss "
+                print(f"{cfg.arch}/{tasks_said} seeds {[c.seed for c in cfgs]} step {done}/{cfg.steps}: loss "
                       f"{', '.join(f'{x * LOG2E:.4f}' for x in program.losses.tolist())} bits, {now:.0f} s", flush=True)
         timed = cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
         if timed and not scheduled:
