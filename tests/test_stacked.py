@@ -335,3 +335,22 @@ def test_stacked_lstms_run_as_one_block_diagonal_lstm_each_member_its_own(tmp_pa
     for c in cfgs:
         train(c, tmp_path / f"alone{c.seed}")
         _same_runs(tmp_path / f"stacked{c.seed}", tmp_path / f"alone{c.seed}")
+
+
+def test_a_parameter_first_used_after_the_first_step_still_trains() -> None:
+    """A parameter with no gradient at the first step is left alone then; once a step uses it, its gradient is taken
+    into the buffers and it is updated (its stray gradient not ignored)."""
+    from windtunnel.training.step import MemberAdamW
+
+    stacked = {"a": torch.ones(2, 3, requires_grad=True), "b": torch.ones(2, 3, requires_grad=True)}
+    opt = MemberAdamW(stacked, [(["a", "b"], 0.1, [1.0, 1.0])], betas=(0.9, 0.999))
+    rates = torch.full((2,), 0.01, dtype=torch.float64)
+    for use_b in (False, True, True):
+        opt.zero_grad()
+        (stacked["a"].sum() + (stacked["b"].pow(2).sum() if use_b else 0)).backward()
+        before = stacked["b"].detach().clone()
+        opt.grads()
+        opt.step(rates)
+        moved = not torch.equal(stacked["b"].detach(), before)
+        assert moved == use_b
+    assert stacked["b"].grad.data_ptr() == opt.grads()[0][:, 3:].data_ptr()  # its gradient lives in the buffer now

@@ -90,10 +90,13 @@ class _FoldedLSTM(torch.autograd.Function):
         def bias(b: torch.Tensor) -> torch.Tensor:  # [M, 4H] -> [4·M·H], gate-major like the weights' rows
             return b.reshape(M, 4, H).transpose(0, 1).reshape(4 * M * H)
 
+        # the weights in their own dtype (under a GPU's bf16 autocast einsum would cast them, and cuDNN refuses weights
+        # of two dtypes): torch.lstm's own autocast then casts them once, as it does for a member alone
+        with torch.autocast(x.device.type, enabled=False):
+            weights = [diagonal(w_ih, I), diagonal(w_hh, H), bias(b_ih), bias(b_hh)]
         xs = x.permute(1, 2, 0, 3).reshape(B, T, M * I)
         h0 = xs.new_zeros(1, B, M * H)
-        y = torch.lstm(xs, (h0, h0), [diagonal(w_ih, I), diagonal(w_hh, H), bias(b_ih), bias(b_hh)], True, 1, 0.0,
-                       True, False, True)[0]
+        y = torch.lstm(xs, (h0, h0), weights, True, 1, 0.0, True, False, True)[0]
         return y.reshape(B, T, M, H).permute(2, 0, 1, 3), 0
 
 

@@ -28,6 +28,7 @@ All are tested against the reference (values and every gradient).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -385,7 +386,9 @@ def _checked_outside_transforms(device: str) -> bool:
 
     def check() -> None:
         try:
-            verdict.append(triton_self_check(device) is None)
+            with torch.cuda.device(device) if device.startswith("cuda") else contextlib.nullcontext():
+                # a new thread starts on device 0, and Triton launches on the current device, not the tensors'
+                verdict.append(triton_self_check(device) is None)
         except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
             verdict.append(False)
 

@@ -124,10 +124,12 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
     if len({r.path.resolve() for r in runs}) != len(runs):
         raise ConfigError("stacked runs need a run folder each")
     built = [build(c) for c in configs]  # every user error is raised here, before anything is written
-    shapes = [{n: tuple(p.shape) for n, p in m.named_parameters()} for _, m in built]
+    # the stack runs member 0's module on every member's weights: the models must be one model but for the weights
+    shapes = [(json.dumps(m.config_dict(), sort_keys=True, default=str),
+               {n: tuple(p.shape) for n, p in m.named_parameters()}) for _, m in built]
     if any(s != shapes[0] for s in shapes[1:]):
-        raise ConfigError("stacked runs must build models of one shape; these do not (their tasks size them "
-                          "differently)")
+        raise ConfigError("stacked runs must build one model but for its weights; these do not (their tasks size "
+                          "or configure them differently)")
     shards = [resolve_shards(c, r, resume, 1) for c, r in zip(configs, runs)]
     for r in runs:
         r.prepare()

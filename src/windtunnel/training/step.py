@@ -152,20 +152,27 @@ class MemberAdamW:
             self.params[n].grad = self._grad[n]
 
     def grads(self) -> list[torch.Tensor]:
-        """The members' gradients after a backward pass, as the ``[M, P]`` buffers.  At the first call the parameters
-        with a gradient are noted (the others are unused) and their gradients moved into the buffers."""
-        if self.live is None:
-            self.live = {n for n, p in self.params.items() if p.grad is not None}
+        """The members' gradients after a backward pass, as the ``[M, P]`` buffers.  The parameters with a gradient
+        are noted at the first call (the others are unused), and again whenever one of the others gets a gradient
+        (a model whose parameters are used only on some steps); their gradients are moved into the buffers.  A
+        parameter once used is updated from then on, from a zero gradient on a step that does not use it (its
+        moments still decay), where ``torch.optim.AdamW`` would skip that step, and its bias correction counts the
+        stack's steps, not its own: none of the built-in models has such a parameter, and a recorded step (the
+        same operations every step) could not tell."""
+        found = {n for n, p in self.params.items() if p.grad is not None}
+        if self.live is None or not found <= self.live:
+            self.live = found | (self.live or set())
             for i, (ns, spans) in enumerate(self._columns):
+                live = None
                 if not all(n in self.live for n in ns):
                     live = torch.zeros(self.segments[i].p.shape[1], dtype=self.segments[i].p.dtype,
                                        device=self.count.device)
                     for n, (a, b) in zip(ns, spans):
                         live[a:b] = float(n in self.live)
-                    self.segments[i] = self.segments[i]._replace(live=live)
+                self.segments[i] = self.segments[i]._replace(live=live)
         for n in self.live:
             p = self.params[n]
-            if p.grad.data_ptr() != self._grad[n].data_ptr():
+            if p.grad is not None and p.grad.data_ptr() != self._grad[n].data_ptr():
                 self._grad[n].copy_(p.grad)
                 p.grad = self._grad[n]
         return [seg.g for seg in self.segments]
