@@ -70,9 +70,13 @@ def timed(mode: str, cfgs: list[TrainConfig], steps: int) -> dict[str, Any]:
                 first = runs[0]
         wall = time.perf_counter() - t0
         sec, n = step_seconds(RunDir(first).metrics())
-    said = [line.split("stacked step: ", 1)[1] for line in out.getvalue().splitlines() if "stacked step: " in line]
+    def said(what: str) -> list[str]:
+        return [line.split(what, 1)[1] for line in out.getvalue().splitlines() if what in line]
+
+    program, forward = said("stacked step: "), said("stacked forward: ")
     return {"ms_per_step": 1000 * sec, "timed_steps": n, "wall_s": wall,
-            **({"step_program": said[0] if said else "eager"} if mode != "alone" else {})}
+            **({"step_program": program[0] if program else "eager", "forward": forward[0] if forward else None}
+               if mode != "alone" else {})}
 
 
 def measure(preset: str, column: str, arch: str, seeds: int, steps: int, device: str, modes: list[str],

@@ -167,6 +167,7 @@ def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -
     assert [(r["arch"], r["seeds"]) for r in rows] == [("mlp", 2), ("mlp_pointwise", 2)]
     for r in rows:
         assert r["graph"]["step_program"] == "eager" and r["graph"]["ms_per_step"] > 0
+        assert r["graph"]["forward"] == "vmapped"  # the MLPs' forward pass vmaps: said, not assumed
         assert r["graph"]["member_speedup"] == pytest.approx(2 * r["alone"]["ms_per_step"] / r["graph"]["ms_per_step"])
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["cells"] == 2 and summary["table_h_stacked"] > 0

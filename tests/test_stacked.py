@@ -354,3 +354,14 @@ def test_a_parameter_first_used_after_the_first_step_still_trains() -> None:
         moved = not torch.equal(stacked["b"].detach(), before)
         assert moved == use_b
     assert stacked["b"].grad.data_ptr() == opt.grads()[0][:, 3:].data_ptr()  # its gradient lives in the buffer now
+
+
+def test_a_stack_says_whether_its_forward_pass_is_vmapped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The first step's line says how the members' forward pass ran: vmapped (the transformer), or member by member
+    with the reason (an LSTM on a CPU, where nn.LSTM has no vmap rule) — a fallback is never silent."""
+    for arch in ("transformer", "lstm"):
+        cfgs = [tiny(arch, seed=s, steps=2, eval_every=2, ckpt_every=2) for s in (0, 1)]
+        train_stacked(cfgs, [tmp_path / f"{arch}{s}" for s in (0, 1)], log_lines=True)
+    out = capsys.readouterr().out
+    assert "transformer/bijection stacked forward: vmapped" in out
+    assert "lstm/bijection stacked forward: member by member (" in out

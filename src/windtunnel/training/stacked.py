@@ -214,16 +214,18 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         return functional_call(base, (p, b), (), inputs)
 
     vmapped = vmap(forward_one, in_dims=(0, 0, 0), randomness="different")
+    forward_said = ["vmapped"]  # how the forward pass runs, said once the first step has run
 
     def forward(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal vmapped
         if vmapped is not None:
             try:
                 return vmapped(params, buffers, inputs)
-            except (RuntimeError, NotImplementedError, ValueError):
+            except (RuntimeError, NotImplementedError, ValueError) as exc:
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise  # a failure of the recording, not of vmap: the eager step keeps its vmapped forward
                 vmapped = None  # a forward without a vmap rule: member by member, the same step otherwise
+                forward_said[0] = f"member by member ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
         return torch.stack([forward_one({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in buffers.items()},
                                         {k: v[i] for k, v in inputs.items()}) for i in range(M)])
 
@@ -288,8 +290,10 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         program.load(batches)  # queued behind the step still running on a GPU
         program.run()
         done = step + 1
-        if lines and step == start and program.want_graph:
-            print(f"{cfg.arch}/{tasks_said} stacked step: {program.graph_note}", flush=True)
+        if lines and step == start:
+            if program.want_graph:
+                print(f"{cfg.arch}/{tasks_said} stacked step: {program.graph_note}", flush=True)
+            print(f"{cfg.arch}/{tasks_said} stacked forward: {forward_said[0]}", flush=True)
         scheduled = on_schedule(done) or done == stop
         if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
             diverged()  # (a read from the device: the time below then includes every step queued so far)
