@@ -14,6 +14,9 @@ Each cell of the table (``windtunnel.run.grid``'s columns × rows at ``--preset`
 
 The step time is read off the training log between its first and last logged steps (each log reads the device, so
 the time includes every step queued before it; start-up, the graph's recording and the first steps are left out).
+Columns that ``windtunnel table`` stacks together (their episodes have one shape: bijection with and without
+replacement at the paper preset) are measured as that one stack, on the first column's row (``stack_columns``; the
+other's row, ``in_stack_of``, times its seed alone only); ``--no-share-columns`` makes each cell its own stack.
 Per cell: ms per step of each way, each member's throughput against the run alone (``member_speedup`` = seeds ×
 alone ms / stacked ms), the model FLOPs per step (``table_budget.cell_flops``) as a share of a bf16 matmul peak
 measured in the same run (``mfu_bf16``), and the cell's projected time at ``--seeds`` seeds to its recipe's end by
@@ -65,7 +68,7 @@ def timed(mode: str, cfgs: list[TrainConfig], steps: int) -> dict[str, Any]:
                 train(cfgs[0], Path(tmp) / "run", until=steps)
                 first = Path(tmp) / "run"
             else:
-                runs = [Path(tmp) / f"s{c.seed}" for c in cfgs]
+                runs = [Path(tmp) / f"m{i}" for i in range(len(cfgs))]  # a member a folder (one seed may train two columns)
                 train_stacked(cfgs, runs, until=steps, log_lines=True, graph="auto" if mode == "graph" else "off")
                 first = runs[0]
         wall = time.perf_counter() - t0
@@ -79,20 +82,37 @@ def timed(mode: str, cfgs: list[TrainConfig], steps: int) -> dict[str, Any]:
                if mode != "alone" else {})}
 
 
+def stacks(preset: str, columns: list[str], arch: str) -> list[list[str]]:
+    """The columns whose cells of ``arch`` ``windtunnel table`` trains as one stack (equal
+    ``windtunnel.training.stacked.stack_shape``: at the paper preset, bijection with and without replacement), in
+    ``columns``' order, each list led by its first column."""
+    from windtunnel.training.stacked import stack_shape
+
+    keyed: dict[str, list[str]] = {}
+    for column in columns:
+        fields = TrainConfig(**grid.preset(preset, column, arch)).to_dict()
+        keyed.setdefault(json.dumps(stack_shape(fields), sort_keys=True, default=str), []).append(column)
+    return list(keyed.values())
+
+
 def measure(preset: str, column: str, arch: str, seeds: int, steps: int, device: str, modes: list[str],
-            peak: float) -> dict[str, Any]:
+            peak: float, partners: list[str] | None = None) -> dict[str, Any]:
+    """One cell's row; with ``partners`` (columns stacked with it), the stacked ways train all their seeds as one
+    stack, whose time is the row's (``stack_columns``), and ``alone`` stays this column's seed alone."""
+    partners = partners or []
     cfgs = configs(preset, column, arch, seeds, steps, device)
+    stack = cfgs + [c for p in partners for c in configs(preset, p, arch, seeds, steps, device)]
     n_params, run_flops = cell_flops(preset, column, arch)
     step_flops = run_flops / cfgs[0].steps
     row: dict[str, Any] = {"column": column, "arch": arch, "params": n_params, "recipe_steps": cfgs[0].steps,
-                           "seeds": seeds}
+                           "seeds": seeds, **({"stack_columns": [column, *partners]} if partners else {})}
     for mode in modes:
         try:
-            got = timed(mode, cfgs, steps)
+            got = timed(mode, cfgs if mode == "alone" else stack, steps)
         except Exception as e:  # one way's failure is a field of the row, not the end of the measurement
             row[mode] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
             continue
-        members = 1 if mode == "alone" else seeds
+        members = 1 if mode == "alone" else len(stack)
         sec = got["ms_per_step"] / 1000
         got["mfu_bf16"] = members * step_flops / sec / peak
         got["cell_h"] = cfgs[0].steps * sec * (seeds if mode == "alone" else 1) / 3600  # all seeds to the end
@@ -100,19 +120,21 @@ def measure(preset: str, column: str, arch: str, seeds: int, steps: int, device:
     alone = row.get("alone", {}).get("ms_per_step")
     for mode in ("graph", "eager"):
         if alone and "ms_per_step" in row.get(mode, {}):
-            row[mode]["member_speedup"] = seeds * alone / row[mode]["ms_per_step"]
+            row[mode]["member_speedup"] = len(stack) * alone / row[mode]["ms_per_step"]
     return row
 
 
 def summary(rows: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, Any]:
-    """The table's projected hours on one device: alone (each seed a run, one at a time) and stacked (each cell's
-    seeds one stack, by its fastest way measured), and the architecture whose cells take longest stacked."""
+    """The table's projected hours on one device: alone (each seed a run, one at a time) and stacked (each stack —
+    a cell's seeds, with those of the columns stacked with it — by its fastest way measured), and the architecture
+    whose cells take longest stacked."""
     def hours(row: dict[str, Any], modes: tuple[str, ...]) -> float | None:
         got = [row[m]["cell_h"] for m in modes if "cell_h" in row.get(m, {})]
         return min(got) if got else None
 
     alone = [hours(r, ("alone",)) for r in rows]
-    stacked = [hours(r, ("graph", "eager")) for r in rows]
+    # a column trained in another's stack (``in_stack_of``) costs nothing of its own: its stack's row holds the time
+    stacked = [0.0 if r.get("in_stack_of") else hours(r, ("graph", "eager")) for r in rows]
     by_arch: dict[str, float] = {}
     for r, h in zip(rows, stacked):
         by_arch[r["arch"]] = by_arch.get(r["arch"], 0.0) + (h or 0.0)
@@ -137,6 +159,9 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="benchmarks/results/paper_stacked")
+    ap.add_argument("--share-columns", action=argparse.BooleanOptionalAction, default=True,
+                    help="stack the columns whose episodes have one shape together, as windtunnel table does "
+                         "(default); --no-share-columns: each cell its own stack")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,11 +171,22 @@ def main() -> None:
     peak = matmul_peak_flops(n=8192 if on_gpu else 512, dtype=torch.bfloat16, device=args.device)
     machine = {"device": torch.cuda.get_device_name() if on_gpu else f"cpu ({torch.get_num_threads()} threads)",
                "torch": torch.__version__, "matmul_peak_tflops_bf16": peak / 1e12, "steps": args.steps}
+    led = {(c, a): group for a in args.archs
+           for group in (stacks(args.preset, args.columns, a) if args.share_columns else [[c] for c in args.columns])
+           for c in group}
     for column in args.columns:
         for arch in args.archs:
             if any(r["column"] == column and r["arch"] == arch for r in rows):
                 continue  # measured by an earlier, stopped command
-            row = measure(args.preset, column, arch, args.seeds, args.steps, args.device, args.modes, peak)
+            group = led[(column, arch)]
+            if column != group[0]:  # in its leader's stack: only its seed alone is measured
+                row = {"column": column, "arch": arch, "seeds": args.seeds, "in_stack_of": group[0],
+                       **{k: v for k, v in measure(args.preset, column, arch, args.seeds, args.steps, args.device,
+                                                   [m for m in args.modes if m == "alone"], peak).items()
+                          if k not in ("column", "arch", "seeds")}}
+            else:
+                row = measure(args.preset, column, arch, args.seeds, args.steps, args.device, args.modes, peak,
+                              group[1:])
             rows.append(row)
             with open(rows_path, "a") as f:
                 f.write(json.dumps(row) + "\n")

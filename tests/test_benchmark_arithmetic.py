@@ -150,6 +150,19 @@ def test_the_stacked_paper_table_projection_by_hand() -> None:
     assert (got["member_speedup_min"], got["member_speedup_max"]) == (1.5, 4.0) and got["graphed_cells"] == 0
     rows[1]["eager"] = {"error": "RuntimeError: no"}
     assert paper_stacked.summary(rows, {})["table_h_stacked"] is None  # a cell not measured: no table figure
+    # a column trained in another's stack adds its seeds alone, and nothing to the stacked hours
+    shared = [rows[0], {"column": "bijection_replacement", "arch": "transformer", "in_stack_of": "bijection",
+                        "alone": {"cell_h": 1.0}}]
+    got = paper_stacked.summary(shared, {})
+    assert got["table_h_stacked"] == 0.5 and got["table_h_alone"] == 3.0 and got["stacked_h_by_arch"] == {
+        "transformer": 0.5}
+
+
+def test_the_columns_the_table_stacks_together_are_measured_as_one_stack() -> None:
+    """At the paper preset bijection with and without replacement share a stack (as ``windtunnel table`` groups
+    them); HMM and recall, of other shapes, are stacks of their own."""
+    assert paper_stacked.stacks("paper", ["bijection", "hmm", "bijection_replacement", "recall"], "transformer") == [
+        ["bijection", "bijection_replacement"], ["hmm"], ["recall"]]
 
 
 def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -> None:
@@ -183,3 +196,21 @@ def test_the_step_is_counted_by_part_and_its_update_does_not_grow_with_the_param
     assert small["clip_and_update_per_parameter"] >= 8 * small["parameters"]
     assert small["clip_and_update"] < small["clip_and_update_per_parameter"] / 5
     assert small["total_per_parameter"] == small["total"] - small["clip_and_update"] + small["clip_and_update_per_parameter"]
+
+
+def test_two_columns_of_one_shape_are_timed_as_one_stack_on_a_cpu(tmp_path: Path) -> None:
+    """The paper preset's two bijection columns, one seed each: the first row times both as one stack of two members
+    (its speed-up counts both), the second only its seed alone, and the table's stacked hours are the stack's once."""
+    import subprocess
+    import sys as _sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_stacked.py"
+    subprocess.run([_sys.executable, str(script), "--preset", "paper", "--steps", "4", "--seeds", "1", "--columns",
+                    "bijection", "bijection_replacement", "--archs", "mlp_pointwise", "--modes", "graph", "alone",
+                    "--device", "cpu", "--out", str(tmp_path)], check=True, capture_output=True, cwd=script.parent)
+    lead, other = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert lead["stack_columns"] == ["bijection", "bijection_replacement"] and lead["graph"]["forward"] == "vmapped"
+    assert lead["graph"]["member_speedup"] == pytest.approx(2 * lead["alone"]["ms_per_step"] / lead["graph"]["ms_per_step"])
+    assert other["in_stack_of"] == "bijection" and "graph" not in other and other["alone"]["ms_per_step"] > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["table_h_stacked"] == pytest.approx(lead["graph"]["cell_h"])
