@@ -90,13 +90,12 @@ def per_parameter_ops(grads: list[torch.Tensor], params: list[torch.Tensor]) -> 
 
 
 class _Patched:
-    """While active: each step's parts counted, and the last step's gradients and weights kept for the baseline."""
+    """While active: each step's parts counted, and the stacked step kept for the baseline."""
 
     def __init__(self) -> None:
         self.counter = _Counter()
         self.steps = 0
-        self.grads: list[torch.Tensor] = []
-        self.params: list[torch.Tensor] = []
+        self.step: Any = None  # the stacked step, whose last gradients and weights the baseline is counted on
 
     def __enter__(self) -> "_Patched":
         c, S = self.counter, step_module
@@ -118,8 +117,7 @@ class _Patched:
             with c:
                 body(step)
             patched.steps += 1
-            patched.grads = [q.grad.clone() for q in step.params.values() if q.grad is not None]
-            patched.params = [q.detach().clone() for q in step.params.values() if q.grad is not None]
+            patched.step = step
         S.StackedStep._body = counted_body
         return self
 
@@ -134,8 +132,9 @@ def count(preset: str, column: str, arch: str, seeds: int) -> dict[str, Any]:
     with _Patched() as p, tempfile.TemporaryDirectory() as tmp:
         train_stacked(cfgs, [Path(tmp) / f"s{c.seed}" for c in cfgs], until=STEPS, log_lines=False, graph="off")
     ops = {part: p.counter.counts[part] // p.steps for part in PARTS}
-    per_parameter = per_parameter_ops(p.grads, p.params)
-    return {"column": column, "arch": arch, "seeds": seeds, "parameters": len(p.params), "ops": ops,
+    used = [q for q in p.step.params.values() if q.grad is not None]
+    per_parameter = per_parameter_ops([q.grad for q in used], used)
+    return {"column": column, "arch": arch, "seeds": seeds, "parameters": len(used), "ops": ops,
             "total": sum(ops.values()), "clip_and_update": ops["clip"] + ops["update"],
             "clip_and_update_per_parameter": per_parameter,
             "total_per_parameter": sum(ops.values()) - ops["clip"] - ops["update"] + per_parameter}

@@ -56,6 +56,12 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
 
 
+def members_first(members: int, in_dims: Sequence[int | None], args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The arguments of an ``autograd.Function``'s vmap rule with the members' dimension first: moved there where the
+    argument has one (``in_dims``), expanded to ``members`` where it is shared."""
+    return [t.movedim(d, 0) if d is not None else t.expand(members, *t.shape) for t, d in zip(args, in_dims)]
+
+
 class HookPoint(nn.Module):
     """Identity ``x -> x`` that exists to be hooked; ``name`` is its dotted path in the model."""
 

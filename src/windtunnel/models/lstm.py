@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
+from .base import (Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int,
+                   members_first)
 from .catalog import Arch, register_arch
 
 
@@ -78,8 +79,7 @@ class _FoldedLSTM(torch.autograd.Function):
     @staticmethod
     def vmap(info: object, in_dims: tuple, *args: torch.Tensor) -> tuple[torch.Tensor, int]:
         M = info.batch_size  # type: ignore[attr-defined]
-        x, w_ih, w_hh, b_ih, b_hh = (t.movedim(d, 0) if d is not None else t.expand(M, *t.shape)
-                                     for t, d in zip(args, in_dims))
+        x, w_ih, w_hh, b_ih, b_hh = members_first(M, in_dims, args)
         B, T, I = x.shape[1:]
         H = w_hh.shape[-1]
         eye = torch.eye(M, dtype=w_ih.dtype, device=w_ih.device)

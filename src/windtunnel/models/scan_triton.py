@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .base import members_first
+
 try:  # Triton ships with PyTorch's CUDA wheels; elsewhere it is optional
     import triton
     import triton.language as tl
@@ -160,7 +162,7 @@ class TritonScan(torch.autograd.Function):
         ``m``'s ``A`` and ``D``.  Where the folded states would overflow the kernels' 32-bit index, one launch
         per member."""
         M = info.batch_size
-        u, delta, A, B, C, D = (x.movedim(d, 0) if d is not None else x.expand(M, *x.shape) for x, d in zip(args, in_dims))
+        u, delta, A, B, C, D = members_first(M, in_dims, args)
         Bsz = u.shape[1]
         if M * u[0].numel() * A.shape[-1] >= INDEX_LIMIT:
             outs = [TritonScan.apply(*(x[i].contiguous() for x in (u, delta, A, B, C, D))) for i in range(M)]
