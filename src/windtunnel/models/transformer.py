@@ -218,27 +218,37 @@ class Attention(nn.Module):
 
     def rope(self, T: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [T,1,dh]`` for positions ``0..T-1`` (cached per length/device/dtype)."""
-        key = (T, device, dtype, torch.is_inference_mode_enabled())  # an inference tensor cannot enter autograd
-        if key not in self._rope:
+        def tables() -> tuple[torch.Tensor, torch.Tensor]:
             half = self.head_dim // 2
             inv = self.rope_base ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
             ang = torch.arange(T, device=device, dtype=torch.float32)[:, None] * inv[None]
             ang = torch.cat((ang, ang), dim=-1)[:, None, :]
-            self._rope = {key: (ang.cos().to(dtype), ang.sin().to(dtype))}  # keep only the latest
+            return ang.cos().to(dtype), ang.sin().to(dtype)
+
+        if torch.compiler.is_compiling():  # traced into the compiled graph, which folds it to a constant
+            return tables()
+        key = (T, device, dtype, torch.is_inference_mode_enabled())  # an inference tensor cannot enter autograd
+        if key not in self._rope:
+            self._rope = {key: tables()}  # keep only the latest
         return self._rope[key]
 
     def alibi_bias(self, T: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         r"""``[H,T,T]``: :math:`-m_h (i - j)` on and below the diagonal, :math:`-\infty` above it, with
         :math:`m_h = 2^{-8h/H}` for heads :math:`h = 1..H` (cached per length/device/dtype)."""
-        key = (T, device, dtype, torch.is_inference_mode_enabled())  # an inference tensor cannot enter autograd
-        if key not in self._alibi:
+        def table() -> torch.Tensor:
             H = self.n_heads
             slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, device=device, dtype=torch.float32) / H)
             pos = torch.arange(T, device=device, dtype=torch.float32)
             dist = (pos[None, :] - pos[:, None]).clamp(max=0)  # j - i ≤ 0 at and below the diagonal
             bias = slopes[:, None, None] * dist[None]
             causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
-            self._alibi = {key: bias.masked_fill(~causal, float("-inf")).to(dtype)}  # keep only the latest
+            return bias.masked_fill(~causal, float("-inf")).to(dtype)
+
+        if torch.compiler.is_compiling():  # traced into the compiled graph, which folds it to a constant
+            return table()
+        key = (T, device, dtype, torch.is_inference_mode_enabled())  # an inference tensor cannot enter autograd
+        if key not in self._alibi:
+            self._alibi = {key: table()}  # keep only the latest
         return self._alibi[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -89,7 +89,7 @@ def _episode_shapes(task: str, params: str) -> str:
 
 def stackable(configs: Sequence[TrainConfig]) -> None:
     """Raise :class:`ConfigError` unless ``configs`` are distinct runs of one :func:`stack_shape` on one device that
-    the stacked loop trains (one process, no ``torch.compile``, no experiment trackers)."""
+    the stacked loop trains (one process, no experiment trackers)."""
     if not configs:
         raise ConfigError("no runs to stack")
     dicts = [c.to_dict() for c in configs]
@@ -104,8 +104,6 @@ def stackable(configs: Sequence[TrainConfig]) -> None:
             said = ["the shapes of their tasks' episodes" if k == "episode_shapes" else k for k in diff]
             raise ConfigError(f"stacked runs must differ only in their {', '.join(STACKABLE_DIFFERENCES)} (a task "
                               f"whose episodes have the same shapes); these differ: {', '.join(said)}")
-    if configs[0].compile:
-        raise ConfigError("stacked runs are not compiled (torch.compile): drop compile")
     if configs[0].trackers:
         raise ConfigError("stacked runs log to metrics.jsonl only: drop trackers")
 
@@ -147,6 +145,11 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
         for r in runs:
             r.clear_divergence()  # trained on past it since
         return out
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's first non-empty line, cut to 120 characters: what a progress line says of a fallback."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:120]
 
 
 def _diverged(message: str, members: list[int]) -> TrainingDiverged:
@@ -214,10 +217,20 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         return functional_call(base, (p, b), (), inputs)
 
     vmapped = vmap(forward_one, in_dims=(0, 0, 0), randomness="different")
-    forward_said = ["vmapped"]  # how the forward pass runs, said once the first step has run
+    # compiled: the vmapped forward (and so its backward) as one inductor program, its elementwise chains fused
+    compiled = torch.compile(vmapped, dynamic=False, fullgraph=True) if cfg.compile else None
+    forward_said = ["vmapped, compiled" if cfg.compile else "vmapped"]  # said once the first step has run
 
     def forward(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        nonlocal vmapped
+        nonlocal vmapped, compiled
+        if compiled is not None:
+            try:
+                return compiled(params, buffers, inputs)
+            except Exception as exc:  # noqa: BLE001 - whatever the compiler refuses, the eager forward computes
+                if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                    raise
+                compiled = None
+                forward_said[0] = f"vmapped (not compiled: {type(exc).__name__}: {_first_line(exc)})"
         if vmapped is not None:
             try:
                 return vmapped(params, buffers, inputs)
@@ -225,7 +238,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise  # a failure of the recording, not of vmap: the eager step keeps its vmapped forward
                 vmapped = None  # a forward without a vmap rule: member by member, the same step otherwise
-                forward_said[0] = f"member by member ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+                forward_said[0] = f"member by member ({type(exc).__name__}: {_first_line(exc)})"
         return torch.stack([forward_one({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in buffers.items()},
                                         {k: v[i] for k, v in inputs.items()}) for i in range(M)])
 
