@@ -2,13 +2,16 @@
 eager) against one seed alone, and the whole table's projected time on one device from those step times.
 
     python benchmarks/paper_stacked.py [--steps 40] [--seeds 3] [--columns …] [--archs …] [--preset paper]
-                                       [--modes graph eager alone] [--device cuda] [--out DIR]
+                                       [--modes graph compiled eager alone] [--device cuda] [--out DIR]
 
 Each cell of the table (``windtunnel.run.grid``'s columns × rows at ``--preset``, each on its own recipe) is trained
-``--steps`` steps three ways through the real loops, in scratch folders:
+``--steps`` steps in each of the ``--modes`` ways through the real loops, in scratch folders:
 
 * ``graph`` — ``--seeds`` seeds stacked (``windtunnel.training.stacked``), the step recorded once as a CUDA graph
   where the device allows it and a replay reproduces the eager step (the row says which: ``step_program``);
+* ``compiled`` — the same stack with ``compile`` on (the vmapped forward and its backward one inductor program, its
+  elementwise work fused into fewer kernels), recorded as a CUDA graph as ``graph`` is; the row's ``forward`` says
+  whether it compiled;
 * ``eager`` — the same stack, the step run eagerly;
 * ``alone`` — one seed through ``windtunnel.training.loop.train``, as each cell trains today.
 
@@ -48,7 +51,9 @@ from windtunnel.run.runs import RunDir
 from windtunnel.training.loop import TrainConfig, train
 from windtunnel.training.stacked import train_stacked
 
-MODES = ("graph", "eager", "alone")
+MODES = ("graph", "compiled", "eager", "alone")
+STACKED = ("graph", "compiled", "eager")
+"""The ways that train the cell's seeds as one stack."""
 
 
 def configs(preset: str, column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:
@@ -69,7 +74,9 @@ def timed(mode: str, cfgs: list[TrainConfig], steps: int) -> dict[str, Any]:
                 first = Path(tmp) / "run"
             else:
                 runs = [Path(tmp) / f"m{i}" for i in range(len(cfgs))]  # a member a folder (one seed may train two columns)
-                train_stacked(cfgs, runs, until=steps, log_lines=True, graph="auto" if mode == "graph" else "off")
+                if mode == "compiled":
+                    cfgs = [TrainConfig(**(c.to_dict() | {"compile": True})) for c in cfgs]
+                train_stacked(cfgs, runs, until=steps, log_lines=True, graph="off" if mode == "eager" else "auto")
                 first = runs[0]
         wall = time.perf_counter() - t0
         sec, n = step_seconds(RunDir(first).metrics())
@@ -118,7 +125,7 @@ def measure(preset: str, column: str, arch: str, seeds: int, steps: int, device:
         got["cell_h"] = cfgs[0].steps * sec * (seeds if mode == "alone" else 1) / 3600  # all seeds to the end
         row[mode] = got
     alone = row.get("alone", {}).get("ms_per_step")
-    for mode in ("graph", "eager"):
+    for mode in STACKED:
         if alone and "ms_per_step" in row.get(mode, {}):
             row[mode]["member_speedup"] = len(stack) * alone / row[mode]["ms_per_step"]
     return row
@@ -134,11 +141,11 @@ def summary(rows: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, An
 
     alone = [hours(r, ("alone",)) for r in rows]
     # a column trained in another's stack (``in_stack_of``) costs nothing of its own: its stack's row holds the time
-    stacked = [0.0 if r.get("in_stack_of") else hours(r, ("graph", "eager")) for r in rows]
+    stacked = [0.0 if r.get("in_stack_of") else hours(r, STACKED) for r in rows]
     by_arch: dict[str, float] = {}
     for r, h in zip(rows, stacked):
         by_arch[r["arch"]] = by_arch.get(r["arch"], 0.0) + (h or 0.0)
-    speedups = [r[m]["member_speedup"] for r in rows for m in ("graph", "eager") if "member_speedup" in r.get(m, {})]
+    speedups = [r[m]["member_speedup"] for r in rows for m in STACKED if "member_speedup" in r.get(m, {})]
     return {"machine": machine, "cells": len(rows),
             "table_h_alone": sum(h for h in alone if h is not None) if all(h is not None for h in alone) else None,
             "table_h_stacked": (sum(h for h in stacked if h is not None)
@@ -146,7 +153,9 @@ def summary(rows: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, An
             "stacked_h_by_arch": by_arch, "slowest_arch": max(by_arch, key=by_arch.get) if by_arch else None,
             "member_speedup_min": min(speedups) if speedups else None,
             "member_speedup_max": max(speedups) if speedups else None,
-            "graphed_cells": sum("CUDA graph" == r.get("graph", {}).get("step_program") for r in rows)}
+            "graphed_cells": sum("CUDA graph" == r.get("graph", {}).get("step_program") for r in rows),
+            "compiled_cells": sum(str(r.get("compiled", {}).get("forward")).startswith("vmapped, compiled")
+                                  for r in rows)}
 
 
 def main() -> None:

@@ -148,6 +148,12 @@ def test_the_stacked_paper_table_projection_by_hand() -> None:
     assert got["table_h_stacked"] == 0.5 + 1.25 and got["table_h_alone"] == 3.5
     assert got["stacked_h_by_arch"] == {"transformer": 0.5, "mamba": 1.25} and got["slowest_arch"] == "mamba"
     assert (got["member_speedup_min"], got["member_speedup_max"]) == (1.5, 4.0) and got["graphed_cells"] == 0
+    # the compiled way counts where it is the fastest, and a cell is "compiled" only where its forward said so
+    rows[0]["compiled"] = {"cell_h": 0.25, "member_speedup": 8.0, "forward": "vmapped, compiled"}
+    rows[1]["compiled"] = {"cell_h": 2.0, "member_speedup": 1.0, "forward": "vmapped (not compiled: X: y)"}
+    got = paper_stacked.summary(rows, {})
+    assert got["table_h_stacked"] == 0.25 + 1.25 and got["member_speedup_max"] == 8.0 and got["compiled_cells"] == 1
+    del rows[0]["compiled"], rows[1]["compiled"]
     rows[1]["eager"] = {"error": "RuntimeError: no"}
     assert paper_stacked.summary(rows, {})["table_h_stacked"] is None  # a cell not measured: no table figure
     # a column trained in another's stack adds its seeds alone, and nothing to the stacked hours
@@ -178,12 +184,16 @@ def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -
     subprocess.run([*cmd, "--archs", "mlp", "mlp_pointwise"], check=True, capture_output=True, cwd=script.parent)
     rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert [(r["arch"], r["seeds"]) for r in rows] == [("mlp", 2), ("mlp_pointwise", 2)]
+    import shutil
+
+    compiles = any(shutil.which(c) for c in ("g++", "c++", "clang++"))  # inductor's CPU code needs a compiler
     for r in rows:
         assert r["graph"]["step_program"] == "eager" and r["graph"]["ms_per_step"] > 0
         assert r["graph"]["forward"] == "vmapped"  # the MLPs' forward pass vmaps: said, not assumed
+        assert r["compiled"]["forward"].startswith("vmapped, compiled" if compiles else "vmapped (not compiled: ")
         assert r["graph"]["member_speedup"] == pytest.approx(2 * r["alone"]["ms_per_step"] / r["graph"]["ms_per_step"])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["cells"] == 2 and summary["table_h_stacked"] > 0
+    assert summary["cells"] == 2 and summary["table_h_stacked"] > 0 and summary["compiled_cells"] == 2 * compiles
 
 
 def test_the_step_is_counted_by_part_and_its_update_does_not_grow_with_the_parameters() -> None:

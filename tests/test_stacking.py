@@ -52,6 +52,26 @@ def test_a_stacked_table_trains_two_columns_of_one_shape_together(tmp_path: Path
     assert _log(runs[0]) != _log(runs[1])
 
 
+@pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile's CPU code generation needs a C++ compiler")
+def test_a_compiled_stacked_table_trains_the_same_cells_and_reuses_uncompiled_ones(tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture) -> None:
+    """``table --stack on --compile``: the seed already trained without compiling is the same cell and is reused
+    (compiling is not part of the recipe); the others train as one compiled stack, say so, record ``compile`` in
+    their configs, and equal the table trained cell by cell to rounding."""
+    kw = dict(preset="quick", archs=["mlp"], tasks=["recall"], workers=1, steps=20, eval_n=64)
+    run_table(**kw, seeds=3, out=tmp_path / "alone", stack="off")
+    run_table(**kw, seeds=1, out=tmp_path / "stacked", stack="off")
+    capsys.readouterr()
+    run_table(**kw, seeds=3, out=tmp_path / "stacked", stack="on", compile=True)
+    assert "stacked forward: vmapped, compiled" in capsys.readouterr().out
+    runs = sorted((tmp_path / "stacked" / "runs").glob("*-s*"))
+    assert [RunDir(r).timings().get("stacked_members") for r in runs] == [None, 2, 2]
+    assert [RunDir(r).read_config()["train"]["compile"] for r in runs] == [False, True, True]
+    for r in runs:
+        assert _log(r) == pytest.approx(_log(tmp_path / "alone" / "runs" / r.name), rel=1e-4)
+
+
 def _payload(seed: int, arch: str = "transformer", lr: float = 1e-3, column: str = "bijection", **task: object) -> dict:
     config = {"task": "bijection", "task_params": {"V": 4, "L": 4, **task}, "arch": arch, "seed": seed, "lr": lr,
               "steps": 9}

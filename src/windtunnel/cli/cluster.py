@@ -25,6 +25,10 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
                         "shapes) as one stacked model, each seed still its own run folder: auto "
                         "(default) where the cells run on GPUs, on, or off (on CPU cores a stack is slower than "
                         "separate processes)")
+    g.add_argument("--compile", action="store_true",
+                   help="compile each cell's model with torch.compile (a stack: its vmapped forward and backward as "
+                        "one program; a model the compiler refuses runs as it would, and says so): the same recipe, "
+                        "its sums in another order")
     g.add_argument("--executor", choices=["local", "slurm"], default="local",
                    help="local: a process pool on this machine (default); slurm: one SLURM job array submitted "
                         "from this (login) node through submitit, each task a shard of cells worked by the local "

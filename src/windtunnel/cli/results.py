@@ -62,7 +62,8 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"invalid results: {results} is a file")
     slurm = slurm_from(args)
     summary = reproduce(args.target, args.preset, results, workers=args.workers, dry_run=args.dry_run,
-                        threads=args.threads, only=args.only or (), slurm=slurm, stack=args.stack)
+                        threads=args.threads, only=args.only or (), slurm=slurm, stack=args.stack,
+                        compile=args.compile)
     if args.only and not summary["cells"]:
         raise UsageError(f"invalid only: no cell of {args.target} matches {' '.join(args.only)} "
                          f"(`windtunnel reproduce {args.target} --dry-run` lists the missing ones)")

@@ -40,7 +40,7 @@ def cmd_table(args: argparse.Namespace, extra: list[str]) -> int:
     keep_result(out / "table.json", args.force)
     path = run_table(
         preset=args.preset, seeds=args.seeds, archs=args.archs, tasks=args.tasks, params=args.params,
-        out=out, workers=args.workers, steps=args.steps, slurm=slurm, stack=args.stack,
+        out=out, workers=args.workers, steps=args.steps, slurm=slurm, stack=args.stack, compile=args.compile,
     )
     print(f"wrote {path}")
     return 0

@@ -327,14 +327,15 @@ def export(job: Job, results: Path) -> Path:
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
               dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None,
               only: Sequence[str] = (), slurm: executors.SlurmOptions | None = None,
-              stack: str = "auto") -> dict[str, Any]:
+              stack: str = "auto", compile: bool = False) -> dict[str, Any]:
     """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took.
     ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers).
     ``only``: shell patterns on the cell folders (``hmm_pool_*-mamba-s0``); when given, just the cells that
     match one of them are worked (a row of a sweep, one seed of every cell).  ``slurm``: work them as a SLURM job
     array instead (:func:`windtunnel.orchestration.executors.run_slurm`), each task a shard of cells run by the local pool on its
     node; with ``dry_run``, the array's plan (:func:`array_plan`).  ``stack``: train the seeds of a cell as one
-    stacked model (:mod:`windtunnel.orchestration.stacking`): ``auto`` where the cells run on GPUs, ``on``, ``off``."""
+    stacked model (:mod:`windtunnel.orchestration.stacking`): ``auto`` where the cells run on GPUs, ``on``, ``off``.
+    ``compile``: each cell's model through ``torch.compile`` (not part of its recipe)."""
     import torch
 
     results = Path(results)
@@ -368,7 +369,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     for i, j in enumerate(todo):
         payload.append({
             "column": j.cell.column, "arch": j.cell.arch, "seed": j.cell.seed, "preset": preset,
-            "config": j.cell.config(), "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
+            "config": {**j.cell.config(), **({"compile": True} if compile else {})}, "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
             "analyze_n": analyze_n, "job": j, "results": str(results),

@@ -384,11 +384,13 @@ def run_table(
     eval_n: int | None = None,
     slurm: "executors.SlurmOptions | None" = None,
     stack: str = "auto",
+    compile: bool = False,
 ) -> Path:
     """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}; with ``slurm``, the
     cells are worked as a SLURM job array (:func:`windtunnel.orchestration.executors.run_slurm`) and the table is written once
     every one has come back.  ``stack``: a cell's seeds as one stacked model (:mod:`windtunnel.orchestration.stacking`):
-    ``auto`` where the cells run on GPUs, ``on``, ``off``."""
+    ``auto`` where the cells run on GPUs, ``on``, ``off``.  ``compile``: each cell's model through ``torch.compile``
+    (not part of its recipe: a cell trained either way is the same cell)."""
     import functools
 
     import torch
@@ -441,7 +443,7 @@ def run_table(
             for arch in archs:
                 jobs.append({
                     "column": col, "arch": arch, "seed": seed,
-                    "config": cell_config(preset, col, arch, seed, params, steps),
+                    "config": {**cell_config(preset, col, arch, seed, params, steps), **({"compile": True} if compile else {})},
                     "run_dir": str(out / "runs" / grid.Cell(preset, col, arch, seed).folder),
                     "eval_n": eval_n or EVAL_N[preset],
                     "lengths": COLUMNS[col].get("lengths"),

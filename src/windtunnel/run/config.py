@@ -154,10 +154,10 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes", "device")
-"""``TrainConfig`` fields that say how a run is watched, kept and where it computes, not what it trains: a run
+NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes", "device", "compile")
+"""``TrainConfig`` fields that say how a run is watched, kept and where and how it computes, not what it trains: a run
 resumed or reused with other values of these is the same run (a cell trained on a GPU is the grid's cell, and
-resumes on a CPU)."""
+resumes on a CPU; a compiled model is the same model, its sums in another order)."""
 
 
 def pick_device(name: str) -> torch.device:
