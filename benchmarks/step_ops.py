@@ -1,6 +1,6 @@
 """Operations in one stacked training step, by part: what a recorded step replays on a GPU, counted on a CPU.
 
-    python benchmarks/step_ops.py [--preset paper] [--seeds 3] [--columns …] [--archs …] [--jsonl OUT]
+    python benchmarks/step_ops.py [--preset paper] [--seeds 3] [--columns …] [--archs …] [--compiled] [--jsonl OUT]
 
 A graphed step of a small model costs about its kernel count times a few microseconds: the kernels are too small to
 fill the device, so the count, not the arithmetic, sets the time.  For each cell of the table
@@ -15,13 +15,22 @@ parameters, about ten operations each (``per_parameter``, on the same gradients)
 :class:`windtunnel.training.step.MemberAdamW`'s one-buffer update.  Clipping and update are the same operations on a
 GPU; the forward and backward counts are the CPU's operator choices (a GPU's attention and LSTM kernels differ), and
 Mamba is left out by default since its CPU scan is a C++ kernel where a GPU runs Triton.
+
+``--compiled`` also trains each cell's stack with ``compile`` on and counts the kernel launches in the programs
+inductor generates for its forward pass and its backward (read from the generated code: fused kernels, library
+kernels such as ``bmm``, and operations left to ATen), beside the eager forward and backward counted above.  On a CPU
+these are inductor's C++ kernels; a GPU's Triton code fuses by the same scheduler, though not always into the same
+kernels.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import io
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -33,6 +42,7 @@ from paper_stacked import configs
 from windtunnel.run import grid
 from windtunnel.training import step as step_module
 from windtunnel.training.optim import FiniteWatch
+from windtunnel.training.loop import TrainConfig
 from windtunnel.training.stacked import train_stacked
 
 PARTS = ("forward", "loss", "backward", "clip", "update", "bookkeeping")
@@ -140,6 +150,50 @@ def count(preset: str, column: str, arch: str, seeds: int) -> dict[str, Any]:
             "total_per_parameter": sum(ops.values()) - ops["clip"] - ops["update"] + per_parameter}
 
 
+LAUNCH = re.compile(r"^\s+(?:\w+ = )?(cpp_fused_\w+|triton_\w+\.run|extern_kernels\.\w+|aten\.[\w.]+|"
+                    r"torch\.ops\.[\w.]+)\(", re.M)
+"""A kernel launched by inductor's generated ``call``: a fused kernel of its own (C++ on a CPU, Triton on a GPU), a
+library kernel (``extern_kernels.bmm``), or an operation it left to ATen."""
+
+
+def launches(module: str) -> int:
+    """Kernel launches in the ``call`` function of one module inductor generated (its benchmark harness left out)."""
+    start = re.search(r"^\s*def call\(", module, re.M)
+    if start is None:
+        return 0
+    rest = module[start.end():]
+    end = re.search(r"^\s*def \w+\(", rest, re.M)  # the next function (the harness) ends the call
+    return len(LAUNCH.findall(rest[:end.start()] if end else rest))
+
+
+def compiled_count(preset: str, column: str, arch: str, seeds: int) -> dict[str, Any]:
+    """The cell's stack trained with ``compile`` through the real loop: how its forward pass ran, and the kernel
+    launches of each program inductor generated for it, in order (the forward pass, then its backward)."""
+    import torch._dynamo
+    from torch._inductor import codecache
+
+    cfgs = [TrainConfig(**(c.to_dict() | {"compile": True})) for c in configs(preset, column, arch, seeds, STEPS, "cpu")]
+    modules: list[str] = []
+    load = codecache.PyCodeCache.load_by_key_path
+
+    def kept(key: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        modules.append(Path(path).read_text())
+        return load(key, path, *args, **kwargs)
+
+    torch._dynamo.reset()
+    out = io.StringIO()
+    codecache.PyCodeCache.load_by_key_path = kept  # type: ignore[method-assign]
+    try:
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(out):
+            train_stacked(cfgs, [Path(tmp) / f"s{c.seed}" for c in cfgs], until=STEPS, log_lines=True, graph="off")
+    finally:
+        codecache.PyCodeCache.load_by_key_path = load  # type: ignore[method-assign]
+    said = next(x.split("stacked forward: ", 1)[1] for x in out.getvalue().splitlines() if "stacked forward: " in x)
+    kernels = [launches(m) for m in modules if re.search(r"^\s*def call\(", m, re.M)]
+    return {"forward": said, "kernels": kernels, "total": sum(kernels)} if said == "vmapped, compiled" else {
+        "forward": said}
+
+
 def cells(preset: str, columns: list[str] | None, archs: list[str] | None) -> Iterator[tuple[str, str]]:
     for column in columns or list(grid.TABLE_COLUMNS):
         for arch in archs or [a for a in grid.TABLE_ARCHS if a != "mamba"]:
@@ -152,6 +206,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--columns", nargs="+")
     ap.add_argument("--archs", nargs="+")
+    ap.add_argument("--compiled", action="store_true",
+                    help="also the kernel launches of the stack's compiled forward and backward (inductor's code)")
     ap.add_argument("--jsonl", help="write the rows here, one JSON object a line")
     args = ap.parse_args()
     rows = []
@@ -161,6 +217,10 @@ def main() -> None:
         print(f"{column:22s} {arch:14s} {r['total']:5d} operations a step {r['ops']}; clipping and update "
               f"{r['clip_and_update']} (a loop over {r['parameters']} parameters: {r['clip_and_update_per_parameter']})",
               flush=True)
+        if args.compiled:
+            r["compiled"] = compiled_count(args.preset, column, arch, args.seeds)
+            print(f"{'':37s} compiled: {r['compiled']} (eager forward and backward: "
+                  f"{r['ops']['forward'] + r['ops']['backward']})", flush=True)
     if args.jsonl:
         Path(args.jsonl).write_text("".join(json.dumps({"preset": args.preset, **r}) + "\n" for r in rows))
 

@@ -224,3 +224,41 @@ def test_two_columns_of_one_shape_are_timed_as_one_stack_on_a_cpu(tmp_path: Path
     assert other["in_stack_of"] == "bijection" and "graph" not in other and other["alone"]["ms_per_step"] > 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["table_h_stacked"] == pytest.approx(lead["graph"]["cell_h"])
+
+
+GENERATED = '''
+cpp_fused_add_0 = async_compile.cpp_pybinding(['float*'], """ ... """)
+
+class Runner:
+    def call(self, args):
+        arg0_1, = args
+        buf0 = empty_strided_cpu((3, 8), (8, 1), torch.float32)
+        extern_kernels.bmm(arg0_1, arg0_1, out=buf0)
+        cpp_fused_add_0(buf0)
+        buf1 = reinterpret_tensor(buf0, (24, ), (1, ), 0)
+        triton_poi_fused_gelu_1.run(buf1, 24, stream=stream0)
+        buf2 = torch.ops.aten.lstm.input(buf1)
+        return (buf1, )
+
+def benchmark_compiled_module(args, times=10, repeat=10):
+    extern_kernels.mm(a, b)
+    cpp_fused_add_0(a)
+'''
+
+
+def test_the_kernels_of_a_generated_program_are_its_calls_launches_by_hand() -> None:
+    """In inductor's generated module: the fused kernels (C++ and Triton), the library kernel and the operation left to
+    ATen in ``call`` are four launches; allocations and views launch nothing; the benchmark harness is not the call."""
+    assert step_ops.launches(GENERATED) == 4
+    assert step_ops.launches("no program here") == 0
+
+
+@pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile's CPU code generation needs a C++ compiler")
+def test_a_compiled_stack_launches_fewer_kernels_than_its_eager_forward_and_backward() -> None:
+    """A quick cell's stack trained compiled through the real loop: two programs (the forward pass, then its
+    backward), each launching something, together fewer kernels than the eager forward and backward operations."""
+    eager = step_ops.count("quick", "bijection", "mlp", 2)
+    got = step_ops.compiled_count("quick", "bijection", "mlp", 2)
+    assert got["forward"] == "vmapped, compiled" and len(got["kernels"]) == 2 and min(got["kernels"]) > 0
+    assert got["total"] == sum(got["kernels"]) < eager["ops"]["forward"] + eager["ops"]["backward"]

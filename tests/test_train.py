@@ -532,3 +532,21 @@ def test_a_hard_target_step_computes_the_posterior_only_where_a_log_reads_it(tmp
     gaps = [r["bayes_gap"] for r in map(json.loads, (tmp_path / "a" / "metrics.jsonl").read_text().splitlines())
             if "bayes_gap" in r]
     assert len(gaps) == 4 and all(0 <= g < 10 for g in gaps)
+
+
+def test_a_model_the_compiler_refuses_trains_uncompiled_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compile`` where ``torch.compile``'s program cannot be made (no C++ compiler, no Triton): one line on stderr
+    with the reason, and the run trains uncompiled — the same losses and weights as a run that never asked."""
+    def refusing(model, **kw):
+        def call(*a, **k):
+            raise RuntimeError("no C++ compiler found\nmore")
+        return call
+
+    monkeypatch.setattr(torch, "compile", refusing)
+    train(tiny(compile=True), tmp_path / "asked")
+    assert "not compiled (RuntimeError: no C++ compiler found): training uncompiled" in capsys.readouterr().err
+    train(tiny(), tmp_path / "plain")
+    a, b = weights(tmp_path / "asked"), weights(tmp_path / "plain")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert RunDir(tmp_path / "asked").read_config()["train"]["compile"] is True

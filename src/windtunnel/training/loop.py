@@ -235,7 +235,16 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
         batch = step_batch(cfg, task, step, shards, rank, world).to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            logits = net(**batch.inputs)
+            try:
+                logits = net(**batch.inputs)
+            except Exception as exc:  # noqa: BLE001 - a model the compiler refuses (no C++ compiler, no Triton)
+                if not cfg.compile or ddp or net is model:
+                    raise
+                first = next((x.strip() for x in str(exc).splitlines() if x.strip()), "")[:120]
+                print(f"not compiled ({type(exc).__name__}: {first}): training uncompiled", file=sys.stderr,
+                      flush=True)
+                net = model
+                logits = net(**batch.inputs)
         n_scored = None
         if ddp:  # DDP averages gradients over processes: dividing by N/W makes the average Σ/N
             n_scored = batch.mask.sum().to(torch.float32)
