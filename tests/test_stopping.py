@@ -145,6 +145,24 @@ def test_a_stop_sent_to_the_pool_reaches_its_running_cells_and_leaves_the_queued
     assert len(list(tmp_path.glob("started-*"))) == 2  # the queued cells never began
 
 
+def _stopped_at(payload: dict[str, Any]) -> dict[str, Any]:
+    """A cell whose training stopped on a request, as ``stopping.stopped`` reports it from a training loop."""
+    raise stopping.TrainingStopped(f"stopped at step {payload['i']}", "SIGTERM", payload["i"])
+
+
+def test_a_cell_stopped_in_a_worker_reaches_the_parent_as_its_stop() -> None:
+    """A pool hands a worker's exception to the parent pickled: a training stopped there arrives as that stop, with
+    its signal and step — not as a broken pool (which lost every other cell's outcome with a traceback)."""
+    import pickle
+
+    stop = stopping.TrainingStopped("stopped at step 7", "SIGUSR2", 7)
+    again = pickle.loads(pickle.dumps(stop))
+    assert (type(again), str(again), again.signal, again.step) == (type(stop), str(stop), "SIGUSR2", 7)
+    outcomes = list(executors.run_local(_stopped_at, [{"i": 3}, {"i": 4}], workers=2))
+    errs = sorted(((type(e).__name__, e.step, e.signal) for _, _, e in outcomes), key=lambda x: x[1])
+    assert errs == [("TrainingStopped", 3, "SIGTERM"), ("TrainingStopped", 4, "SIGTERM")]
+
+
 def _poll(cells: Any) -> Any:
     """The pool's outcomes, with a tick between them so the test can act while the cells run."""
     import threading

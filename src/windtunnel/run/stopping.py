@@ -40,6 +40,10 @@ class TrainingStopped(Exception):
         self.signal = signal_name
         self.step = step
 
+    def __reduce__(self) -> tuple[Any, tuple[str, str, int]]:
+        # a worker of a process pool hands its stop to the parent pickled: rebuilt with all three arguments
+        return type(self), (str(self), self.signal, self.step)
+
     @property
     def exit_status(self) -> int:
         """The shell's convention for a process ended by this signal: 128 + its number."""
