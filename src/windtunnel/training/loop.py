@@ -171,6 +171,9 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
 
     net: torch.nn.Module = model
     if cfg.compile:
+        import torch._dynamo as dynamo
+
+        dynamo.reset()  # one recompile limit per model class in a process: a pool worker trains many cells
         net = torch.compile(model)  # type: ignore[assignment]
     if ddp:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)

@@ -218,7 +218,14 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
 
     vmapped = vmap(forward_one, in_dims=(0, 0, 0), randomness="different")
     # compiled: the vmapped forward (and so its backward) as one inductor program, its elementwise chains fused
-    compiled = torch.compile(vmapped, dynamic=False, fullgraph=True) if cfg.compile else None
+    compiled = None
+    if cfg.compile:
+        import torch._dynamo as dynamo
+
+        # every vmap wrapper shares one code object, hence one cache of compiled graphs and one recompile limit: a
+        # worker that trained other stacks before would otherwise reach the limit and fall back to eager
+        dynamo.reset()
+        compiled = torch.compile(vmapped, dynamic=False, fullgraph=True)
     forward_said = ["vmapped, compiled" if cfg.compile else "vmapped"]  # said once the first step has run
 
     def forward(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -298,6 +305,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     t0 = last_save = time.perf_counter()
     stop = cfg.steps if until is None else min(cfg.steps, until)
     lines = log_lines or not sys.stderr.isatty()
+    said_forward = ""
     for step in range(start, stop):
         batches = [step_batch(c, t, step, s) for c, t, s in zip(cfgs, task_list, shards)]
         program.load(batches)  # queued behind the step still running on a GPU
@@ -306,7 +314,9 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         if lines and step == start:
             if program.want_graph:
                 print(f"{cfg.arch}/{tasks_said} stacked step: {program.graph_note}", flush=True)
-            print(f"{cfg.arch}/{tasks_said} stacked forward: {forward_said[0]}", flush=True)
+        if lines and forward_said[0] != said_forward:  # at the first step, and again if it falls back later
+            said_forward = forward_said[0]
+            print(f"{cfg.arch}/{tasks_said} stacked forward: {said_forward}", flush=True)
         scheduled = on_schedule(done) or done == stop
         if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
             diverged()  # (a read from the device: the time below then includes every step queued so far)
