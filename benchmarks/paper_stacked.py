@@ -33,6 +33,7 @@ with the architecture whose cells take longest.  Made to fit a nine-minute comma
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import contextlib
 import io
 import json
@@ -75,7 +76,7 @@ def timed(mode: str, cfgs: list[TrainConfig], steps: int) -> dict[str, Any]:
             else:
                 runs = [Path(tmp) / f"m{i}" for i in range(len(cfgs))]  # a member a folder (one seed may train two columns)
                 if mode == "compiled":
-                    cfgs = [TrainConfig(**(c.to_dict() | {"compile": True})) for c in cfgs]
+                    cfgs = [dataclasses.replace(c, compile=True) for c in cfgs]
                 train_stacked(cfgs, runs, until=steps, log_lines=True, graph="off" if mode == "eager" else "auto")
                 first = runs[0]
         wall = time.perf_counter() - t0

@@ -18,6 +18,7 @@ Every run writes its own run folder under a temporary directory.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing as mp
 import tempfile
 import time
@@ -65,7 +66,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stacked, separate, each = both_ways(cfgs, Path(tmp) / "eager", args.cores)
         if args.compile:
-            compiled = both_ways([TrainConfig(**(c.to_dict() | {"compile": True})) for c in cfgs],
+            compiled = both_ways([dataclasses.replace(c, compile=True) for c in cfgs],
                                  Path(tmp) / "compiled", args.cores)
     out = {"column": args.column, "arch": args.arch, "seeds": args.seeds, "steps": args.steps, "cores": args.cores,
            "device": args.device, "batch_size": cfgs[0].batch_size, "params": cfgs[0].params,

@@ -26,6 +26,7 @@ kernels.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import collections
 import contextlib
 import io
@@ -42,7 +43,6 @@ from paper_stacked import configs
 from windtunnel.run import grid
 from windtunnel.training import step as step_module
 from windtunnel.training.optim import FiniteWatch
-from windtunnel.training.loop import TrainConfig
 from windtunnel.training.stacked import train_stacked
 
 PARTS = ("forward", "loss", "backward", "clip", "update", "bookkeeping")
@@ -172,7 +172,7 @@ def compiled_count(preset: str, column: str, arch: str, seeds: int) -> dict[str,
     import torch._dynamo
     from torch._inductor import codecache
 
-    cfgs = [TrainConfig(**(c.to_dict() | {"compile": True})) for c in configs(preset, column, arch, seeds, STEPS, "cpu")]
+    cfgs = [dataclasses.replace(c, compile=True) for c in configs(preset, column, arch, seeds, STEPS, "cpu")]
     modules: list[str] = []
     load = codecache.PyCodeCache.load_by_key_path
 

@@ -369,7 +369,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     for i, j in enumerate(todo):
         payload.append({
             "column": j.cell.column, "arch": j.cell.arch, "seed": j.cell.seed, "preset": preset,
-            "config": {**j.cell.config(), **({"compile": True} if compile else {})}, "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
+            "config": {**j.cell.config(), "compile": compile}, "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
             "analyze_n": analyze_n, "job": j, "results": str(results),

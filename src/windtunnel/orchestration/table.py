@@ -443,7 +443,7 @@ def run_table(
             for arch in archs:
                 jobs.append({
                     "column": col, "arch": arch, "seed": seed,
-                    "config": {**cell_config(preset, col, arch, seed, params, steps), **({"compile": True} if compile else {})},
+                    "config": {**cell_config(preset, col, arch, seed, params, steps), "compile": compile},
                     "run_dir": str(out / "runs" / grid.Cell(preset, col, arch, seed).folder),
                     "eval_n": eval_n or EVAL_N[preset],
                     "lengths": COLUMNS[col].get("lengths"),

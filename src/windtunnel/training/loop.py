@@ -40,6 +40,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -68,6 +69,22 @@ LINE_SECONDS = 30.0
 
 class TrainingDiverged(UserError, RuntimeError):
     """The loss or the weights became NaN or infinite (no checkpoint of that state is written)."""
+
+
+def compile_fresh(fn: Any, **options: Any) -> Any:
+    """``torch.compile(fn, **options)`` from an empty cache of compiled graphs.  The cache, and its limit on
+    recompilations, belongs to the code compiled (a model class's ``forward``; for stacks, the one wrapper every
+    ``vmap`` returns), not to one model: a process that trains many cells one after another (a pool's worker) would
+    otherwise reach the limit and run the later ones uncompiled."""
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    return torch.compile(fn, **options)
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first non-empty line, cut to 120 characters: what a progress line says of a fallback."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:120]
 
 
 def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
@@ -171,10 +188,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
 
     net: torch.nn.Module = model
     if cfg.compile:
-        import torch._dynamo as dynamo
-
-        dynamo.reset()  # one recompile limit per model class in a process: a pool worker trains many cells
-        net = torch.compile(model)  # type: ignore[assignment]
+        net = compile_fresh(model)  # type: ignore[assignment]
     if ddp:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
@@ -243,8 +257,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             except Exception as exc:  # noqa: BLE001 - a model the compiler refuses (no C++ compiler, no Triton)
                 if not cfg.compile or ddp or net is model:
                     raise
-                first = next((x.strip() for x in str(exc).splitlines() if x.strip()), "")[:120]
-                print(f"not compiled ({type(exc).__name__}: {first}): training uncompiled", file=sys.stderr,
+                print(f"not compiled ({type(exc).__name__}: {first_line(exc)}): training uncompiled", file=sys.stderr,
                       flush=True)
                 net = model
                 logits = net(**batch.inputs)

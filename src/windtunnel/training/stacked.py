@@ -49,7 +49,7 @@ from .optim import log_spaced_steps, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
-from .loop import LOG2E, TrainingDiverged, build
+from .loop import LOG2E, TrainingDiverged, build, compile_fresh, first_line
 from .step import MemberAdamW, StackedStep
 from ..run.config import ConfigError, TrainConfig, recipe
 
@@ -147,11 +147,6 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
         return out
 
 
-def _first_line(exc: BaseException) -> str:
-    """An exception's first non-empty line, cut to 120 characters: what a progress line says of a fallback."""
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:120]
-
-
 def _diverged(message: str, members: list[int]) -> TrainingDiverged:
     """The error that stops a stack, naming (``members``) the runs whose numbers went non-finite."""
     exc = TrainingDiverged(message)
@@ -218,14 +213,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
 
     vmapped = vmap(forward_one, in_dims=(0, 0, 0), randomness="different")
     # compiled: the vmapped forward (and so its backward) as one inductor program, its elementwise chains fused
-    compiled = None
-    if cfg.compile:
-        import torch._dynamo as dynamo
-
-        # every vmap wrapper shares one code object, hence one cache of compiled graphs and one recompile limit: a
-        # worker that trained other stacks before would otherwise reach the limit and fall back to eager
-        dynamo.reset()
-        compiled = torch.compile(vmapped, dynamic=False, fullgraph=True)
+    compiled = compile_fresh(vmapped, dynamic=False, fullgraph=True) if cfg.compile else None
     forward_said = ["vmapped, compiled" if cfg.compile else "vmapped"]  # said once the first step has run
 
     def forward(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -237,7 +225,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise
                 compiled = None
-                forward_said[0] = f"vmapped (not compiled: {type(exc).__name__}: {_first_line(exc)})"
+                forward_said[0] = f"vmapped (not compiled: {type(exc).__name__}: {first_line(exc)})"
         if vmapped is not None:
             try:
                 return vmapped(params, buffers, inputs)
@@ -245,7 +233,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise  # a failure of the recording, not of vmap: the eager step keeps its vmapped forward
                 vmapped = None  # a forward without a vmap rule: member by member, the same step otherwise
-                forward_said[0] = f"member by member ({type(exc).__name__}: {_first_line(exc)})"
+                forward_said[0] = f"member by member ({type(exc).__name__}: {first_line(exc)})"
         return torch.stack([forward_one({n: p[i] for n, p in params.items()}, {n: b[i] for n, b in buffers.items()},
                                         {k: v[i] for k, v in inputs.items()}) for i in range(M)])
 
