@@ -26,3 +26,22 @@ def kernel():
     if mod is None:
         pytest.skip("the fused CPU kernel cannot be built here")
     return mod
+
+
+@pytest.fixture
+def backward_refused(monkeypatch: pytest.MonkeyPatch):
+    """An inductor that compiles forward passes and refuses every backward pass, from an empty cache (so that
+    nothing compiled earlier is loaded in place of compiling)."""
+    import torch._dynamo as dynamo
+    import torch._functorch.config as functorch_config
+    import torch._inductor.compile_fx as compile_fx
+    import torch._inductor.config as inductor_config
+
+    def refusing(*args, **kwargs):
+        raise RuntimeError("this compiler refuses backward passes")
+
+    monkeypatch.setattr(compile_fx, "compile_fx_backward", refusing)
+    dynamo.reset()
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        yield
+    dynamo.reset()

@@ -418,3 +418,17 @@ def test_a_forward_the_compiler_refuses_runs_vmapped_and_says_why(tmp_path: Path
     train_stacked(plain, [tmp_path / f"p{s}" for s in (0, 1)])
     for s in (0, 1):
         assert _losses(tmp_path / f"c{s}") == _losses(tmp_path / f"p{s}")
+
+
+@needs_compiler
+def test_a_backward_the_compiler_refuses_is_caught_at_the_forward_and_runs_vmapped(
+        tmp_path: Path, capsys: pytest.CaptureFixture, backward_refused: None) -> None:
+    """A backward pass is compiled with its forward (not lazily at the first ``backward()``), so a backward the
+    compiler refuses falls back like a refused forward — one line, the same training — instead of ending the run."""
+    cfgs = [tiny(seed=s, steps=4, eval_every=4, ckpt_every=4, compile=True) for s in (0, 1)]
+    train_stacked(cfgs, [tmp_path / f"c{s}" for s in (0, 1)], log_lines=True)
+    assert "stacked forward: vmapped (not compiled: BackendCompilerFailed: " in capsys.readouterr().out
+    plain = [tiny(seed=s, steps=4, eval_every=4, ckpt_every=4) for s in (0, 1)]
+    train_stacked(plain, [tmp_path / f"p{s}" for s in (0, 1)])
+    for s in (0, 1):
+        assert _losses(tmp_path / f"c{s}") == _losses(tmp_path / f"p{s}")

@@ -550,3 +550,16 @@ def test_a_model_the_compiler_refuses_trains_uncompiled_and_says_so(tmp_path: Pa
     a, b = weights(tmp_path / "asked"), weights(tmp_path / "plain")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert RunDir(tmp_path / "asked").read_config()["train"]["compile"] is True
+
+
+@pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile's CPU code generation needs a C++ compiler")
+def test_a_backward_the_compiler_refuses_trains_uncompiled_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                       backward_refused: None) -> None:
+    """The backward pass is compiled with the forward, so a backward the compiler refuses is met at the first
+    forward call and the run trains uncompiled, as for a refused forward, rather than failing at ``backward()``."""
+    train(tiny(compile=True), tmp_path / "asked")
+    assert "not compiled (BackendCompilerFailed: " in capsys.readouterr().err
+    train(tiny(), tmp_path / "plain")
+    a, b = weights(tmp_path / "asked"), weights(tmp_path / "plain")
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -82,6 +82,15 @@ def compile_fresh(fn: Any, **options: Any) -> Any:
     return torch.compile(fn, **options)
 
 
+def backward_compiled_with_forward() -> Any:
+    """A context for calling a compiled model: its backward pass is compiled with its forward, at the first call.
+    Compiled lazily (the default) a backward the compiler refuses would fail at ``loss.backward()``, after the
+    fallback to the uncompiled model is out of reach; compiled here it fails in the call, which falls back."""
+    from torch._functorch import config
+
+    return config.patch(force_non_lazy_backward_lowering=True)
+
+
 def first_line(exc: BaseException) -> str:
     """An exception's first non-empty line, cut to 120 characters: what a progress line says of a fallback."""
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:120]
@@ -253,7 +262,8 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
         batch = step_batch(cfg, task, step, shards, rank, world).to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             try:
-                logits = net(**batch.inputs)
+                with backward_compiled_with_forward() if net is not model else contextlib.nullcontext():
+                    logits = net(**batch.inputs)
             except Exception as exc:  # noqa: BLE001 - a model the compiler refuses (no C++ compiler, no Triton)
                 if not cfg.compile or ddp or net is model:
                     raise

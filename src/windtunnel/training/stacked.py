@@ -49,7 +49,7 @@ from .optim import log_spaced_steps, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
-from .loop import LOG2E, TrainingDiverged, build, compile_fresh, first_line
+from .loop import LOG2E, TrainingDiverged, backward_compiled_with_forward, build, compile_fresh, first_line
 from .step import MemberAdamW, StackedStep
 from ..run.config import ConfigError, TrainConfig, recipe
 
@@ -220,7 +220,8 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         nonlocal vmapped, compiled
         if compiled is not None:
             try:
-                return compiled(params, buffers, inputs)
+                with backward_compiled_with_forward():
+                    return compiled(params, buffers, inputs)
             except Exception as exc:  # noqa: BLE001 - whatever the compiler refuses, the eager forward computes
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise
