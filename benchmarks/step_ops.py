@@ -166,13 +166,12 @@ def launches(module: str) -> int:
     return len(LAUNCH.findall(rest[:end.start()] if end else rest))
 
 
-def compiled_count(preset: str, column: str, arch: str, seeds: int) -> dict[str, Any]:
-    """The cell's stack trained with ``compile`` through the real loop: how its forward pass ran, and the kernel
-    launches of each program inductor generated for it, in order (the forward pass, then its backward)."""
-    import torch._dynamo
+@contextlib.contextmanager
+def generated_modules() -> Iterator[list[str]]:
+    """The source of every module inductor loads while the context is open, in order (one per compiled program),
+    read as it is loaded: compile from an empty cache of compiled graphs inside it."""
     from torch._inductor import codecache
 
-    cfgs = [dataclasses.replace(c, compile=True) for c in configs(preset, column, arch, seeds, STEPS, "cpu")]
     modules: list[str] = []
     load = codecache.PyCodeCache.load_by_key_path
 
@@ -180,14 +179,23 @@ def compiled_count(preset: str, column: str, arch: str, seeds: int) -> dict[str,
         modules.append(Path(path).read_text())
         return load(key, path, *args, **kwargs)
 
-    torch._dynamo.reset()
-    out = io.StringIO()
     codecache.PyCodeCache.load_by_key_path = kept  # type: ignore[method-assign]
     try:
-        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(out):
-            train_stacked(cfgs, [Path(tmp) / f"s{c.seed}" for c in cfgs], until=STEPS, log_lines=True, graph="off")
+        yield modules
     finally:
         codecache.PyCodeCache.load_by_key_path = load  # type: ignore[method-assign]
+
+
+def compiled_count(preset: str, column: str, arch: str, seeds: int) -> dict[str, Any]:
+    """The cell's stack trained with ``compile`` through the real loop: how its forward pass ran, and the kernel
+    launches of each program inductor generated for it, in order (the forward pass, then its backward)."""
+    import torch._dynamo
+
+    cfgs = [dataclasses.replace(c, compile=True) for c in configs(preset, column, arch, seeds, STEPS, "cpu")]
+    torch._dynamo.reset()
+    out = io.StringIO()
+    with generated_modules() as modules, tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(out):
+        train_stacked(cfgs, [Path(tmp) / f"s{c.seed}" for c in cfgs], until=STEPS, log_lines=True, graph="off")
     said = next(x.split("stacked forward: ", 1)[1] for x in out.getvalue().splitlines() if "stacked forward: " in x)
     kernels = [launches(m) for m in modules if re.search(r"^\s*def call\(", m, re.M)]
     return {"forward": said, "kernels": kernels, "total": sum(kernels)} if said == "vmapped, compiled" else {

@@ -255,6 +255,25 @@ def test_the_kernels_of_a_generated_program_are_its_calls_launches_by_hand() -> 
 
 @pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
                     reason="torch.compile's CPU code generation needs a C++ compiler")
+def test_the_launches_of_a_compiled_function_are_counted_by_hand() -> None:
+    """``relu(a @ b) * 2 + 1`` compiled, with gradients: the forward program is the matmul (a library kernel) and
+    one fused elementwise kernel (2); the backward is one fused kernel (the relu mask times the incoming gradient)
+    and the two matmuls of the gradients of ``a`` and ``b`` (3)."""
+    import torch._dynamo as dynamo
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ b) * 2 + 1
+
+    dynamo.reset()
+    a, b = torch.randn(8, 16, requires_grad=True), torch.randn(16, 4, requires_grad=True)
+    with step_ops.generated_modules() as modules:
+        torch.compile(f)(a, b).sum().backward()
+    assert [step_ops.launches(m) for m in modules if "def call(" in m] == [2, 3]
+    dynamo.reset()
+
+
+@pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile's CPU code generation needs a C++ compiler")
 def test_a_compiled_stack_launches_fewer_kernels_than_its_eager_forward_and_backward() -> None:
     """A quick cell's stack trained compiled through the real loop: two programs (the forward pass, then its
     backward), each launching something, together fewer kernels than the eager forward and backward operations."""
