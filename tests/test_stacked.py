@@ -4,6 +4,7 @@ from their own checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -418,6 +419,35 @@ def test_a_forward_the_compiler_refuses_runs_vmapped_and_says_why(tmp_path: Path
     train_stacked(plain, [tmp_path / f"p{s}" for s in (0, 1)])
     for s in (0, 1):
         assert _losses(tmp_path / f"c{s}") == _losses(tmp_path / f"p{s}")
+
+
+@needs_compiler
+@pytest.mark.parametrize("recorder, note", [(_faithful, "CUDA graph"), (_broken, "could not record the step")])
+def test_a_compiled_step_is_recorded_and_checked_like_an_eager_one(
+        tmp_path: Path, float64: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        recorder, note: str) -> None:
+    """``compile`` with the step recorded (a stand-in recorder on this CPU): the compiled forward is what the
+    recording runs and what its replays are checked against; a faithful replay is kept, a failed recording is said,
+    and either way each member ends where its uncompiled, unrecorded run ends (up to the compiler's summation order)."""
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    cfgs = [tiny(seed=s, steps=20, eval_every=10, ckpt_every=10, model={"n_layers": 2, "n_heads": 2, "pos": "learned"})
+            for s in (0, 1)]  # learned positions: rotary tables would add a float32 rounding (see above)
+    train_stacked(cfgs, [tmp_path / f"eager{s}" for s in (0, 1)], graph="off")
+    capsys.readouterr()
+    monkeypatch.setattr(StackedStep, "recorder", staticmethod(recorder))
+    monkeypatch.setattr(StackedStep, "records_on", staticmethod(lambda device: True))
+    compiled = [dataclasses.replace(c, compile=True) for c in cfgs]
+    train_stacked(compiled, [tmp_path / f"graph{s}" for s in (0, 1)], log_lines=True)
+    out = capsys.readouterr().out.splitlines()
+    assert [x.split("stacked forward: ")[1] for x in out if "stacked forward: " in x] == ["vmapped, compiled"]
+    said = [x for x in out if "stacked step:" in x]
+    assert len(said) == 1 and note in said[0]
+    for s in (0, 1):
+        a, b = _weights(tmp_path / f"graph{s}"), _weights(tmp_path / f"eager{s}")
+        assert _losses(tmp_path / f"graph{s}") == pytest.approx(_losses(tmp_path / f"eager{s}"), rel=1e-9)
+        assert all((a[k] - b[k]).abs().max() <= 1e-9 * b[k].abs().max() for k in a)  # each tensor, at its scale
 
 
 @needs_compiler
