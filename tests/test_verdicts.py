@@ -165,6 +165,28 @@ def test_a_disagreement_says_whether_it_was_controlled() -> None:
     assert judge(_claim(lambda ev: Verdict(claims.DISAGREE, "x", "")), ev).scale == REDUCED_SCALE
 
 
+def test_controls_that_cannot_speak_leave_a_disagreement_uncontrolled_and_are_named(judgements) -> None:
+    """A control that ran but has not learned its task controls nothing, so the disagreement stays *uncontrolled* —
+    but its page and the front page name the factors of the controls run (never "none consulted" beside eight
+    controls read under Why).  B13 on the committed results: its budget and data-regime controls disagree by the
+    same rule, but neither learned the HMM (neither beats the one-step filter on every seed)."""
+    ev = Evidence(RESULTS)
+    silent = judge(_claim(lambda ev: Verdict(claims.DISAGREE, "x", "", unheard=("budget",))), ev)
+    assert silent.kind == claims.DISAGREE_UNCONTROLLED
+    assert "counted for nothing: budget." in render.detail(silent)
+    heard = judge(_claim(lambda ev: Verdict(claims.DISAGREE, "x", "", controls=("size",), unheard=("budget",))), ev)
+    assert heard.kind == claims.DISAGREE_PERSISTS
+    with pytest.raises(ValueError, match="unknown control variable"):
+        Verdict(claims.DISAGREE, "x", "", unheard=("luck",))
+    b13 = judgements["B13"]
+    if b13.kind == claims.DISAGREE_UNCONTROLLED:
+        assert b13.verdict.unheard and "a control that has not learned its task" in b13.verdict.why
+        assert f"[B13](claims/B13.md) ‡ (reduced-scale controls run, none learned its task: " \
+               f"{', '.join(b13.verdict.unheard)})" in render.front_page(judgements)
+    for j in judgements.values():  # a factor is counted or unheard, never both
+        assert not set(j.verdict.controls) & set(j.verdict.unheard), j.claim.id
+
+
 def test_refuting_controls_are_persisting_disagreements_not_explanations(judgements) -> None:
     """C5 and D7 consult a control that refutes the claim's reading (same-norm SGD is as fast; random keys are more
     orthogonal): the disagreement persists under it; nothing in them 'closes'."""

@@ -34,7 +34,9 @@ VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UN
   head width, task size, model size, initialisation …) meets the papers' rule where the claim's own cell does not;
 * *disagree — persists under controls* — every committed control that applies was consulted and none meets the rule
   (each is named); a control that refutes the claim's reading of a mechanism belongs here too;
-* *disagree — uncontrolled* — no control was ever run for it: the weakest kind of disagreement;
+* *disagree — uncontrolled* — no control that can speak to it: none was run, or none of those run learned its task
+  (a model that has not learned its task fails a rule about how it does so whatever the factor changed; those run
+  are named, ``Verdict.unheard``): the weakest kind of disagreement;
 * *uninformative* — the rule is met (by our number, or by the control that would close a disagreement), but a
   trivial predictor meets it too (the context-blind optimum, the posterior given only the latest observation, the
   untrained model, an always-certain or always-uniform answer, a representation of a prompt's length alone): the
@@ -69,7 +71,9 @@ class Verdict:
     rule gave it, the committed control that closes a disagreement (``control``, its files, and ``closed_by``, the
     factor it changes), the factors of every control consulted (``controls``, from :data:`CONTROL_VARIABLES`), and
     the scale it was judged at
-    (``scale``: ``""`` lets :func:`windtunnel.claims.judge` read it from the files)."""
+    (``scale``: ``""`` lets :func:`windtunnel.claims.judge` read it from the files), and the factors of the controls
+    that were run but cannot speak to a disagreement (``unheard``: they did not learn their task, or the rule cannot
+    settle them), reported beside it and counted for nothing."""
 
     kind: str
     ours: Measure | str | None = None
@@ -79,13 +83,14 @@ class Verdict:
     controls: tuple[str, ...] = ()
     closed_by: str = ""
     scale: str = ""
+    unheard: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in RAW:
             raise ValueError(f"unknown verdict {self.kind!r}")
         if self.kind == DISAGREE_CLOSES and not (self.control and self.closed_by):
             raise ValueError("a disagreement that closes under a control must name the control and its factor")
-        unknown = set(self.controls + ((self.closed_by,) if self.closed_by else ())) - set(CONTROL_VARIABLES)
+        unknown = set(self.controls + self.unheard + ((self.closed_by,) if self.closed_by else ())) - set(CONTROL_VARIABLES)
         if unknown:
             raise ValueError(f"unknown control variable(s) {sorted(unknown)}: name one of {CONTROL_VARIABLES}")
 

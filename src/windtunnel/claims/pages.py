@@ -1,7 +1,7 @@
 """``results/CLAIMS.md`` (the front page) and ``results/claims/ID.md`` (one claim each), from the judgements.
 
 The front page opens with the headline — what reproduces, what persists against controls, what closes under one,
-what was never controlled, what a trivial predictor would pass, at which scale — then the counts by verdict and by
+what no control can speak to, what a trivial predictor would pass, at which scale — then the counts by verdict and by
 the source of the papers' number, then one compact table per paper: id (linking to its detail), the claim, the
 papers' number and its source, ours, the verdict and the scale.  A claim that re-reads another's measurement
 (``Claim.derived``) is listed but counted once, under the claim it re-reads.  Everything is generated.
@@ -69,6 +69,12 @@ def _controls_text(j: Judgement) -> str:
     controls are the reduced-scale cells beside it (each changes one factor from the reduced cell, not the papers')."""
     beside = "reduced-scale controls: " if j.scale.startswith("the papers' size") else ""
     return beside + ", ".join(j.verdict.controls)
+
+
+def _unheard_text(j: Judgement) -> str:
+    """The factors of the controls run beside an uncontrolled disagreement that could not speak to it."""
+    beside = "reduced-scale controls " if j.scale.startswith("the papers' size") else "controls "
+    return beside + "run, none learned its task: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
 
 
 def verdict_text(j: Judgement, short: bool = False) -> str:
@@ -143,7 +149,8 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
         + ("; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
            or "none") + ".",
-        f"- **Disagree, never controlled — {len(by[DISAGREE_UNCONTROLLED])}**: {_ids(by[DISAGREE_UNCONTROLLED], details)}.",
+        f"- **Disagree, and no control can speak to it — {len(by[DISAGREE_UNCONTROLLED])}**: "
+        + ("; ".join(f"{_named(j, details)} ({_unheard_text(j)})" for j in by[DISAGREE_UNCONTROLLED]) or "none") + ".",
         f"- **Uninformative: a trivial predictor meets the rule too, or exact inference fails it too — "
         f"{len(by[UNINFORMATIVE])}**: "
         f"{_ids(by[UNINFORMATIVE], details)}.",
@@ -201,7 +208,7 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "number points the papers' way but its interval (or the order of two overlapping intervals) does not settle "
         "it; *disagree — closes* — a committed control that changes one factor (named) meets the rule; *disagree — "
         "persists* — every committed control (each factor named) fails it too; *disagree — uncontrolled* — no "
-        "control was run; *uninformative* — the rule is met (by our number, or by the control that would close a "
+        "control that can speak to it: none was run, or none of those run learned its task; *uninformative* — the rule is met (by our number, or by the control that would close a "
         "disagreement) but a trivial predictor (the context-blind optimum, the untrained model, the posterior given "
         "only the latest observation, an always-certain or always-uniform answer, a language model given no evidence, "
         "its values with no shared structure, its edit along a random axis, a representation that knows only how many "
@@ -273,6 +280,9 @@ def detail(j: Judgement) -> str:
         lines.append("Factors changed by the controls consulted: " + ", ".join(v.controls) + ".")
     else:
         lines.append("None consulted.")
+    if v.unheard:
+        lines.append("Run but unable to speak to the disagreement (each read under Why: it has not learned its task, "
+                     "or the rule cannot settle it), so counted for nothing: " + ", ".join(v.unheard) + ".")
     if v.control:
         lines.append(f"The control that closes it ({v.closed_by}): `{v.control}`.")
     files = v.cited

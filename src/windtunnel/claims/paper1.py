@@ -594,7 +594,9 @@ def _a12(ev: Evidence) -> Verdict:
         return Verdict(DISAGREE_CLOSES, m, f"{said}: no jump under {smooth[0]}",
                        control=_length_control(ev, smooth[0]), controls=tried, closed_by=LENGTH_VARIABLES[smooth[0]],
                        scale=scale)
-    return Verdict(DISAGREE, m, said, controls=tried, scale=scale)
+    unheard = tuple(dict.fromkeys(LENGTH_VARIABLES[label] for label in ctrl
+                                  if label not in learn and LENGTH_VARIABLES[label] not in tried))
+    return Verdict(DISAGREE, m, said, controls=tried, scale=scale, unheard=unheard)
 
 
 @claim("A13", "I", "v3", "abstract; primitives table", "Mamba learns bijection (accumulation)",
@@ -1271,11 +1273,13 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
         outcome, ours = paper[4], paper[5]
         value = ours.text() if isinstance(ours, Measure) else str(ours)
         said = f"judged {paper[1]}: {value}; {paper[6]}; at reduced scale: {shown(_rule_kind(main[0]), main[1], main[2])})"
-        said += "".join(f"; {r[1]}: {shown(r[4], r[5], r[6])})" for r in readings if r is not paper)
-        ours, files = cite(ours, [paper[0], column] + [r[0] for r in readings if r is not paper])
-        tried = _failed_controls([r for r in readings if r is not paper])
+        others = [r for r in readings if r is not paper]
+        said += "".join(f"; {r[1]}: {shown(r[4], r[5], r[6])}" + ("" if r[7] else ", a control that has not learned "
+                        "its task") + ")" for r in others)
+        ours, files = cite(ours, [paper[0], column] + [r[0] for r in others])
+        tried = _failed_controls(others)
         return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else (),
-                       scale=PAPER_CELLS[paper[0]])
+                       scale=PAPER_CELLS[paper[0]], unheard=_unheard(others, tried) if outcome == DISAGREE else ())
     outcome, ours, said = _rule_kind(main[0]), main[1], main[2]
     if outcome == AGREE or not readings:
         ours, files = cite(ours, [column])
@@ -1292,7 +1296,14 @@ def _with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
         return Verdict(DISAGREE_CLOSES, ours, said + f": {closes[1]} closes it",
                        control=_cells_control(ev, closes[0], "geometry.json", arch), files=files,
                        controls=tuple(dict.fromkeys(r[3] for r in readings)), closed_by=closes[2])
-    return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else ())
+    return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else (),
+                   unheard=_unheard(readings, tried) if outcome == DISAGREE else ())
+
+
+def _unheard(readings: list[tuple], tried: tuple[str, ...]) -> tuple[str, ...]:
+    """The factors of the controls run that cannot speak to a disagreement (not learned, or unsettled by the rule),
+    less those another control of the same factor speaks for."""
+    return tuple(dict.fromkeys(r[3] for r in readings if r[3] not in tried))
 
 
 def _failed_controls(readings: list[tuple]) -> tuple[str, ...]:
