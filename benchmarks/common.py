@@ -70,15 +70,15 @@ def train_and_evaluate(config: dict, run_dir: str, n: int, threads: int = 1) -> 
     return cfg, wall, model, {k: v["value"] for k, v in res.metrics.items()}
 
 
-def quick_cell_configs(column: str, arch: str, seeds: int, steps: int, device: str) -> list:
-    """The ``TrainConfig`` of each of ``seeds`` seeds of a grid cell's quick recipe, cut to ``steps`` steps with no
-    evaluation, checkpoint or log line on the way (a timing measures the training steps alone)."""
+def cell_configs(preset: str, column: str, arch: str, seeds: int, steps: int, device: str) -> list:
+    """The ``TrainConfig`` of each of ``seeds`` seeds of a grid cell's recipe at ``preset``, cut to ``steps`` steps with
+    no evaluation, checkpoint or log line on the way (a timing measures the training steps alone)."""
     from windtunnel.run import grid
     from windtunnel.training.loop import TrainConfig
 
     cfgs = []
     for s in range(seeds):
-        c = grid.Cell("quick", column, arch, s).config()
+        c = grid.Cell(preset, column, arch, s).config()
         c.update(steps=steps, eval_every=10**9, ckpt_every=10**9, ckpt_minutes=0, log_checkpoints=False,
                  log_every=steps, progress=False, device=device)
         cfgs.append(TrainConfig(**{k: v for k, v in c.items() if k in TrainConfig.__dataclass_fields__}))
@@ -87,6 +87,7 @@ def quick_cell_configs(column: str, arch: str, seeds: int, steps: int, device: s
 
 def cell_arguments(ap, steps: int, seeds: int) -> None:  # noqa: ANN001 - an argparse.ArgumentParser
     """The options of a benchmark that trains one grid cell's seeds: which cell, how many seeds and steps, where."""
+    ap.add_argument("--preset", default="quick", help="the recipe and size the cell is trained at")
     ap.add_argument("--column", default="main")
     ap.add_argument("--arch", default="transformer")
     ap.add_argument("--seeds", type=int, default=seeds)

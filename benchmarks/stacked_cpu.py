@@ -1,10 +1,10 @@
 """Stacked seeds against separate processes: per-member training throughput of one cell's seeds.
 
-    python benchmarks/stacked_cpu.py [--column main] [--arch transformer] [--seeds 3] [--steps 150]
+    python benchmarks/stacked_cpu.py [--preset quick] [--column main] [--arch transformer] [--seeds 3] [--steps 150]
                                      [--cores 2] [--device cpu] [--compile]
                                      [--json benchmarks/results/stacked_cpu.json]
 
-The same ``--seeds`` runs of a grid cell (its quick recipe, ``--steps`` steps, no evaluation or checkpoint on the
+The same ``--seeds`` runs of a grid cell (its recipe at ``--preset``, ``--steps`` steps, no evaluation or checkpoint on the
 way) trained two ways on the same machine in the same invocation: as one stacked model (``windtunnel.training.stacked``,
 one process on all ``--cores``) and as separate processes started together, the cores shared out among them (each
 ``max(1, cores // seeds)`` torch threads) — what ``windtunnel reproduce --workers`` does today.  The figure is each
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from common import cell_arguments, quick_cell_configs, report
+from common import cell_arguments, cell_configs, report
 from windtunnel.training.stacked import train_stacked
 from windtunnel.training.loop import TrainConfig, train
 
@@ -62,13 +62,13 @@ def main() -> None:
                     help="also both ways with compile on (torch.compile: the stack's vmapped forward, each separate "
                          "run's model), the compilers' time included")
     args = ap.parse_args()
-    cfgs = quick_cell_configs(args.column, args.arch, args.seeds, args.steps, args.device)
+    cfgs = cell_configs(args.preset, args.column, args.arch, args.seeds, args.steps, args.device)
     with tempfile.TemporaryDirectory() as tmp:
         stacked, separate, each = both_ways(cfgs, Path(tmp) / "eager", args.cores)
         if args.compile:
             compiled = both_ways([dataclasses.replace(c, compile=True) for c in cfgs],
                                  Path(tmp) / "compiled", args.cores)
-    out = {"column": args.column, "arch": args.arch, "seeds": args.seeds, "steps": args.steps, "cores": args.cores,
+    out = {"preset": args.preset, "column": args.column, "arch": args.arch, "seeds": args.seeds, "steps": args.steps, "cores": args.cores,
            "device": args.device, "batch_size": cfgs[0].batch_size, "params": cfgs[0].params,
            "stacked_wall_s": stacked, "separate_wall_s": separate, "separate_each_s": each,
            "speedup_stacked_over_separate": separate / stacked,

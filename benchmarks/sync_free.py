@@ -1,13 +1,13 @@
 """A training step that never waits on the device, against one that reads its loss back every step.
 
-    python benchmarks/sync_free.py [--column main] [--arch transformer] [--steps 300] [--reps 3] [--device cpu]
+    python benchmarks/sync_free.py [--preset quick] [--column main] [--arch transformer] [--steps 300] [--reps 3] [--device cpu]
                                    [--seeds 1] [--json benchmarks/results/sync_free_cpu.json]
 
 The training loops watch the loss for non-finite values on the device (``windtunnel.training.optim.FiniteWatch``)
 and read it back only at logs, evaluations, checkpoints and stops.  The way they worked before — ``if not
 torch.isfinite(loss)`` after every step, which makes the host wait for every kernel queued so far — is put back here
 for comparison by making :meth:`FiniteWatch.record` read its verdict at once.  Both ways train the same grid cell
-(its quick recipe, ``--steps`` steps, ``--seeds`` stacked when above 1, no evaluation or checkpoint on the way) in
+(its recipe at ``--preset``, ``--steps`` steps, ``--seeds`` stacked when above 1, no evaluation or checkpoint on the way) in
 the same invocation on the same device, alternating ``--reps`` times; the figure is each way's median wall time and
 their ratio (read-back / sync-free: above 1, the sync-free step is faster).  On a CPU every operation is synchronous
 already, so the ratio measures only the cost of the check itself (≈ 1); on a GPU it measures the stall.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from common import cell_arguments, quick_cell_configs, report
+from common import cell_arguments, cell_configs, report
 from windtunnel.training import optim
 from windtunnel.training.loop import TrainConfig, train
 from windtunnel.training.stacked import train_stacked
@@ -55,7 +55,7 @@ def main() -> None:
     cell_arguments(ap, steps=300, seeds=1)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    cfgs = quick_cell_configs(args.column, args.arch, args.seeds, args.steps, args.device)
+    cfgs = cell_configs(args.preset, args.column, args.arch, args.seeds, args.steps, args.device)
     walls: dict[str, list[float]] = {"read_back": [], "sync_free": []}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps + 1):  # the first pair warms the allocator and kernels up, and is not counted
@@ -64,7 +64,7 @@ def main() -> None:
                 if rep:
                     walls[way].append(wall)
     median = {k: statistics.median(v) for k, v in walls.items()}
-    out = {"column": args.column, "arch": args.arch, "seeds": args.seeds, "steps": args.steps, "reps": args.reps,
+    out = {"preset": args.preset, "column": args.column, "arch": args.arch, "seeds": args.seeds, "steps": args.steps, "reps": args.reps,
            "device": args.device if args.device != "cpu" else f"cpu ({torch.get_num_threads()} threads)",
            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
            "wall_s": walls, "median_wall_s": median,
