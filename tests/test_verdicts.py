@@ -212,6 +212,41 @@ def test_a_claim_about_the_main_job_is_judged_on_the_papers_own_cell(judgements)
     assert b5.verdict.ours.values == pytest.approx(folds)
 
 
+def _kl(column: str, k: int, root: Path = RESULTS / "quick") -> list[float] | None:
+    """Each seed's held-out KL at length ``k`` of a committed transformer cell, read from its eval.json by hand."""
+    paths = [root / "cells" / f"{column}-transformer-s{s}" / "eval.json" for s in (0, 1, 2)]
+    if not all(p.exists() for p in paths):
+        return None
+    return [json.loads(p.read_text())["lengths"][str(k)]["metrics"]["kl"]["value"] for p in paths]
+
+
+def test_b12_is_judged_where_the_full_model_has_learned_to_filter(judgements) -> None:
+    """B12 (attention off in the top two layers collapses past the boundary) by hand from the committed files: on the
+    papers' own cells at their size where both are committed — the full model there beats the filter of the latest
+    observation on every seed — else on the reduced cells; the attention-off model's K=50 KL is the number shown, and
+    the verdict agrees exactly when it fits K=20 within 2× of the full model, lands above the context-blind floor at
+    K=50, and the full model does not."""
+    b12 = judgements["B12"]
+    paper = RESULTS / "paper"
+    off = {k: _kl("hmm_fixed_attn_off", k, paper) for k in (20, 50)}
+    full = {k: _kl("hmm_fixed", k, paper) for k in (20, 50)}
+    one_step = [json.loads((paper / "cells" / f"hmm_fixed-transformer-s{s}" / "references.json").read_text())
+                ["window_1"]["metrics"]["kl"] for s in (0, 1, 2)]
+    if off[20] is not None and all(f < w for f, w in zip(full[20], one_step)):
+        assert b12.scale.startswith("the papers' size")
+        floor = sum(json.loads((paper / "cells" / f"hmm_fixed-transformer-s{s}" / "references.json").read_text())
+                    ["context_blind"]["lengths"]["50"]["metrics"]["kl"] for s in (0, 1, 2)) / 3
+    else:
+        off = {k: _kl("hmm_attn_off", k) for k in (20, 50)}
+        full = {k: _kl("hmm", k) for k in (20, 50)}
+        assert b12.scale == REDUCED_SCALE
+        floor = json.loads((RESULTS / "quick" / "references.json").read_text())["hmm"]["context_blind"]["metrics"]["kl"]
+    mean = {k: {c: sum(v[k]) / 3 for c, v in (("off", off), ("full", full))} for k in (20, 50)}
+    assert b12.verdict.ours.value == pytest.approx(mean[50]["off"])
+    meets = mean[20]["off"] <= 2 * mean[20]["full"] and mean[50]["off"] > floor and mean[50]["full"] <= floor
+    assert (b12.kind == claims.AGREE) == meets and (meets or b12.kind.startswith("disagree"))
+
+
 def test_derived_claims_are_listed_and_counted_once(judgements) -> None:
     page = render.front_page(judgements)
     derived = [c for c in claims.CLAIMS.values() if c.derived]
