@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_CLAIMS,
-                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
+                   NOT_MEASURABLE, NOT_MEASURED, PAPER_SIZE_VARIABLES, PROVENANCE, UNINFORMATIVE, VERDICTS)
 from .evidence import Measure, _g
 from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
 from .rules import ERROR_FACTOR
@@ -66,15 +66,19 @@ def ours_text(ours: Measure | str | None) -> str:
 
 def _controls_text(j: Judgement) -> str:
     """The factors of the controls a persisting disagreement was tried under; judged on a paper-size cell, those
-    controls are the reduced-scale cells beside it (each changes one factor from the reduced cell, not the papers')."""
-    beside = "reduced-scale controls: " if j.scale.startswith("the papers' size") else ""
-    return beside + ", ".join(j.verdict.controls)
+    of the controls at the papers' size (:data:`PAPER_SIZE_VARIABLES`: one change from the papers' cell) and those of
+    the reduced-scale cells beside it (each one change from the reduced cell, not the papers')."""
+    if not j.scale.startswith("the papers' size"):
+        return ", ".join(j.verdict.controls)
+    paper = [c for c in j.verdict.controls if c in PAPER_SIZE_VARIABLES]
+    reduced = [c for c in j.verdict.controls if c not in PAPER_SIZE_VARIABLES]
+    return "; ".join(([f"at the papers' size: {', '.join(paper)}"] if paper else [])
+                     + ([f"reduced-scale controls: {', '.join(reduced)}"] if reduced else []))
 
 
 def _unheard_text(j: Judgement) -> str:
-    """The factors of the controls run beside an uncontrolled disagreement that could not speak to it."""
-    beside = "reduced-scale controls " if j.scale.startswith("the papers' size") else "controls "
-    return beside + "run, none learned its task: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
+    """The factors of the controls run beside a disagreement that could not speak to it."""
+    return "controls run, none learned its task: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
 
 
 def verdict_text(j: Judgement, short: bool = False) -> str:
