@@ -185,7 +185,7 @@ def test_controls_that_cannot_speak_leave_a_disagreement_uncontrolled_and_are_na
     page = render.front_page(judgements)
     for j in render._counted(judgements):  # each counted one beside its id in the headline
         if j.kind == claims.DISAGREE_UNCONTROLLED:
-            said = "controls run, none learned its task: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
+            said = "controls run, none able to speak to it (not learned, or unsettled): " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
             assert f"({said})" in page, j.claim.id
     for j in judgements.values():  # a factor is counted or unheard, never both
         assert not set(j.verdict.controls) & set(j.verdict.unheard), j.claim.id

@@ -35,8 +35,8 @@ VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UN
 * *disagree — persists under controls* — every committed control that applies was consulted and none meets the rule
   (each is named); a control that refutes the claim's reading of a mechanism belongs here too;
 * *disagree — uncontrolled* — no control that can speak to it: none was run, or none of those run learned its task
-  (a model that has not learned its task fails a rule about how it does so whatever the factor changed; those run
-  are named, ``Verdict.unheard``): the weakest kind of disagreement;
+  and is settled by the rule (a model that has not learned its task fails a rule about how it does so whatever the
+  factor changed; those run are named, ``Verdict.unheard``): the weakest kind of disagreement;
 * *uninformative* — the rule is met (by our number, or by the control that would close a disagreement), but a
   trivial predictor meets it too (the context-blind optimum, the posterior given only the latest observation, the
   untrained model, an always-certain or always-uniform answer, a representation of a prompt's length alone): the

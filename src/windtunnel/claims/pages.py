@@ -78,7 +78,7 @@ def _controls_text(j: Judgement) -> str:
 
 def _unheard_text(j: Judgement) -> str:
     """The factors of the controls run beside a disagreement that could not speak to it."""
-    return "controls run, none learned its task: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
+    return "controls run, none able to speak to it (not learned, or unsettled): " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
 
 
 def verdict_text(j: Judgement, short: bool = False) -> str:
@@ -212,7 +212,7 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "number points the papers' way but its interval (or the order of two overlapping intervals) does not settle "
         "it; *disagree — closes* — a committed control that changes one factor (named) meets the rule; *disagree — "
         "persists* — every committed control (each factor named) fails it too; *disagree — uncontrolled* — no "
-        "control that can speak to it: none was run, or none of those run learned its task; *uninformative* — the rule is met (by our number, or by the control that would close a "
+        "control that can speak to it: none was run, or none of those run learned its task or is settled by the rule; *uninformative* — the rule is met (by our number, or by the control that would close a "
         "disagreement) but a trivial predictor (the context-blind optimum, the untrained model, the posterior given "
         "only the latest observation, an always-certain or always-uniform answer, a language model given no evidence, "
         "its values with no shared structure, its edit along a random axis, a representation that knows only how many "
