@@ -50,12 +50,8 @@ RAW = VERDICTS + (DISAGREE,)
 
 CONTROL_VARIABLES = ("budget", "data regime", "size", "model size", "task size", "head width", "initialisation",
                      "positions", "layout", "curriculum", "schedule", "state size", "architecture", "mechanism",
-                     "step size", "learning rate", "model", "key/value heads")
+                     "step size", "learning rate", "model")
 """The one factor a control changes, as verdicts name it."""
-
-PAPER_SIZE_VARIABLES = ("key/value heads",)
-"""The factors of controls at the papers' size, each one change from the papers' own cell (the other factors of a
-claim judged on that cell name what its reduced-scale controls change from the reduced cell)."""
 
 PROVENANCE = {
     "paper": "the paper's own text",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_CLAIMS,
-                   NOT_MEASURABLE, NOT_MEASURED, PAPER_SIZE_VARIABLES, PROVENANCE, UNINFORMATIVE, VERDICTS)
+                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
 from .evidence import Measure, _g
 from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
 from .rules import ERROR_FACTOR
@@ -66,14 +66,9 @@ def ours_text(ours: Measure | str | None) -> str:
 
 def _controls_text(j: Judgement) -> str:
     """The factors of the controls a persisting disagreement was tried under; judged on a paper-size cell, those
-    of the controls at the papers' size (:data:`PAPER_SIZE_VARIABLES`: one change from the papers' cell) and those of
-    the reduced-scale cells beside it (each one change from the reduced cell, not the papers')."""
-    if not j.scale.startswith("the papers' size"):
-        return ", ".join(j.verdict.controls)
-    paper = [c for c in j.verdict.controls if c in PAPER_SIZE_VARIABLES]
-    reduced = [c for c in j.verdict.controls if c not in PAPER_SIZE_VARIABLES]
-    return "; ".join(([f"at the papers' size: {', '.join(paper)}"] if paper else [])
-                     + ([f"reduced-scale controls: {', '.join(reduced)}"] if reduced else []))
+    controls are the reduced-scale cells beside it (each changes one factor from the reduced cell, not the papers')."""
+    beside = "reduced-scale controls: " if j.scale.startswith("the papers' size") else ""
+    return beside + ", ".join(j.verdict.controls)
 
 
 def _unheard_text(j: Judgement) -> str:
@@ -212,7 +207,7 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "number points the papers' way but its interval (or the order of two overlapping intervals) does not settle "
         "it; *disagree — closes* — a committed control that changes one factor (named) meets the rule; *disagree — "
         "persists* — every committed control (each factor named) fails it too; *disagree — uncontrolled* — no "
-        "control that can speak to it: none was run, or none of those run learned its task or is settled by the rule; *uninformative* — the rule is met (by our number, or by the control that would close a "
+        "control that can speak to it: none was run, or none of those run both learned its task and is settled by the rule; *uninformative* — the rule is met (by our number, or by the control that would close a "
         "disagreement) but a trivial predictor (the context-blind optimum, the untrained model, the posterior given "
         "only the latest observation, an always-certain or always-uniform answer, a language model given no evidence, "
         "its values with no shared structure, its edit along a random axis, a representation that knows only how many "
@@ -283,7 +278,7 @@ def detail(j: Judgement) -> str:
     if v.controls:
         lines.append("Factors changed by the controls consulted: " + ", ".join(v.controls) + ".")
     else:
-        lines.append("None consulted.")
+        lines.append("None that can speak to it." if v.unheard else "None consulted.")
     if v.unheard:
         lines.append("Run but unable to speak to the disagreement (each read under Why: it has not learned its task, "
                      "or the rule cannot settle it), so counted for nothing: " + ", ".join(v.unheard) + ".")
