@@ -184,7 +184,7 @@ def test_controls_that_cannot_speak_leave_a_disagreement_uncontrolled_and_are_na
     assert "counted for nothing: " + ", ".join(b13.verdict.unheard) + "." in render.detail(b13)
     page = render.front_page(judgements)
     if b13.kind == claims.DISAGREE_UNCONTROLLED:
-        assert ("[B13](claims/B13.md) ‡ (controls run, none able to speak to it (not learned, or unsettled): "
+        assert ("[B13](claims/B13.md) ‡ (controls run, none that can speak: "
                 f"{', '.join(b13.verdict.unheard)})") in page
     if judgements["B12"].kind == claims.DISAGREE_UNCONTROLLED and not judgements["B12"].verdict.unheard:
         assert "[B12](claims/B12.md) (none run)" in page

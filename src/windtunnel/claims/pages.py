@@ -73,7 +73,7 @@ def _controls_text(j: Judgement) -> str:
 
 def _unheard_text(j: Judgement) -> str:
     """The factors of the controls run beside a disagreement that could not speak to it."""
-    return "controls run, none able to speak to it (not learned, or unsettled): " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
+    return "controls run, none that can speak: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
 
 
 def verdict_text(j: Judgement, short: bool = False) -> str:
