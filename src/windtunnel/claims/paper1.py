@@ -1677,7 +1677,11 @@ def _b12(ev: Evidence) -> Verdict:
                        f"the task): {said}{beside}", scale=PAPER_CELLS["hmm_fixed@paper"])
     if reduced is None:
         return missing("attention-off HMM cells")
-    return Verdict(reduced[0], reduced[1], reduced[2])
+    said = reduced[2] + ("" if _learned(ev, "hmm", "transformer") else
+                         "; at this scale the full model has not learned the task (it is not below the filter of the "
+                         "latest observation on every seed), so there is no learned filter for switching attention off to break: "
+                         "the papers'-size cells (hmm_fixed_attn_off@paper) decide it")
+    return Verdict(reduced[0], reduced[1], said)
 
 
 B13_RULE = EverySeed(2, "<", what="the most damaging head's fold")
