@@ -258,19 +258,7 @@ def test_b12_is_judged_on_the_papers_cells_once_they_are_committed(tmp_path: Pat
     recipe made the attention-off column's), B12 is judged there — the full model learned the task — against the
     context-blind floor at K=50 of those cells' own evaluation episodes, with the reduced reading beside.  The
     stand-in is the full model itself, so it fits K=20 and does not collapse at K=50: a disagreement."""
-    import shutil
-
-    from windtunnel.run import grid
-
-    root = tmp_path / "results"
-    for preset, column, as_column in (("quick", "hmm", "hmm"), ("quick", "hmm_attn_off", "hmm_attn_off"),
-                                      ("paper", "hmm_fixed", "hmm_fixed"), ("paper", "hmm_fixed", "hmm_fixed_attn_off")):
-        for s in (0, 1, 2):
-            dst = root / preset / "cells" / f"{as_column}-transformer-s{s}"
-            shutil.copytree(RESULTS / preset / "cells" / f"{column}-transformer-s{s}", dst)
-            config = json.loads((dst / "config.json").read_text())
-            config["train"] = grid.Cell(preset, as_column, "transformer", s).config()
-            (dst / "config.json").write_text(json.dumps(config))
+    root = _b12_results(tmp_path, attn_off_seeds=(0, 1, 2))
     b12 = judge(claims.CLAIMS["B12"], Evidence(root))
     assert b12.scale.startswith("the papers' size") and b12.kind.startswith("disagree")
     assert b12.verdict.ours.value == pytest.approx(sum(_kl("hmm_fixed", 50, RESULTS / "paper")) / 3)
@@ -278,6 +266,45 @@ def test_b12_is_judged_on_the_papers_cells_once_they_are_committed(tmp_path: Pat
                            .read_text())["context_blind"]["lengths"]["50"]["kl"] for s in (0, 1, 2)) / 3
     assert f"context-blind floor at K=50 {floor:.3f}" in b12.verdict.why and "at reduced scale" in b12.verdict.why
     assert any("hmm_fixed_attn_off-transformer-s0" in f for f in b12.verdict.cited)
+
+
+def _b12_results(tmp_path: Path, attn_off_seeds: tuple[int, ...]) -> Path:
+    """A results folder holding B12's cells: the reduced pair, the papers' full-model cells, and as the papers'-size
+    attention-off cells of ``attn_off_seeds`` stand-ins (the full model's cells, their recipe made that column's)."""
+    import shutil
+
+    from windtunnel.run import grid
+
+    root = tmp_path / "results"
+    for preset, column, as_column, seeds in (
+            ("quick", "hmm", "hmm", (0, 1, 2)), ("quick", "hmm_attn_off", "hmm_attn_off", (0, 1, 2)),
+            ("paper", "hmm_fixed", "hmm_fixed", (0, 1, 2)), ("paper", "hmm_fixed", "hmm_fixed_attn_off", attn_off_seeds)):
+        for s in seeds:
+            dst = root / preset / "cells" / f"{as_column}-transformer-s{s}"
+            shutil.copytree(RESULTS / preset / "cells" / f"{column}-transformer-s{s}", dst)
+            config = json.loads((dst / "config.json").read_text())
+            config["train"] = grid.Cell(preset, as_column, "transformer", s).config()
+            (dst / "config.json").write_text(json.dumps(config))
+    return root
+
+
+def test_b12_shows_papers_size_seeds_committed_before_the_rest_without_judging_them(tmp_path: Path) -> None:
+    """With one papers'-size attention-off seed committed (a stand-in: the full model's seed 1), B12 stays judged at
+    reduced scale on the reduced cells, and its reason shows that seed — its K=50 KL and the full model's same seed —
+    as evidence, citing its files."""
+    root = _b12_results(tmp_path, attn_off_seeds=(1,))
+    b12 = judge(claims.CLAIMS["B12"], Evidence(root))
+    assert b12.scale == REDUCED_SCALE
+    assert b12.verdict.ours.value == pytest.approx(sum(_kl("hmm_attn_off", 50)) / 3)
+    k50 = _kl("hmm_fixed", 50, RESULTS / "paper")[1]
+    assert f"1 of 3 seeds are committed so far (seed 1: K=50 {k50:.3g}; K=20 " in b12.verdict.why
+    assert "evidence, not a verdict" in b12.verdict.why
+    cited = b12.verdict.cited
+    assert any("hmm_fixed_attn_off-transformer-s1/eval.json" in f for f in cited)
+    assert not any("hmm_fixed_attn_off-transformer-s0" in f for f in cited)
+    # with none committed, nothing is said of them
+    plain = judge(claims.CLAIMS["B12"], Evidence(_b12_results(tmp_path / "none", attn_off_seeds=())))
+    assert "seeds are committed so far" not in plain.verdict.why
 
 
 def test_derived_claims_are_listed_and_counted_once(judgements) -> None:
