@@ -605,3 +605,17 @@ def test_language_models_that_split_on_a_rule_leave_it_inconclusive(judgements) 
             for p in ("mixed", "math")]
     assert gemma[0] < 0 < gemma[1] and all(lo > 0 or hi < 0 for lo, hi in smol)
     assert judgements["D5"].kind == claims.INCONCLUSIVE and "Gemma-3-270M mixed" in judgements["D5"].verdict.why
+
+
+def test_a_page_citing_papers_size_cells_names_the_command_that_makes_them(judgements) -> None:
+    """The papers'-size cells (``paper/cells/``) are made by the scale target, not by the quick reproduction a claim's
+    own command names: every page that cites one names ``windtunnel reproduce scale --preset paper`` too, and a page
+    that reads none does not."""
+    scale = "`windtunnel reproduce scale --preset paper`"
+    citing = [j for j in judgements.values() if any(f.startswith("paper/cells/") for f in j.verdict.cited)]
+    assert {"A2", "B10"} <= {j.claim.id for j in citing}
+    for j in citing:
+        assert scale in render.detail(j).split("## Files and command")[1], j.claim.id
+    for j in judgements.values():
+        if not any(n.preset == "paper" for n in j.claim.cells):
+            assert scale not in render.detail(j).split("## Files and command")[1], j.claim.id

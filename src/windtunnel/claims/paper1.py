@@ -1603,18 +1603,31 @@ B10_RULE = EachSeed("the best probe's KL is at most half the position-only probe
 
 @claim("B10", "I", "v1", "abstract", "The residual stream is the belief substrate (the posterior is linearly decodable)",
        "qualitative", "paper", "probes: held-out KL (bits) of a linear posterior probe at the best layer vs the "
-       "position-only probe and the untrained model's",
+       "position-only probe and the untrained model's, on the main job at the papers' size (main_paper_size, V=20, "
+       "2.67M parameters) where committed, else on the main job (V=10, 200k)",
        B10_RULE, REPRO,
        threshold="probe KL at most half the position-only probe's",
-       cells=reads("main", geometry=True))
+       cells=reads("main", "main_paper_size@paper", geometry=True))
 def _b10(ev: Evidence) -> Verdict:
-    best = ev.geometry("main", "transformer", SEEDS, "probes.best_posterior_kl_bits")
-    pos = ev.geometry("main", "transformer", SEEDS, "probes.position_only_kl_bits")
-    un = ev.geometry("main", "transformer", SEEDS, "probes.final_untrained_posterior_kl_bits")
-    if best is None or pos is None or un is None:
-        return missing("main-job geometry")
-    met = [b <= 0.5 * p and b < u for b, p, u in zip(best.values, pos.values, un.values)]
-    return Verdict(B10_RULE.kind(met), best, f"position-only {pos.text()}, untrained {un.text()} bits")
+    def reading(column: str) -> tuple[str, Measure, str] | None:
+        best = ev.geometry(column, "transformer", SEEDS, "probes.best_posterior_kl_bits")
+        pos = ev.geometry(column, "transformer", SEEDS, "probes.position_only_kl_bits")
+        un = ev.geometry(column, "transformer", SEEDS, "probes.final_untrained_posterior_kl_bits")
+        if best is None or pos is None or un is None:
+            return None
+        met = [b <= 0.5 * p and b < u for b, p, u in zip(best.values, pos.values, un.values)]
+        return (B10_RULE.kind(met), _with_files(best, pos, un),
+                f"position-only {pos.text()}, untrained {un.text()} bits")
+
+    reduced, paper = reading("main"), reading(PAPER_CELL)
+    if paper is None:
+        return missing("main-job geometry") if reduced is None else Verdict(*reduced)
+    kind, best, said = paper
+    beside = (f"; at reduced scale (V=10, 200k parameters) the probe's KL is {reduced[1].text()} bits, "
+              f"{reduced[2]} ({reduced[0].split(' ')[0]} by the same rule)") if reduced else ""
+    files = best.files + (reduced[1].files if reduced else ())
+    return Verdict(kind, Measure(best.value, best.ci, best.seeds, best.values, tuple(dict.fromkeys(files))),
+                   f"on the papers' own cell at their size: {said}{beside}", scale=PAPER_SCALE)
 
 
 B11_RULE = EverySeed(1, ">", what="the MLP's fold over the attention's")
