@@ -198,15 +198,19 @@ def test_scale_target_is_the_cells_the_claims_read_at_paper_size(tmp_path) -> No
     """``reproduce scale --preset paper``: the cells the claims read at the papers' size — the main job's recipe at
     2.67M parameters, and HMM as the authors' recipe trains (7,813 steps of batch 64 over one fixed set of 10,000
     episodes) with learned and rotary positions, with attention off in the top two layers (B12) and grouped-query
-    attention — three seeds, analysed where a claim reads their geometry."""
+    attention — and the paper table's HMM cell of the per-position MLP (A8): three seeds, analysed where a claim reads
+    their geometry."""
     from windtunnel.orchestration import reproduce
 
     jobs = reproduce.plan("scale", "paper")
-    columns = ("main_paper_size", "hmm_fixed", "hmm_fixed_rotary", "hmm_fixed_attn_off", "hmm_fixed_gqa")
-    assert [j.cell.folder for j in jobs] == [f"{c}-transformer-s{s}" for c in columns for s in reproduce.SEEDS]
+    columns = (("main_paper_size", "transformer"), ("hmm_fixed", "transformer"), ("hmm", "mlp_pointwise"),
+               ("hmm_fixed_rotary", "transformer"), ("hmm_fixed_attn_off", "transformer"),
+               ("hmm_fixed_gqa", "transformer"))
+    assert [j.cell.folder for j in jobs] == [f"{c}-{a}-s{s}" for c, a in columns for s in reproduce.SEEDS]
     analysed = {j.cell.column for j in jobs if j.analyze}
     assert analysed == {"main_paper_size", "hmm_fixed", "hmm_fixed_gqa"}  # B1–B11 and C3; A6; D10's note
-    main, learned, rotary, attn_off, gqa = (jobs[3 * i].cell.config() for i in range(5))
+    main, learned, mlp, rotary, attn_off, gqa = (jobs[3 * i].cell.config() for i in range(6))
+    assert (mlp["steps"], mlp.get("train_set"), mlp["params"]) == (50_000, None, 2_680_000)  # the paper table's recipe
     assert (main["params"], main["model"]["n_layers"], main["model"]["n_heads"], main["steps"]) == (2_670_000, 6, 6, 6000)
     assert (learned["steps"], learned["batch_size"], learned["train_set"], learned["params"]) == (7813, 64, 10_000, 2_680_000)
     assert learned["model"]["n_layers"] == 9 and learned["model"]["pos"] == "learned"
@@ -215,7 +219,8 @@ def test_scale_target_is_the_cells_the_claims_read_at_paper_size(tmp_path) -> No
     assert attn_off["model"]["attn_off"] == [7, 8] and attn_off["model"]["pos"] == "learned"  # the top two of 9
     assert {k: v for k, v in attn_off.items() if k != "model"} == {k: v for k, v in learned.items() if k != "model"}
     # several workers take the longest first; where costs tie the plan's order stands
-    assert [j.cell.column for j in reproduce.schedule(jobs, tmp_path, workers=3)][:3] == ["hmm_fixed"] * 3
+    assert [j.cell.folder for j in reproduce.schedule(jobs, tmp_path, workers=3)][:6] == [
+        f"{c}-s{s}" for c in ("hmm-mlp_pointwise", "hmm_fixed-transformer") for s in reproduce.SEEDS]
     assert {k: v for k, v in rotary.items() if k != "model"} == {k: v for k, v in learned.items() if k != "model"}
 
 

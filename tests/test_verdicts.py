@@ -613,9 +613,27 @@ def test_a_page_citing_papers_size_cells_names_the_command_that_makes_them(judge
     that reads none does not."""
     scale = "`windtunnel reproduce scale --preset paper`"
     citing = [j for j in judgements.values() if any(f.startswith("paper/cells/") for f in j.verdict.cited)]
-    assert {"A2", "B10"} <= {j.claim.id for j in citing}
+    assert {"A2", "A8", "B10"} <= {j.claim.id for j in citing}
     for j in citing:
         assert scale in render.detail(j).split("## Files and command")[1], j.claim.id
     for j in judgements.values():
         if not any(n.preset == "paper" for n in j.claim.cells):
             assert scale not in render.detail(j).split("## Files and command")[1], j.claim.id
+
+
+def test_a8_is_judged_on_the_paper_tables_mlp_cell_by_hand(judgements) -> None:
+    """A8 (the per-position MLP fails HMM filtering) read by hand from the paper table's committed cells: the mean KL
+    of the three seeds is the number shown, judged against 90% of the context-blind optimum of the cells' own
+    evaluation episodes, at the papers' size, with the quick table's reading beside it."""
+    cells = [RESULTS / "paper" / "cells" / f"hmm-mlp_pointwise-s{s}" for s in (0, 1, 2)]
+    if not all((c / "eval.json").exists() for c in cells):
+        pytest.skip("the paper table's HMM MLP cells are not committed")
+    kl = [json.loads((c / "eval.json").read_text())["metrics"]["kl"]["value"] for c in cells]
+    floor = sum(json.loads((c / "references.json").read_text())["context_blind"]["metrics"]["kl"] for c in cells) / 3
+    a8 = judgements["A8"]
+    assert a8.verdict.ours.value == pytest.approx(sum(kl) / 3)
+    assert a8.scale.startswith("the papers' size") and "50,000 steps" in a8.scale
+    assert (a8.kind == claims.AGREE) == (sum(kl) / 3 >= 0.9 * floor)
+    assert f"context-blind floor {floor:.3f} on the same episodes" in a8.verdict.why
+    assert "at reduced scale (the quick table)" in a8.verdict.why
+    assert {f"paper/cells/hmm-mlp_pointwise-s{s}/eval.json" for s in (0, 1, 2)} <= set(a8.verdict.cited)

@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("target", choices=list(REPRODUCE_TARGETS),
                      help="whose claims: paper1 (Paper I's cells and their controls), paper2, paper3, beyond (the "
                           "tests beyond the papers: belief geometry on Mess3, the task-diversity sweeps), scale (the "
-                          "HMM cells in the authors' regime, for --preset paper on a GPU), or all")
+                          "cells the claims read at the papers' size: the main job's recipe, HMM in the authors' "
+                          "regime, the paper table's cells a claim reads; --preset paper, a GPU's work), or all")
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
     rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: three per GPU, else one per core)")
