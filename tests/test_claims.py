@@ -231,29 +231,57 @@ def _hand_pooled_mean(column: str, read) -> float | None:
 
 def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     """The HMM claims recomputed by hand from the committed table, cells and their controls (the 4× budget
-    cells on fresh episodes and on a fixed set, the position encodings)."""
+    cells on fresh episodes and on a fixed set, the position encodings, the authors' regime at the papers' size): a
+    claim is judged on the papers' own cell where that cell learned the task, and a control speaks only where it
+    learned the task — every seed below the one-step filter (which has no use for what came before) on its own
+    evaluation episodes."""
     ev = Evidence(RESULTS)
     # the table's HMM transformer: its committed cells where every seed is committed, else table.json
     ours = _hand_pooled_mean("hmm", lambda e: e["metrics"]["kl"]["value"])
     if ours is None:
         table = json.loads((RESULTS / "quick" / "table.json").read_text())
         ours = next(c for c in table["cells"] if c["task"] == "hmm" and c["arch"] == "transformer")["metrics"]["kl"]["mean"]
-    measured = [m for m in (_hand_pooled_mean(c, lambda e: e["lengths"]["20"]["metrics"]["kl"]["value"])
-                            for c in ("hmm_long", "hmm_fixed", "hmm_torch_init")) if m is not None]
-    if not measured:
+    variables = {"hmm_long": "budget", "hmm_fixed": "data regime", "hmm_torch_init": "initialisation"}
+    others = [c for c in variables if _hand_values(c, lambda e: e) is not None]
+    if not others:
         pytest.skip("the budget controls (hmm_long, hmm_fixed cells) are not committed")
-    longer = min(measured)  # a claim is explained when any control closes its gap
-
-    def verdict(paper: float, closes: bool) -> str:
-        return claims.AGREE if ours <= paper else claims.DISAGREE_CLOSES if closes else claims.DISAGREE
-
-    assert claims.CLAIMS["A6"].assess(ev).kind == verdict(1.5 * 7.5e-5, longer <= 1.5 * 7.5e-5)
-    assert claims.CLAIMS["A6b"].assess(ev).kind == (claims.AGREE if ours < 0.05 else
-                                                    claims.DISAGREE_CLOSES if longer < 0.05 else claims.DISAGREE)
-    assert claims.CLAIMS["A7"].assess(ev).kind == verdict(1.5 * 0.049, longer <= 1.5 * 0.049)
 
     def kl(k: int):
         return lambda e: e["lengths"][str(k)]["metrics"]["kl"]["value"]
+
+    def mean(c: str, read, preset: str = "quick") -> float:
+        values = _hand_values(c, read, preset=preset)
+        return sum(values) / len(values)
+
+    def learns(c: str, preset: str = "quick") -> bool:
+        """Every seed's K=20 KL below the one-step filter's on its own evaluation episodes."""
+        bar = _hand_values(c, lambda r: r["window_1"]["metrics"]["kl"], "references.json", preset)
+        blind = _hand_values(c, lambda r: r["context_blind"]["metrics"]["kl"], "references.json", preset)
+        assert all(0 < b < f for b, f in zip(bar, blind))  # between the oracle and the context-blind floor
+        return all(k < b for k, b in zip(_hand_values(c, kl(20), preset=preset), bar))
+
+    def learned(c: str, preset: str = "quick") -> bool:
+        """A control that learned its task: that, and its whole-episode KL below half the context-blind floor."""
+        blind = _hand_values(c, lambda r: r["context_blind"]["metrics"]["kl"], "references.json", preset)
+        return mean(c, lambda e: e["metrics"]["kl"]["value"], preset) < 0.5 * sum(blind) / len(blind) and learns(c, preset)
+
+    at_paper = _hand_values("hmm_fixed", kl(20), preset="paper") is not None and learned("hmm_fixed", "paper")
+
+    def verdict(bound: float) -> str:
+        if ours <= bound:
+            return claims.AGREE
+        if at_paper:  # judged on the papers' own cell, which learned the task
+            return claims.AGREE if mean("hmm_fixed", kl(20), "paper") <= bound else claims.DISAGREE
+        closes = any(learned(c) and mean(c, kl(20)) <= bound for c in others)
+        return claims.DISAGREE_CLOSES if closes else claims.DISAGREE
+
+    for cid, bound in (("A6", 1.5 * 7.5e-5), ("A6b", 0.05), ("A7", 1.5 * 0.049)):
+        v = claims.CLAIMS[cid].assess(ev)
+        assert v.kind == verdict(bound), cid
+        if v.kind == claims.DISAGREE:  # it persists under the controls that learned, the others unheard
+            assert set(v.controls) == {variables[c] for c in others if learned(c) and mean(c, kl(20)) > bound}
+            assert set(v.unheard) == {variables[c] for c in others if not learned(c)} - set(v.controls)
+            assert v.scale.startswith("the papers' size") == at_paper
 
     def jump(e):
         c = [x for x in e["lengths"]["50"]["curves"]["kl"] if x is not None]  # header positions have none
@@ -264,17 +292,26 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
                 if _hand_pooled_mean(c, kl(20)) is not None]
     if not controls:
         pytest.skip("length-generalisation controls not committed")
-    closes = any(_hand_pooled_mean(c, kl(30)) <= 1.5 * 0.012 and _hand_pooled_mean(c, kl(50)) <= 1.5 * 0.029
-                 for c in controls)
-    assert claims.CLAIMS["A11"].assess(ev).kind == (claims.DISAGREE_CLOSES if closes else claims.DISAGREE)
-    # a control learns the task only if every seed beats the one-step filter (which has no use for position) on
-    # its own evaluation episodes
-    def learns(c: str) -> bool:
-        bar = _hand_values(c, lambda r: r["window_1"]["metrics"]["kl"], "references.json")
-        blind = _hand_values(c, lambda r: r["context_blind"]["metrics"]["kl"], "references.json")
-        assert all(0 < b < f for b, f in zip(bar, blind))  # between the oracle and the context-blind floor
-        return all(k < b for k, b in zip(_hand_values(c, kl(20)), bar))
 
+    def meets(c: str, preset: str = "quick") -> bool:
+        return mean(c, kl(30), preset) <= 1.5 * 0.012 and mean(c, kl(50), preset) <= 1.5 * 0.029
+
+    paper_learns = _hand_values("hmm_fixed", kl(20), preset="paper") is not None and learns("hmm_fixed", "paper")
+    a11 = claims.CLAIMS["A11"].assess(ev)
+    if not meets("hmm") and not learns("hmm") and paper_learns:
+        # judged on the papers' own cell: its K=50 KL shown; no reduced control closes a papers'-size disagreement
+        assert a11.kind == (claims.AGREE if meets("hmm_fixed", "paper") else claims.DISAGREE)
+        assert a11.ours.value == pytest.approx(mean("hmm_fixed", kl(50), "paper"))
+    else:
+        closes = any(learns(c) and meets(c) for c in controls)
+        assert a11.kind == (claims.DISAGREE_CLOSES if closes else claims.DISAGREE)
+    if a11.kind == claims.DISAGREE:
+        from windtunnel.claims.paper1 import LENGTH_CONTROLS, LENGTH_VARIABLES
+
+        speaking = {LENGTH_VARIABLES[label] for label, (column, preset) in LENGTH_CONTROLS.items()
+                    if preset is None and column in controls and learns(column)}
+        assert speaking <= set(a11.controls) | {"size"}
+        assert not set(a11.controls) & set(a11.unheard)
     # judged per seed: every seed at most 1.5 agrees, every seed above disagrees, seeds on both sides are inconclusive
     smooth = any(learns(c) and max(_hand_values(c, jump)) <= 1.5 for c in controls)
     jumps = _hand_values("hmm", jump)
@@ -585,14 +622,16 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
     assert a6.kind == claims.DISAGREE  # a 6-step model closes nothing
     assert f"the 6-step control at the papers' size (0.02M parameters, 2 layers) on a fixed set" in a6.why
     assert f"{sum(kl20) / 3:.3g}" in a6.why
-    assert re.search(r"neither budget, data regime(, size nor initialisation| nor size) closes it", a6.why)  # the start where committed
+    # a 6-step model has not learned the task: it is named and counted for nothing, as every control that has not
+    assert "on a fixed set of 10,000 episodes (3 seeds) is at" in a6.why and "size" in a6.unheard
+    assert f"{sum(kl20) / 3:.3g}" in a6.why.split("the 6-step control at the papers' size")[1].split(";")[0]
     assert "benchmarks/results/paper_gpu.json" not in a6.why  # no benchmark beside this results folder
     # the paper preset's own 50,000-step recipe (one unfinished GPU seed) is quoted beside the cells, never as a control
     bench = json.loads((REPO / "benchmarks/results/paper_gpu.json").read_text())["trained"]["hmm"]
     (tmp_path / "benchmarks/results").mkdir(parents=True)
     shutil.copy(REPO / "benchmarks/results/paper_gpu.json", tmp_path / "benchmarks/results/paper_gpu.json")
     noted = claims.CLAIMS["A6"].assess(Evidence(root))
-    assert noted.kind == claims.DISAGREE and re.search(r"data regime(, size nor initialisation| nor size) closes it", noted.why)
+    assert noted.kind == claims.DISAGREE and "size" in noted.unheard
     assert (f"the held-out KL was {bench['last_eval']['kl']:.2g}" in noted.why
             and f"at step {bench['last_eval_step']:,}" in noted.why and "not a control" in noted.why)
     # the papers' "MAE" read as the entropy error too: the paper cells' mean, which closes nothing here ...
@@ -897,7 +936,8 @@ def test_a_first_fact_reads_the_first_line_a_numeric_selector_picks(tmp_path: Pa
 
 def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeypatch) -> None:
     """``hmm_torch_init`` (here with a tiny recipe so it trains in seconds, beside the committed quick cells) is one
-    more HMM control: A6 names it and counts initialisation among the variables that do not close the gap, and
+    more HMM control: A6 names it with its KL and, a 6-step model that has not learned the task, counts it for
+    nothing (its factor unheard), and
     A11/A12 list it among the length controls with its own KL."""
     from dataclasses import replace
 
@@ -926,7 +966,7 @@ def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeyp
     a6 = claims.CLAIMS["A6"].assess(ev)
     assert a6.kind == claims.DISAGREE  # a 6-step model closes nothing
     assert f"the 6-step control from PyTorch's default initialisation (3 seeds) is at {sum(kl) / 3:.3g}" in a6.why
-    assert re.search(r"neither budget, data regime(, size)? nor initialisation closes it", a6.why)
+    assert "initialisation" in a6.unheard  # a 6-step model has not learned the task: counted for nothing
     assert "learned, PyTorch's default initialisation: KL" in claims.CLAIMS["A11"].assess(ev).why
     assert "learned, PyTorch's default initialisation: KL" in claims.CLAIMS["A12"].assess(ev).why
 
