@@ -620,7 +620,7 @@ def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_
             ["lengths"]["20"]["metrics"]["kl"]["value"] for s in reproduce.SEEDS]
     a6 = claims.CLAIMS["A6"].assess(ev)
     assert a6.kind == claims.DISAGREE  # a 6-step model closes nothing
-    assert f"the 6-step control at the papers' size (0.02M parameters, 2 layers) on a fixed set" in a6.why
+    assert "the 6-step control at the papers' size (0.02M parameters, 2 layers) on a fixed set" in a6.why
     assert f"{sum(kl20) / 3:.3g}" in a6.why
     # a 6-step model has not learned the task: it is named and counted for nothing, as every control that has not
     assert "on a fixed set of 10,000 episodes (3 seeds) is at" in a6.why and "size" in a6.unheard
