@@ -268,9 +268,10 @@ def test_b12_is_judged_on_the_papers_cells_once_they_are_committed(tmp_path: Pat
     assert any("hmm_fixed_attn_off-transformer-s0" in f for f in b12.verdict.cited)
 
 
-def _b12_results(tmp_path: Path, attn_off_seeds: tuple[int, ...]) -> Path:
+def _b12_results(tmp_path: Path, attn_off_seeds: tuple[int, ...], k50_factor: float = 1.0) -> Path:
     """A results folder holding B12's cells: the reduced pair, the papers' full-model cells, and as the papers'-size
-    attention-off cells of ``attn_off_seeds`` stand-ins (the full model's cells, their recipe made that column's)."""
+    attention-off cells of ``attn_off_seeds`` stand-ins (the full model's cells, their recipe made that column's, their
+    K=50 KL times ``k50_factor`` so that the two can be told apart)."""
     import shutil
 
     from windtunnel.run import grid
@@ -285,6 +286,10 @@ def _b12_results(tmp_path: Path, attn_off_seeds: tuple[int, ...]) -> Path:
             config = json.loads((dst / "config.json").read_text())
             config["train"] = grid.Cell(preset, as_column, "transformer", s).config()
             (dst / "config.json").write_text(json.dumps(config))
+            if as_column == "hmm_fixed_attn_off":
+                doc = json.loads((dst / "eval.json").read_text())
+                doc["lengths"]["50"]["metrics"]["kl"]["value"] *= k50_factor
+                (dst / "eval.json").write_text(json.dumps(doc))
     return root
 
 
@@ -292,12 +297,14 @@ def test_b12_shows_papers_size_seeds_committed_before_the_rest_without_judging_t
     """With one papers'-size attention-off seed committed (a stand-in: the full model's seed 1), B12 stays judged at
     reduced scale on the reduced cells, and its reason shows that seed — its K=50 KL and the full model's same seed —
     as evidence, citing its files."""
-    root = _b12_results(tmp_path, attn_off_seeds=(1,))
+    root = _b12_results(tmp_path, attn_off_seeds=(1,), k50_factor=3.0)
     b12 = judge(claims.CLAIMS["B12"], Evidence(root))
     assert b12.scale == REDUCED_SCALE
     assert b12.verdict.ours.value == pytest.approx(sum(_kl("hmm_attn_off", 50)) / 3)
-    k50 = _kl("hmm_fixed", 50, RESULTS / "paper")[1]
-    assert f"1 of 3 seeds are committed so far (seed 1: K=50 {k50:.3g}; K=20 " in b12.verdict.why
+    full20, full50 = (_kl("hmm_fixed", k, RESULTS / "paper")[1] for k in (20, 50))
+    # the attention-off seed's K=50, then the full model's same seed
+    assert f"1 of 3 seeds is committed so far (seed 1: K=50 {3 * full50:.3g}; K=20 " in b12.verdict.why
+    assert f"the full model {full20:.3g} / {full50:.3g}" in b12.verdict.why.split("seeds is committed so far")[1]
     assert "evidence, not a verdict" in b12.verdict.why
     cited = b12.verdict.cited
     assert any("hmm_fixed_attn_off-transformer-s1/eval.json" in f for f in cited)
@@ -642,3 +649,21 @@ def test_a8_is_judged_on_the_paper_tables_mlp_cell_by_hand(judgements) -> None:
     assert f"context-blind floor {floor:.3f} on the same episodes" in a8.verdict.why
     assert "at reduced scale (the quick table)" in a8.verdict.why
     assert {f"paper/cells/hmm-mlp_pointwise-s{s}/eval.json" for s in (0, 1, 2)} <= set(a8.verdict.cited)
+
+
+def test_b10_is_judged_on_the_papers_cell_by_hand(judgements) -> None:
+    """B10 (the posterior is linearly decodable from the residual stream) read by hand from the committed
+    geometry.json of the main job at the papers' size: on every seed the best probe's KL at most half the
+    position-only probe's and below the untrained model's; the mean probe KL is the number shown."""
+    cells = [RESULTS / "paper" / "cells" / f"main_paper_size-transformer-s{s}" / "geometry.json" for s in (0, 1, 2)]
+    if not all(c.exists() for c in cells):
+        pytest.skip("the papers'-size main job is not committed")
+    probes = [json.loads(c.read_text())["probes"]["summary"] for c in cells]
+    best = [p["best_posterior_kl_bits"] for p in probes]
+    met = [b <= 0.5 * p["position_only_kl_bits"] and b < p["final_untrained_posterior_kl_bits"]
+           for b, p in zip(best, probes)]
+    b10 = judgements["B10"]
+    assert b10.scale.startswith("the papers' size") and b10.verdict.ours.value == pytest.approx(sum(best) / 3)
+    assert b10.kind == (claims.AGREE if all(met) else claims.INCONCLUSIVE if any(met) else b10.kind)
+    assert all(met) == (b10.kind == claims.AGREE)
+    assert "at reduced scale (V=10, 200k parameters)" in b10.verdict.why

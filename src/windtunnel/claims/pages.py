@@ -286,7 +286,7 @@ def detail(j: Judgement) -> str:
         lines.append(f"The control that closes it ({v.closed_by}): `{v.control}`.")
     files = v.cited
     lines += ["", "## Files and command", "", f"Command: `{c.command}`" if c.command != "—" else "Command: —"]
-    at_paper = sorted({n.name for n in c.cells if n.preset == "paper"})
+    at_paper = sorted({f"{n.name}-{n.arch}" for n in c.cells if n.preset == "paper"})
     if at_paper and "--preset paper" not in c.command:  # those cells are the scale target's, not the claim's command's
         lines[-1] += (f"; the papers'-size cells it reads ({', '.join(at_paper)}, under `paper/cells/`): "
                       "`windtunnel reproduce scale --preset paper`")
