@@ -221,13 +221,16 @@ MEETS_UNLEARNED = " (it meets the figure but has not learned the task on every s
 """Beside a control that meets an error claim's figure without having learned its task."""
 
 
-def _quick_hmm_unlearned(ev: Evidence) -> bool:
-    """Whether the quick HMM transformer cell has not learned the task: some seed's K=20 KL is not below the filter
-    that reads only the latest observation, on its own evaluation episodes (A12's bar).  Where so, the HMM claims are
-    judged on the papers' own cell at their size, if that cell has learned it."""
+def _quick_hmm_unlearned(ev: Evidence) -> Measure | None:
+    """The quick HMM transformer cell's K=20 KL (citing the filter's files too) where it has not learned the task —
+    some seed not below the filter that reads only the latest observation, on its own evaluation episodes (A12's
+    bar) — else ``None``, also where that filter's row is not written (no evidence that it has not learned).  Where it
+    has not, the HMM claims are judged on the papers' own cell at their size, if that cell has learned it."""
     own = {"kl@20": ev.eval_metric("hmm", "transformer", SEEDS, "kl", 20),
            "one_step": ev.cell_stat("hmm", "transformer", SEEDS, "references.json", _one_step_kl)}
-    return own["kl@20"] is not None and not _control_learns(own)
+    if own["kl@20"] is None or own["one_step"] is None or _control_learns(own):
+        return None
+    return _with_files(own["kl@20"], own["one_step"])
 
 
 def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | None,
@@ -243,7 +246,8 @@ def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | 
     ``mechanism``: add which reference predictor each seed ends nearest (the claim whose cells declare geometry)."""
     ctls = _hmm_controls(ev, arch)
     paper_cell = next((c for c in ctls if c.column in PAPER_CELLS and c.learned), None)
-    own = paper_cell if paper_cell is not None and arch == "transformer" and _quick_hmm_unlearned(ev) else None
+    unlearned = _quick_hmm_unlearned(ev) if paper_cell is not None and arch == "transformer" else None
+    own = paper_cell if unlearned is not None else None
     others = [c for c in ctls if c is not own]
     if own is None:
         for c in ctls:
@@ -255,14 +259,17 @@ def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | 
         return f", {x.value / paper:.2g}× the papers' figure" if paper else ""
 
     def beside(c: HmmControl) -> str:
-        if rule.kind(c.measure) != AGREE:
+        if rule.kind(c.measure) != AGREE or (own is not None and rule.kind(own.measure) == AGREE):
             return ""
         # a control meeting the figure closes nothing here: not learned, or at reduced scale beside the papers' cell
         return MEETS_UNLEARNED if not c.learned else " (it meets the figure at reduced scale, where the papers' own cell does not)"
 
     where = "; ".join(f"{c.name} is at {c.measure.text()}{ratio(c.measure)}{beside(c)}" for c in others)
     tried = tuple(dict.fromkeys(c.variable for c in others if rule.kind(c.measure) != AGREE))
-    unheard = tuple(dict.fromkeys(c.variable for c in others if rule.kind(c.measure) == AGREE and c.variable not in tried))
+    # a control that meets the figure without having learned the task cannot speak; one that learned it speaks against
+    # the disagreement (it closes it, or at reduced scale beside the papers' cell is reported)
+    unheard = tuple(dict.fromkeys(c.variable for c in others
+                                  if rule.kind(c.measure) == AGREE and not c.learned and c.variable not in tried))
     stands = (_neither(list(tried)) if tried else "no control fails it and none can close it") if others else ""
     # which reference predictor each seed ends nearest, and how far it follows an edited previous observation
     columns = ((f"{DATA_COLUMN}@paper",) if own is not None else ()) + ("hmm", BUDGET_COLUMN, DATA_COLUMN, INIT_COLUMN)
@@ -275,7 +282,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | 
     if own is not None:
         kind = rule.kind(own.measure)
         ours = Measure(own.measure.value, own.measure.ci, own.measure.seeds, own.measure.values,
-                       _cited(own.measure, m, *(c.measure for c in others)))
+                       _cited(own.measure, m, unlearned, *(c.measure for c in others)))
         said = (f"judged on the papers' own cell at their size (the authors' fixed set of 10,000; it learned the task, "
                 f"and the quick cell has not): {own.measure.text()}, {rule.reading(own.measure)}; at reduced scale "
                 f"{m.text()}, {why}" + (f"; {where}" if where else ""))
@@ -332,8 +339,9 @@ A6_RULE = AtMost(7.5e-5)
        "episodes and on a fixed set of 10,000 (the authors' regime), the authors' regime at the papers' size "
        "(the paper preset's cells), and the cell from PyTorch's default initialisation; beside them, the error read as the entropy error instead of the KL",
        A6_RULE, f"{TABLE}; {REPRO}", rule_note="judged on the papers' own cell at their size (hmm_fixed@paper) where it "
-       "learned the task and the quick cell has not; a control that learned the task and reaches that level closes "
-       "the gap, and the gap persists under every control that does not reach it",
+       "learned the task and the quick cell has not (there, only a control at that size can close it); elsewhere a "
+       "control that learned the task and reaches that level closes the gap; the gap persists under every control "
+       "that does not reach it",
        doubt="no released result of the authors holds it, and their own later figure for the same model is 0.049 bits "
        "(A7), which Paper III restates as KL < 0.05 bits (A6b): 650× larger",
        cells=reads("hmm", "hmm_fixed", "hmm_long", "hmm_torch_init", "hmm_fixed@paper", geometry=True))
@@ -471,13 +479,15 @@ def _a9(ev: Evidence) -> Verdict:
     # judged where A6 is: on the papers' own cell at their size where it learned the task and the quick cell has not
     ctls = _hmm_controls(ev)
     paper_cell = next((c for c in ctls if c.column in PAPER_CELLS and c.learned), None)
-    own = paper_cell if paper_cell is not None and _quick_hmm_unlearned(ev) else None
+    unlearned = _quick_hmm_unlearned(ev) if paper_cell is not None else None
+    own = paper_cell if unlearned is not None else None
     others = [c for c in ctls if c is not own]
     scale = ""
     if own is not None:
         big = ev.eval_metric("hmm@paper", "mlp_pointwise", SEEDS, "kl")  # the paper table's MLP where committed
         top = big or mlp
-        r = Measure(top.value / own.measure.value, None, own.measure.seeds, (), _cited(top, own.measure, mlp, tr))
+        r = Measure(top.value / own.measure.value, None, own.measure.seeds, (),
+                    _cited(top, own.measure, mlp, tr, unlearned))
         why += (f"; judged on the papers' own cell at their size (it learned the task, and the quick cell has not): "
                 f"the MLP's {top.value:.3f} bits" + (" (the paper table's cell: 2.69M parameters, 50,000 steps on "
                 "fresh episodes; it sits at the context-blind floor whatever its recipe, A8)" if big else "")
@@ -499,7 +509,7 @@ def _a9(ev: Evidence) -> Verdict:
                            control=c.control, controls=tuple(dict.fromkeys(x.variable for x in ctls)),
                            closed_by=c.variable)
     tried = tuple(dict.fromkeys(c.variable for c in others if not meets(c)))
-    unheard = tuple(dict.fromkeys(c.variable for c in others if meets(c) and c.variable not in tried))
+    unheard = tuple(dict.fromkeys(c.variable for c in others if meets(c) and not c.learned and c.variable not in tried))
     where = "; ".join(f"against {c.name} {mlp.value / c.measure.value:.0f}×"
                       + (MEETS_UNLEARNED if meets(c) and not c.learned else "") for c in others)
     return Verdict(DISAGREE, r, f"{why}; the MLP's error over A6's controls' (the MLP sits at the context-blind floor "
@@ -546,6 +556,11 @@ LENGTH_VARIABLES = {"rotary": "positions", "alibi": "positions", "none": "positi
 PAPER_LENGTH_CELL = "learned, the papers' size on a fixed set"
 """The length control that is the papers' own model at their size: where the claim's own cell has not learned the
 task, A12 is judged on it."""
+
+
+def _at_papers_size(label: str) -> bool:
+    """Whether a length control is a cell at the papers' size (:data:`LENGTH_CONTROLS`)."""
+    return LENGTH_CONTROLS[label][1] == "paper"
 
 
 def _length_variable(label: str, on_paper_cell: bool) -> str:
@@ -643,7 +658,7 @@ def _a11(ev: Evidence) -> Verdict:
     # a control speaks only where it learned the task (as A12's): a model that does not beat the one-step filter has
     # no filter to carry past the boundary, so its error there says nothing of length generalisation
     learn = [label for label, r in ctrl.items() if _control_learns(r)]
-    on_paper = _quick_hmm_unlearned(ev) and PAPER_LENGTH_CELL in learn
+    on_paper = _quick_hmm_unlearned(ev) is not None and PAPER_LENGTH_CELL in learn
     scale = ""
     if on_paper:
         paper = ctrl[PAPER_LENGTH_CELL]
@@ -665,7 +680,9 @@ def _a11(ev: Evidence) -> Verdict:
     def variable(label: str) -> str:
         return _length_variable(label, on_paper)
 
-    meets = [label for label in learn if A11_RULE.kind(ctrl[label]["kl@30"], ctrl[label]["kl@50"]) == AGREE]
+    # judged at the papers' size, only a control at that size can close it (a reduced one that meets it is reported)
+    meets = [label for label in learn if A11_RULE.kind(ctrl[label]["kl@30"], ctrl[label]["kl@50"]) == AGREE
+             and (not on_paper or _at_papers_size(label))]
     learning = (f"; controls with every seed below the one-step filter's K=20 KL on their own evaluation episodes, "
                 f"so learning the task: {', '.join(repr(label) for label in learn) or 'none'}") if ctrl else ""
     if meets:  # as A12: a control that learned the task and meets the figures closes it
@@ -673,7 +690,8 @@ def _a11(ev: Evidence) -> Verdict:
                        f"{meets[0]}", control=_length_control(ev, meets[0]),
                        controls=tuple(dict.fromkeys(variable(label) for label in ctrl)),
                        closed_by=variable(meets[0]), scale=scale)
-    tried = tuple(dict.fromkeys(variable(label) for label in learn))
+    tried = tuple(dict.fromkeys(variable(label) for label in learn
+                                if A11_RULE.kind(ctrl[label]["kl@30"], ctrl[label]["kl@50"]) != AGREE))
     unheard = tuple(dict.fromkeys(variable(label) for label in ctrl
                                   if label not in learn and variable(label) not in tried))
     stands = f"no control closes it — {_control_text(ctrl)}{learning}" if ctrl else "no other control committed"
@@ -718,22 +736,22 @@ def _a12(ev: Evidence) -> Verdict:
                  f"KL {kl50.text() if kl50 else '–'} at K=50")
     # a control speaks only where it learned the task (a one-step filter has no use for position: no jump to show)
     tried = tuple(dict.fromkeys(LENGTH_VARIABLES[label] for label in learn if label not in smooth))
-    own = {"kl@20": ev.eval_metric("hmm", "transformer", SEEDS, "kl", 20),
-           "one_step": ev.cell_stat("hmm", "transformer", SEEDS, "references.json", _one_step_kl)}
+    own = _quick_hmm_unlearned(ev)
     scale = ""
-    if own["kl@20"] is not None and not _control_learns(own) and PAPER_LENGTH_CELL in learn:
+    if own is not None and PAPER_LENGTH_CELL in learn:
         # the claim's own cell is not below the one-step filter on every seed, and such a filter has no use for
         # position, so no jump to show: its jumps measure nothing.  The papers' own cell at their size learned it.
         paper = ctrl[PAPER_LENGTH_CELL]["jump"]
         kind = A12_RULE.kind(paper)
         said = (f"judged on the papers' own cell at their size (learned positions, the authors' fixed set): jump "
                 f"{paper.text()}, seeds {', '.join(f'{v:.3g}' for v in paper.values)} — the reduced cell does not beat "
-                f"the one-step filter on every seed (K=20 KL {own['kl@20'].text()}), so its jumps cannot speak; "
+                f"the one-step filter on every seed (K=20 KL {own.text()}), so its jumps cannot speak; "
                 f"reduced cell: {said}")
         m = Measure(paper.value, paper.ci, paper.seeds, paper.values, tuple(dict.fromkeys(paper.files + m.files)))
         tried = tuple(dict.fromkeys(_length_variable(label, True) for label in learn
                                     if label != PAPER_LENGTH_CELL and label not in smooth))
-        smooth = [label for label in smooth if label != PAPER_LENGTH_CELL]
+        # judged at the papers' size, only a control at that size can close it
+        smooth = [label for label in smooth if label != PAPER_LENGTH_CELL and _at_papers_size(label)]
         scale = PAPER_CELLS["hmm_fixed@paper"]
     if kind != DISAGREE:
         return Verdict(kind, m, said, scale=scale)
@@ -1371,7 +1389,7 @@ BUDGET_CONTROLS = (("hmm_long", "trained four times as long", "the budget", "bud
                     "data regime"))
 
 
-HMM_PAPER_CONTROL = (("hmm_fixed@paper", "on the papers' own HMM cell at their size (2.67M parameters, the authors' fixed "
+HMM_PAPER_CONTROL = (("hmm_fixed@paper", "on the papers' own HMM cell at their size (2.68M parameters, the authors' fixed "
                       "set)", "the papers' size", "size"),)
 
 
@@ -1766,8 +1784,13 @@ def _b10(ev: Evidence) -> Verdict:
         return (B10_RULE.kind(met), _with_files(best, pos, un),
                 f"position-only {pos.text()}, untrained {un.text()} bits")
 
-    reduced = reading("main")
-    paper = reading(PAPER_CELL) if _learned(ev, PAPER_CELL, "transformer") else None
+    reduced, paper = reading("main"), reading(PAPER_CELL)
+    if paper is not None and not _learned(ev, PAPER_CELL, "transformer"):  # a model that has not learned explains nothing
+        if reduced is None:
+            return missing("main-job geometry")
+        kind, best, said = reduced
+        return Verdict(kind, best, f"{said}; the papers'-size cells are committed but have not learned the task, so "
+                       "the claim is judged at reduced scale")
     if paper is None:
         return missing("main-job geometry") if reduced is None else Verdict(*reduced)
     kind, best, said = paper
