@@ -233,6 +233,16 @@ def _quick_hmm_unlearned(ev: Evidence) -> Measure | None:
     return _with_files(own["kl@20"], own["one_step"])
 
 
+def _judged_cell(ctls: list[HmmControl], ev: Evidence,
+                 arch: str = "transformer") -> tuple[HmmControl | None, Measure | None, list[HmmControl]]:
+    """Where an HMM error claim is judged: the papers' own cell among ``ctls`` where it learned its task and the quick
+    cell has not (with the quick cell's reading that says so, cited), else ``None``; and the other controls."""
+    paper_cell = next((c for c in ctls if c.column in PAPER_CELLS and c.learned), None)
+    unlearned = _quick_hmm_unlearned(ev) if paper_cell is not None and arch == "transformer" else None
+    own = paper_cell if unlearned is not None else None
+    return own, unlearned, [c for c in ctls if c is not own]
+
+
 def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | None,
                  arch: str = "transformer", mechanism: bool = False) -> Verdict:
     """A disagreeing HMM error judged against its controls.
@@ -245,10 +255,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | 
     that meets the figure without having learned the task is counted for nothing, ``Verdict.unheard``).
     ``mechanism``: add which reference predictor each seed ends nearest (the claim whose cells declare geometry)."""
     ctls = _hmm_controls(ev, arch)
-    paper_cell = next((c for c in ctls if c.column in PAPER_CELLS and c.learned), None)
-    unlearned = _quick_hmm_unlearned(ev) if paper_cell is not None and arch == "transformer" else None
-    own = paper_cell if unlearned is not None else None
-    others = [c for c in ctls if c is not own]
+    own, unlearned, others = _judged_cell(ctls, ev, arch)
     if own is None:
         for c in ctls:
             if c.learned and rule.kind(c.measure) == AGREE:
@@ -281,8 +288,7 @@ def _hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | 
     note = _paper_scale_note(ev, paper) if arch == "transformer" and ev.preset != "paper" else ""
     if own is not None:
         kind = rule.kind(own.measure)
-        ours = Measure(own.measure.value, own.measure.ci, own.measure.seeds, own.measure.values,
-                       _cited(own.measure, m, unlearned, *(c.measure for c in others)))
+        ours = _with_files(own.measure, m, unlearned, *(c.measure for c in others))
         said = (f"judged on the papers' own cell at their size (the authors' fixed set of 10,000; it learned the task, "
                 f"and the quick cell has not): {own.measure.text()}, {rule.reading(own.measure)}; at reduced scale "
                 f"{m.text()}, {why}" + (f"; {where}" if where else ""))
@@ -453,8 +459,8 @@ def _a8(ev: Evidence) -> Verdict:
     # the floor of the cells' own evaluation episodes, so that the share compares like with like
     beside = (f"; at reduced scale (the quick table) {v.ours.text()}, {v.why}"
               if isinstance(v.ours, Measure) else "")
-    files = _cited(paper, floor, *((v.ours,) if isinstance(v.ours, Measure) else ()))
-    return Verdict(FAILS.kind(paper, floor.value), Measure(paper.value, paper.ci, paper.seeds, paper.values, files),
+    ours = _with_files(paper, floor, *((v.ours,) if isinstance(v.ours, Measure) else ()))
+    return Verdict(FAILS.kind(paper, floor.value), ours,
                    f"on the paper table's cell: {paper.value / floor.value:.0%} of the context-blind floor "
                    f"{floor.value:.3f} on the same episodes (fails when ≥ {FLOOR_FRACTION:.0%}){beside}; "
                    f"{BY_CONSTRUCTION}", scale=PAPER_TABLE_SCALE)
@@ -478,10 +484,7 @@ def _a9(ev: Evidence) -> Verdict:
     why = "follows from A6: the transformer's HMM error is the gap"
     # judged where A6 is: on the papers' own cell at their size where it learned the task and the quick cell has not
     ctls = _hmm_controls(ev)
-    paper_cell = next((c for c in ctls if c.column in PAPER_CELLS and c.learned), None)
-    unlearned = _quick_hmm_unlearned(ev) if paper_cell is not None else None
-    own = paper_cell if unlearned is not None else None
-    others = [c for c in ctls if c is not own]
+    own, unlearned, others = _judged_cell(ctls, ev)
     scale = ""
     if own is not None:
         big = ev.eval_metric("hmm@paper", "mlp_pointwise", SEEDS, "kl")  # the paper table's MLP where committed
@@ -1796,8 +1799,7 @@ def _b10(ev: Evidence) -> Verdict:
     kind, best, said = paper
     beside = (f"; at reduced scale (V=10, 200k parameters) the probe's KL is {reduced[1].text()} bits, "
               f"{reduced[2]} ({reduced[0].split(' ')[0]} by the same rule)") if reduced else ""
-    files = best.files + (reduced[1].files if reduced else ())
-    return Verdict(kind, Measure(best.value, best.ci, best.seeds, best.values, tuple(dict.fromkeys(files))),
+    return Verdict(kind, _with_files(best, *((reduced[1],) if reduced else ())),
                    f"on the papers' own cell at their size (it learned the task): the probe's KL {best.text()} bits, "
                    f"{said}{beside}", scale=PAPER_SCALE)
 
@@ -1856,8 +1858,7 @@ def _b12(ev: Evidence) -> Verdict:
         kind, ours, said = paper
         beside = (f"; at reduced scale: {reduced[1].text()}; {reduced[2]} ({reduced[0].split(' ')[0]} by the same "
                   "rule)") if reduced else ""
-        files = ours.files + (reduced[1].files if reduced else ())
-        return Verdict(kind, Measure(ours.value, ours.ci, ours.seeds, ours.values, tuple(dict.fromkeys(files))),
+        return Verdict(kind, _with_files(ours, *((reduced[1],) if reduced else ())),
                        f"judged on the papers' own cells at their size (the authors' fixed set; the full model learned "
                        f"the task): {said}{beside}", scale=PAPER_CELLS["hmm_fixed@paper"])
     if reduced is None:
@@ -1878,9 +1879,7 @@ def _b12(ev: Evidence) -> Verdict:
                  f"{'is' if len(partial) == 1 else 'are'} committed so far ("
                  + "; ".join(f"seed {s}: K=50 {r[1].value:.3g}; {r[2].split('; ', 1)[1]}" for s, r in partial)
                  + "): evidence, not a verdict, until every seed is")
-    files = reduced[1].files + tuple(f for _, r in partial for f in r[1].files)
-    m = reduced[1]
-    return Verdict(reduced[0], Measure(m.value, m.ci, m.seeds, m.values, tuple(dict.fromkeys(files))), said)
+    return Verdict(reduced[0], _with_files(reduced[1], *(r[1] for _, r in partial)), said)
 
 
 B13_RULE = EverySeed(2, "<", what="the most damaging head's fold")
