@@ -15,43 +15,14 @@ from typing import Any, Callable
 
 from .evidence import Evidence, Measure
 
-AGREE = "agree"
-INCONCLUSIVE = "inconclusive"
-DISAGREE_CLOSES = "disagree — closes under a control"
-DISAGREE_PERSISTS = "disagree — persists under controls"
-DISAGREE_UNCONTROLLED = "disagree — uncontrolled"
-UNINFORMATIVE = "uninformative"
-NOT_MEASURED = "not measured"
-NOT_MEASURABLE = "not measurable here"
-VERDICTS = (AGREE, INCONCLUSIVE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, UNINFORMATIVE,
-            NOT_MEASURED, NOT_MEASURABLE)
-"""Every final verdict, in the order CLAIMS.md counts them:
+from .verdicts import (AGREE, AGREE_BY_CONSTRUCTION, CONTROL_VARIABLES, DISAGREE, DISAGREE_CLOSES,  # noqa: F401
+                       DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, IDENTITY, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED,
+                       RAW, UNINFORMATIVE, VERDICTS)
 
-* *agree* — our number meets the claim's rule, and no trivial predictor does;
-* *inconclusive* — our number points the papers' way but its interval does not exclude the other (also: two
-  quantities compared whose means are ordered one way and whose intervals overlap);
-* *disagree — closes under a control* — a committed control that changes one named factor (budget, data regime,
-  head width, task size, model size, initialisation …) meets the papers' rule where the claim's own cell does not;
-* *disagree — persists under controls* — every committed control that applies was consulted and none meets the rule
-  (each is named); a control that refutes the claim's reading of a mechanism belongs here too;
-* *disagree — uncontrolled* — no control that can speak to it: none was run, or none of those run learned its task
-  and is settled by the rule (a model that has not learned its task fails a rule about how it does so whatever the
-  factor changed; those run are named, ``Verdict.unheard``): the weakest kind of disagreement;
-* *uninformative* — the rule is met (by our number, or by the control that would close a disagreement), but a
-  trivial predictor meets it too (the context-blind optimum, the posterior given only the latest observation, the
-  untrained model, an always-certain or always-uniform answer, a representation of a prompt's length alone): the
-  rule cannot tell them apart; or the rule is failed, and exact inference fails it too: it does not test inference;
-* *not measured* — no committed artifact yet; *not measurable here* — impossible on these machines."""
-
-DISAGREE = "disagree"
-"""The raw verdict a claim's rule returns when our number does not meet it; :func:`windtunnel.claims.judge` turns it
-into *persists under controls* when the verdict names the controls it consulted, else *uncontrolled*."""
-RAW = VERDICTS + (DISAGREE,)
-
-CONTROL_VARIABLES = ("budget", "data regime", "size", "model size", "task size", "head width", "initialisation",
-                     "positions", "layout", "curriculum", "schedule", "state size", "architecture", "mechanism",
-                     "step size", "learning rate", "model")
-"""The one factor a control changes, as verdicts name it."""
+RULE_WORDS = (AGREE, INCONCLUSIVE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, NOT_MEASURABLE)
+"""What a claim's ``assess`` may return: its rule's raw outcome (or that nothing can be measured)."""
+JUDGES_WORDS = tuple(k for k in RAW if k not in RULE_WORDS)
+"""The words only the judge gives: *agree by construction*, *identity*, *persists*, *uncontrolled*, *uninformative*."""
 
 PROVENANCE = {
     "paper": "the paper's own text",
@@ -73,7 +44,8 @@ class Verdict:
     the scale it was judged at
     (``scale``: ``""`` lets :func:`windtunnel.claims.judge` read it from the files), and the factors of the controls
     that were run but cannot speak to a disagreement (``unheard``: they did not learn their task, or the rule cannot
-    settle them), reported beside it and counted for nothing."""
+    settle them), reported beside it and counted for nothing, and the other models that show the same outcome
+    (``replicated``: reported, never a control)."""
 
     kind: str
     ours: Measure | str | None = None
@@ -84,10 +56,16 @@ class Verdict:
     closed_by: str = ""
     scale: str = ""
     unheard: tuple[str, ...] = ()
+    replicated: tuple[str, ...] = ()
+
+    #: set by the judge alone (:func:`windtunnel.claims.judge.judge`): only a judged verdict carries a final word
+    judged: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in RAW:
             raise ValueError(f"unknown verdict {self.kind!r}")
+        if self.kind in JUDGES_WORDS and not self.judged:
+            raise ValueError(f"{self.kind!r} is the judge's word: a claim's rule returns one of {', '.join(RULE_WORDS)}")
         if self.kind == DISAGREE_CLOSES and not (self.control and self.closed_by):
             raise ValueError("a disagreement that closes under a control must name the control and its factor")
         unknown = set(self.controls + self.unheard + ((self.closed_by,) if self.closed_by else ())) - set(CONTROL_VARIABLES)
@@ -147,7 +125,9 @@ class Claim:
     (a disagreement with a suspect number is not counted as a failure of the papers' claim); ``identity`` marks an
     algebraic identity, which holds for any weights (its check is of the derivation and of our code, not an empirical
     finding about trained models, and the front page lists it apart from the reproduced findings; a theorem is one
-    too)."""
+    too); ``by_construction`` says why the rule holds whatever training does (a model that cannot see the context sits
+    at the context-blind floor by its design), ``""`` where training decides it: the judge says *agree by
+    construction* where such a rule is met."""
 
     id: str
     paper: str
@@ -167,6 +147,7 @@ class Claim:
     rule_object: Any = field(default=None, compare=False)
     doubt: str = ""
     identity: bool = False
+    by_construction: str = ""
 
     def __post_init__(self) -> None:
         if self.provenance not in PROVENANCE:
@@ -186,7 +167,7 @@ CLAIMS: dict[str, Claim] = {}
 def claim(id: str, paper: str, version: str, section: str, statement: str, number: str, provenance: str,
           metric: str, rule: Any, command: str, *, derived: str | None = None,
           asserts_failure: bool = False, threshold: str = "", cells: tuple[CellNeed, ...] = (),
-          rule_note: str = "", doubt: str = "", identity: bool = False) -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
+          rule_note: str = "", doubt: str = "", identity: bool = False, by_construction: str = "") -> Callable[[Callable[[Evidence], Verdict]], Callable[[Evidence], Verdict]]:
     """Register the decorated ``assess(evidence) -> Verdict`` as claim ``id``.  ``rule``: the rule's sentence, or a
     :mod:`~windtunnel.claims.rules` object that writes it (``rule_note`` then adds what the claim does beyond it —
     its controls, the scale it is judged at)."""
@@ -198,7 +179,8 @@ def claim(id: str, paper: str, version: str, section: str, statement: str, numbe
         if rule_note:
             text += f"; {rule_note}"
         CLAIMS[id] = Claim(id, paper, version, section, statement, number, provenance, metric, text, command, fn,
-                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj, doubt, identity)
+                           derived, asserts_failure, threshold, tuple(dict.fromkeys(cells)), obj, doubt, identity,
+                           by_construction)
         return fn
 
     return register

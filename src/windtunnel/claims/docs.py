@@ -30,9 +30,11 @@ text differs from what its artifact gives today.  Fact keys:
   picks (at least one): ``first:rows:quick/cells/recall_p64-mamba-s1/metrics.jsonl:eval.accuracy>0.5:step`` is the
   first evaluated step whose held-out accuracy is above one half;
 * ``ours:ID``, ``verdict:ID`` — a claim's number and verdict (``windtunnel.claims``);
-* ``count:VERDICT`` — how many of the papers' claims have that verdict, as the front page counts them (``agree``
-  — the identities apart —, ``inconclusive``, ``closes``, ``persists``, ``uncontrolled``, ``uninformative``,
-  ``not-measured``, ``not-measurable``); ``count:counted`` the papers' claims judged, ``count:identities``,
+* ``vocabulary:words``, ``vocabulary:conventions`` — the verdict words with their definitions, and the conventions
+  by which a number meets a rule, as a Markdown list (:mod:`windtunnel.claims.verdicts`);
+* ``count:VERDICT`` — how many of the papers' claims have that verdict, as the front page counts them (``agree``,
+  ``by-construction``, ``identities``, ``inconclusive``, ``closes``, ``persists``, ``uncontrolled``,
+  ``uninformative``, ``not-measured``, ``not-measurable``); ``count:counted`` the papers' claims judged,
   ``count:derived`` (rows that re-read another's measurement), ``count:apart`` (rows that are not claims of the
   papers) and ``count:total`` (every row).
 
@@ -48,20 +50,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError, is_real
-from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_MEASURABLE,
-                   NOT_MEASURED, UNINFORMATIVE, Verdict)
+from .base import (AGREE, AGREE_BY_CONSTRUCTION, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, IDENTITY,
+                   INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, UNINFORMATIVE, Verdict)
 from .evidence import Evidence, _g
 
 FACT = re.compile(r"<!-- fact (\S+) -->(.*?)<!-- /fact -->", re.S)
-COUNT_NAMES = {"agree": AGREE, "inconclusive": INCONCLUSIVE, "closes": DISAGREE_CLOSES, "persists": DISAGREE_PERSISTS,
+COUNT_NAMES = {"agree": AGREE, "by-construction": AGREE_BY_CONSTRUCTION, "identities": IDENTITY,
+               "inconclusive": INCONCLUSIVE, "closes": DISAGREE_CLOSES, "persists": DISAGREE_PERSISTS,
                "uncontrolled": DISAGREE_UNCONTROLLED, "uninformative": UNINFORMATIVE, "not-measured": NOT_MEASURED,
                "not-measurable": NOT_MEASURABLE}
 
 
 def _count(name: str, verdicts: dict[str, Verdict]) -> int:
     """``count:NAME``, as the front page counts: the papers' own claims (no row that re-reads another's measurement,
-    none judged apart as not a claim of theirs), *agree* without the identities; ``total`` every row, ``counted`` the
-    papers' claims, ``derived``, ``apart`` and ``identities`` the rows the front page lists apart."""
+    none judged apart as not a claim of theirs) with that verdict; ``total`` every row, ``counted`` the papers' claims,
+    ``derived`` and ``apart`` the rows the front page lists apart."""
     from .base import CLAIMS, NOT_CLAIMS
 
     rows = {cid: CLAIMS[cid] for cid in verdicts if cid in CLAIMS}
@@ -74,10 +77,8 @@ def _count(name: str, verdicts: dict[str, Verdict]) -> int:
         return sum(c.derived is not None for c in rows.values())
     if name == "apart":
         return sum(c.derived is None and c.provenance in NOT_CLAIMS for c in rows.values())
-    if name == "identities":
-        return sum(rows[cid].identity and verdicts[cid].kind == AGREE for cid in counted)
     want = COUNT_NAMES[name]
-    return sum(verdicts[cid].kind == want and not (want == AGREE and rows[cid].identity) for cid in counted)
+    return sum(verdicts[cid].kind == want for cid in counted)
 
 
 def _dig(doc: Any, path: str) -> Any:
@@ -185,9 +186,16 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
             return v.ours_text
         if kind == "count":
             return str(_count(rest, verdicts))
+        if kind == "vocabulary":
+            from .verdicts import CONVENTIONS, DEFINITIONS
+
+            table = {"words": DEFINITIONS, "conventions": CONVENTIONS}[rest]
+            fmt = "- *{}* — {}" if rest == "words" else "- **{}**: {}"
+            return "\n" + "\n".join(fmt.format(k, v) for k, v in table.items()) + "\n"
     except (KeyError, IndexError, ValueError, TypeError) as exc:
         raise UserError(f"fact {key!r} reads nothing from the committed artifacts ({exc})") from None
-    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict or count "
+    raise UserError(f"unknown fact kind in {key!r}: cells, table, json, bench, rows, benchrows, ours, verdict, count or "
+                    "vocabulary "
                     "(range: before cells, rows or benchrows; first: before rows or benchrows)")
 
 

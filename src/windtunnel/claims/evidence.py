@@ -49,8 +49,13 @@ def _g(x: float) -> str:
     return f"{x:.2g}"
 
 
-def pooled(values: Sequence[float], files: Sequence[str] = ()) -> Measure:
-    """Mean over seeds with Student's-t 95% interval (``None`` for one seed)."""
+UNBOUNDED = (-math.inf, math.inf)
+
+
+def pooled(values: Sequence[float], files: Sequence[str] = (), bounds: tuple[float, float] = UNBOUNDED) -> Measure:
+    """Mean over seeds with Student's-t 95% interval (``None`` for one seed), cut to ``bounds``, the values the
+    quantity can take (:func:`quantity_range`): over three seeds a t-interval is wide (t = 4.30), and an accuracy
+    interval reaching past 100% or a KL interval below zero says nothing the cut one does not."""
     v = [float(x) for x in values]
     n = len(v)
     m = sum(v) / n
@@ -58,8 +63,28 @@ def pooled(values: Sequence[float], files: Sequence[str] = ()) -> Measure:
     if n > 1:
         sd = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
         half = t975(n - 1) * sd / math.sqrt(n)
-        ci = (m - half, m + half)
+        ci = (max(m - half, bounds[0]), min(m + half, bounds[1]))
     return Measure(m, ci, n, tuple(v), tuple(files))
+
+
+def quantity_range(name: str) -> tuple[float, float]:
+    """The values the quantity ``name`` can take — an evaluation metric (``accuracy``, ``kl``, ``entropy_mae_curve``
+    …) or a geometry statistic (``"diagnostic.statistic"``), read from its name: a probability, an accuracy, a share
+    of variance, a responsibility or an |cos| or |ρ| lies in [0, 1]; a correlation or an adjusted Rand index in
+    [−1, 1]; an R² at most 1; a KL, an entropy, an entropy error or a fold change at least 0; anything else is not
+    bounded."""
+    stat = name.rpartition(".")[2]
+    words = set(stat.split("_"))
+    if (stat in ("accuracy", "tv", "infeasible_mass") or words & {"accuracy", "responsibility", "var", "share"}
+            or any(w in stat for w in ("abs_cos", "gaussian_expected", "spearman_abs", "abs_delta"))):
+        return (0.0, 1.0)
+    if words & {"spearman", "rho", "ari"}:
+        return (-1.0, 1.0)
+    if "r2" in words:
+        return (-math.inf, 1.0)
+    if words & {"kl", "entropy", "fold", "mae", "curve"}:
+        return (0.0, math.inf)
+    return UNBOUNDED
 
 
 @dataclass
@@ -71,6 +96,25 @@ class Evidence:
     _cache: dict[str, Any] = field(default_factory=dict)
     _recipes_checked: set[str] = field(default_factory=set)
     _presets: dict[str, "Evidence"] = field(default_factory=dict)
+    #: cells trained for this many steps instead of their recipe's (a check at a laptop's scale); ``None``: the recipe
+    steps: int | None = None
+    #: the training seeds read (``None``: every seed a claim asks for); a claim's pooled number then has fewer
+    seeds: tuple[int, ...] | None = None
+    #: where the files that are not cells (the table, the references, language-model records) are read when ``root``
+    #: lacks them: the committed results beside a check's own cells
+    fallback: Path | None = None
+
+    def scope(self) -> dict[str, Any]:
+        """The keywords that make another reader of the same cells (another preset, a null)."""
+        return {"steps": self.steps, "seeds": self.seeds, "fallback": self.fallback}
+
+    def _path(self, rel: str) -> Path:
+        """Where ``rel`` is read: under ``root``, or, for a file that is not a cell's, under ``fallback`` when only
+        that has it."""
+        path = self.root / rel
+        if not path.is_file() and self.fallback is not None and "/cells/" not in f"/{rel}":
+            return self.fallback / rel
+        return path
 
     def at(self, preset: str) -> "Evidence":
         """The same results folder read at another preset: its own cells, table and references (the paper
@@ -78,13 +122,13 @@ class Evidence:
         if preset == self.preset:
             return self
         if preset not in self._presets:
-            self._presets[preset] = Evidence(self.root, preset)
+            self._presets[preset] = Evidence(self.root, preset, **self.scope())
         return self._presets[preset]
 
     def json(self, rel: str) -> Any | None:
         """A committed JSON file (``None`` if absent); a damaged one is a :class:`UserError`."""
         if rel not in self._cache:
-            path = self.root / rel
+            path = self._path(rel)
             if not path.is_file():
                 self._cache[rel] = None
             else:
@@ -96,7 +140,7 @@ class Evidence:
 
     def text(self, rel: str) -> str | None:
         """A committed text file (``metrics.jsonl`` …), ``None`` if absent."""
-        path = self.root / rel
+        path = self._path(rel)
         return path.read_text() if path.is_file() else None
 
     # --- the primitives table ---------------------------------------------------------------
@@ -127,7 +171,7 @@ class Evidence:
             return None
         m = c["metrics"][metric]
         vals = [x for x in m["values"] if x is not None]
-        return pooled(vals, [f"{self.preset}/table.json"])
+        return pooled(vals, [f"{self.preset}/table.json"], quantity_range(name))
 
     def reference(self, task: str, ref: str, metric: str) -> float | None:
         r = self.json(f"{self.preset}/references.json")
@@ -154,13 +198,16 @@ class Evidence:
         if preset and preset != self.preset:
             return self.at(preset).cells(name, arch, seeds)
         column = name
+        seeds = [s for s in seeds if self.seeds is None or s in self.seeds]
+        if not seeds:
+            return None
         out = []
         for s in seeds:
             rel = self.folder(column, arch, s)
             if not (self.root / rel / "cell.json").is_file():
                 return None
             if rel not in self._recipes_checked:
-                if not RunDir(self.root / rel).holds(grid.Cell(self.preset, column, arch, s).config()):
+                if not RunDir(self.root / rel).holds(grid.Cell(self.preset, column, arch, s, steps=self.steps).config()):
                     raise UserError(f"{self.root / rel}/config.json is not the grid's recipe for this cell: it was "
                                     "trained under another one; regenerate it with `windtunnel reproduce`")
                 self._recipes_checked.add(rel)
@@ -168,9 +215,9 @@ class Evidence:
         return out
 
     def cell_stat(self, column: str, arch: str, seeds: Sequence[int], file: str,
-                  get: Callable[[Any], float | None]) -> Measure | None:
-        """``get`` applied to each seed's ``file`` (``geometry.json``, ``eval.json`` …), pooled over seeds;
-        ``None`` unless every seed has the file and a finite value."""
+                  get: Callable[[Any], float | None], bounds: tuple[float, float] = UNBOUNDED) -> Measure | None:
+        """``get`` applied to each seed's ``file`` (``geometry.json``, ``eval.json`` …), pooled over seeds (its
+        interval cut to ``bounds``); ``None`` unless every seed has the file and a finite value."""
         cells = self.cells(column, arch, seeds)
         if cells is None:
             return None
@@ -191,11 +238,12 @@ class Evidence:
                 return None
             vals.append(float(v))
             files.append(f"{rel}/{file}")
-        return pooled(vals, files)
+        return pooled(vals, files, bounds)
 
     def geometry(self, column: str, arch: str, seeds: Sequence[int], key: str) -> Measure | None:
         """A diagnostic's summary statistic (``"diagnostic.statistic"``) from ``geometry.json``, pooled over seeds."""
-        return self.cell_stat(column, arch, seeds, "geometry.json", lambda g: _num(geometry_stat(g, key)))
+        return self.cell_stat(column, arch, seeds, "geometry.json", lambda g: _num(geometry_stat(g, key)),
+                              quantity_range(key))
 
 
     def eval_metric(self, column: str, arch: str, seeds: Sequence[int], metric: str,
@@ -204,7 +252,7 @@ class Evidence:
             block = ev["lengths"][str(length)]["metrics"] if length is not None else ev["metrics"]
             return _num(block.get(metric, {}).get("value"))
 
-        return self.cell_stat(column, arch, seeds, "eval.json", get)
+        return self.cell_stat(column, arch, seeds, "eval.json", get, quantity_range(metric))
 
 
 SHAPES = {"eval.json": "metrics", "geometry.json": "summary"}
@@ -343,7 +391,7 @@ class NullEvidence(Evidence):
         if preset == self.preset:
             return self
         if preset not in self._presets:
-            self._presets[preset] = NullEvidence(self.root, preset, null=self.null)
+            self._presets[preset] = NullEvidence(self.root, preset, **self.scope(), null=self.null)
         return self._presets[preset]
 
     def text(self, rel: str) -> str | None:

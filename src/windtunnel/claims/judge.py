@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ..errors import UserError
-from .base import (AGREE, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, NOT_MEASURABLE, NOT_MEASURED,
-                   UNINFORMATIVE, Claim, Verdict)
+from .base import (AGREE, AGREE_BY_CONSTRUCTION, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED,
+                   IDENTITY, NOT_MEASURABLE, NOT_MEASURED, UNINFORMATIVE, Claim, Verdict)
 from .evidence import NULLS, Evidence, NullEvidence
 
 REDUCED_SCALE = "reduced scale (≈200k-parameter models; bijection at V=10 unless the claim names V=20)"
@@ -86,7 +86,7 @@ class Judgement:
 
 def null_evidence(ev: Evidence) -> dict[str, NullEvidence]:
     """One :class:`NullEvidence` per null over ``ev``'s results folder (built once, shared by every claim)."""
-    return {n: NullEvidence(ev.root, ev.preset, null=n) for n in NULLS}
+    return {n: NullEvidence(ev.root, ev.preset, **ev.scope(), null=n) for n in NULLS}
 
 
 def scale_of(v: Verdict) -> str:
@@ -119,17 +119,36 @@ def read_nulls(claim: Claim, nulls: Mapping[str, Evidence], ours: Verdict | None
 
 
 def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = None) -> Judgement:
-    """``claim``'s final verdict on ``ev`` (see the module docstring)."""
+    """``claim``'s final verdict on ``ev`` (see the module docstring): the one place a verdict gets its final word
+    (:mod:`~windtunnel.claims.verdicts` defines them)."""
     raw = claim.assess(ev)
+    if raw.judged:
+        raise ValueError(f"claim {claim.id}: its assess returned a judged verdict; it must return its rule's outcome")
     readings = () if raw.kind in (NOT_MEASURED, NOT_MEASURABLE) else read_nulls(claim, nulls or null_evidence(ev), raw)
-    v = raw
+    return Judgement(claim, decide(claim, raw, readings), raw, readings, scale_of(raw))
+
+
+def decide(claim: Claim, raw: Verdict, readings: tuple[NullReading, ...]) -> Verdict:
+    """The final word from a rule's raw outcome and the nulls' readings of the same rule:
+
+    * a rule met (by ours, or by the closing control) that a trivial null meets too → *uninformative* (for a claim
+      that a model fails: that the Bayes oracle meets too);
+    * a rule failed that exact inference fails too → *uninformative*;
+    * a rule failed → *persists* where a control that can speak failed it too (``raw.controls``), else
+      *uncontrolled*;
+    * a rule met → *identity* for an identity, *agree by construction* for a rule no training could fail, else
+      *agree*;
+    * *inconclusive*, *closes*, *not measured* and *not measurable here* stand as the rule gave them."""
+    def final(kind: str, why: str = "") -> Verdict:
+        return replace(raw, kind=kind, why=f"{raw.why}; {why}" if raw.why and why else (why or raw.why), judged=True)
+
     exact_fails = not claim.asserts_failure and any(r.null in EXACT_NULLS and r.kind == DISAGREE for r in readings)
     if raw.kind == DISAGREE and exact_fails:  # a rule exact inference fails does not test inference
-        why = "the exact posterior taken as the model's state fails the rule too: it does not ask for what exact inference does"
-        v = replace(raw, kind=UNINFORMATIVE, why=f"{raw.why}; {why}" if raw.why else why)
-    elif raw.kind == DISAGREE:
-        v = replace(raw, kind=DISAGREE_PERSISTS if raw.controls else DISAGREE_UNCONTROLLED)
-    elif raw.kind in (AGREE, DISAGREE_CLOSES):  # a rule met (by ours, or by the closing control) must be able to fail
+        return final(UNINFORMATIVE, "the exact posterior taken as the model's state fails the rule too: it does not "
+                                    "ask for what exact inference does")
+    if raw.kind == DISAGREE:
+        return final(DISAGREE_PERSISTS if raw.controls else DISAGREE_UNCONTROLLED)
+    if raw.kind in (AGREE, DISAGREE_CLOSES):  # a rule met (by ours, or by the closing control) must be able to fail
         if claim.asserts_failure:
             able = [r for r in readings if r.null in ("oracle",) + EXACT_NULLS]
         else:
@@ -141,5 +160,9 @@ def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = Non
                    else f"a trivial predictor meets the rule too: {who}")
             if raw.kind == DISAGREE_CLOSES:
                 why = f"the control that meets the rule ({raw.control}) does not settle it: {why}"
-            v = replace(raw, kind=UNINFORMATIVE, why=f"{raw.why}; {why}" if raw.why else why)
-    return Judgement(claim, v, raw, readings, scale_of(raw))
+            return final(UNINFORMATIVE, why)
+    if raw.kind == AGREE and claim.identity:
+        return final(IDENTITY)
+    if raw.kind == AGREE and claim.by_construction:
+        return final(AGREE_BY_CONSTRUCTION, claim.by_construction)
+    return final(raw.kind)

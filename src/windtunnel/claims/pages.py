@@ -14,11 +14,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
-from .base import (AGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE, NOT_CLAIMS,
-                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
+from .base import (AGREE, AGREE_BY_CONSTRUCTION, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, IDENTITY,
+                   INCONCLUSIVE, NOT_CLAIMS, NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
+from .verdicts import CONVENTIONS, DEFINITIONS
 from .evidence import Measure, _g
 from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
-from .rules import ERROR_FACTOR
 
 SECTIONS = {"A": "Paper I — behaviour", "B": "Paper I — mechanism and geometry", "C": "Paper II — gradient dynamics",
             "D": "Paper III — production language models"}
@@ -80,8 +80,6 @@ def verdict_text(j: Judgement, short: bool = False) -> str:
     """The verdict with what it was judged against: the closing control's factor, or every factor tried."""
     v = j.verdict
     text = SHORT_VERDICT.get(v.kind, v.kind) if short else v.kind
-    if v.kind == AGREE and j.claim.identity:
-        text += " (an identity)"
     if v.kind == DISAGREE_CLOSES:
         text += f" ({v.closed_by})"
     elif v.kind == DISAGREE_PERSISTS and v.controls:
@@ -127,12 +125,12 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
     """The front page's opening: the verdicts in sentences, each naming its claims."""
     counted = _counted(judgements)
     by = {k: [j for j in counted if j.kind == k] for k in VERDICTS}
-    at_paper = [j for j in by[AGREE] if j.scale.startswith("the papers' size") and not j.claim.identity]
+    at_paper = [j for j in by[AGREE] if j.scale.startswith("the papers' size")]
     apart = [j for j in _listed(judgements) if j.claim.provenance in NOT_CLAIMS]
     derived = len(judgements) - len(_listed(judgements))
     doubted = [j for j in counted if j.claim.doubt]
-    identities = [j for j in by[AGREE] if j.claim.identity]
-    found = [j for j in by[AGREE] if not j.claim.identity]
+    identities, found, built = by[IDENTITY], by[AGREE], by[AGREE_BY_CONSTRUCTION]
+    unmeasured = [j for j in counted if j.kind in (NOT_MEASURED, NOT_MEASURABLE)]
     persists_sure = [j for j in by[DISAGREE_PERSISTS] if not j.claim.doubt]
     lines = [
         f"**{len(counted)} claims of the papers are judged** ({derived} more re-read another claim's measurement and "
@@ -141,7 +139,9 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         f"- **Reproduced — {len(found)}**: {_ids(found, details)}"
         + (f"; at the papers' size: {_ids(at_paper, details)}." if at_paper else ".")
         + (f" **Identities verified — {len(identities)}**: {_ids(identities, details)} (mathematical facts that hold "
-           "whatever the training: a check of the derivation and of our code, not a finding about what training does)." if identities else ""),
+           "whatever the training: a check of the derivation and of our code, not a finding about what training does)." if identities else "")
+        + (f" **Agree by construction — {len(built)}**: {_ids(built, details)} (the rule would hold whatever training "
+           "did: a model that cannot see the context sits at the context-blind floor by its design)." if built else ""),
         f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}** "
         f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
         + "; ".join(f"{_named(j, details)} ({_controls_text(j)})" for j in by[DISAGREE_PERSISTS]) + ".",
@@ -157,7 +157,8 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         f"{len(by[NOT_MEASURABLE])}**: {_ids(by[NOT_MEASURABLE], details)}."
         + (f" **Not measured — {len(by[NOT_MEASURED])}**: {_ids(by[NOT_MEASURED], details)}." if by[NOT_MEASURED] else ""),
         "- **Scale**: " + "; ".join(f"{n} judged at {s}" for s, n in Counter(
-            j.scale for j in counted if j.kind not in (NOT_MEASURED, NOT_MEASURABLE)).most_common()) + ".",
+            j.scale for j in counted if j.kind not in (NOT_MEASURED, NOT_MEASURABLE)).most_common())
+        + (f"; {len(unmeasured)} not measured, so at no scale" if unmeasured else "") + f" ({len(counted)} in all).",
         f"- **The papers' number is suspect (‡) — {len(doubted)}**: it comes from a defect of the authors' code, or "
         "the authors' own later figure contradicts it (each detail says which); a disagreement with it is not a "
         "failure of the papers' claim: " + ", ".join(f"{_link(j.claim.id, details)} ({verdict_text(j, short=True)})"
@@ -169,6 +170,14 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         "the papers do not state — where they give no number, or one the rule replaces; each detail names it.",
     ]
     return lines
+
+
+def glossary() -> str:
+    """The verdict words and the conventions, as :mod:`~windtunnel.claims.verdicts` defines them, in one paragraph."""
+    words = "; ".join(f"*{k}* — {v}" for k, v in DEFINITIONS.items())
+    rules = "; ".join(f"{k} — {v}" for k, v in CONVENTIONS.items())
+    return (f"Verdicts: {words}. Conventions: {rules}. Ours: the mean with each training seed's value, or the value "
+            "with its 95% interval; a rule whose threshold is ours, not the papers', is marked †.")
 
 
 def counts_table(judgements: dict[str, Judgement]) -> list[str]:
@@ -203,19 +212,7 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "",
         *counts_table(judgements),
         "",
-        "Verdicts: *agree* — our number meets the claim's rule and no trivial predictor does; *inconclusive* — our "
-        "number points the papers' way but its interval (or the order of two overlapping intervals) does not settle "
-        "it; *disagree — closes* — a committed control that changes one factor (named) meets the rule; *disagree — "
-        "persists* — every committed control (each factor named) fails it too; *disagree — uncontrolled* — no "
-        "control that can speak to it: none was run, or none of those run both learned its task and is settled by the rule; *uninformative* — the rule is met (by our number, or by the control that would close a "
-        "disagreement) but a trivial predictor (the context-blind optimum, the untrained model, the posterior given "
-        "only the latest observation, an always-certain or always-uniform answer, a language model given no evidence, "
-        "its values with no shared structure, its edit along a random axis, a representation that knows only how many "
-        "examples a prompt shows) meets it too, or exact inference fails it too; *not measurable here* — "
-        "impossible on "
-        "these machines. Ours: the mean with each training seed's value, or the value with its 95% interval. "
-        f"Convention: where the papers give an error figure, *agree* means our mean is at most {ERROR_FACTOR:g}× it; a "
-        "rule whose threshold is ours in any other way is marked †.",
+        glossary(),
     ]
     for s, title in SECTIONS.items():
         lines += ["", f"## {s}. {title}", "",
@@ -228,7 +225,7 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
             lines.append("| " + " | ".join(_cell(x) for x in (
                 cid, _shorten(c.statement, STATEMENT_CHARS), f"{_shorten(c.number, 40)} ({c.provenance}{_doubted(j)})",
                 ours_text(j.verdict.ours), verdict_text(j, short=True) + (" †" if c.threshold else ""),
-                short_scale(j.scale))) + " |")
+                "—" if j.kind in (NOT_MEASURED, NOT_MEASURABLE) else short_scale(j.scale))) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -251,7 +248,7 @@ def detail(j: Judgement) -> str:
         f"- **Ours**: {v.ours_text}" + (f" — {v.ours.seeds} seeds: {', '.join(_g(x) for x in v.ours.values)}"
                                  if isinstance(v.ours, Measure) and v.ours.values else ""),
         f"- **Verdict**: {verdict_text(j)}",
-        f"- **Judged at**: {j.scale}",
+        f"- **Judged at**: {'no scale (not measured)' if v.kind in (NOT_MEASURED, NOT_MEASURABLE) else j.scale}",
     ]
     if c.derived:
         lines.append(f"- **Derived**: re-reads the measurement of [{c.derived}]({c.derived}.md); counted once, there")
@@ -284,6 +281,9 @@ def detail(j: Judgement) -> str:
                      "or the rule cannot settle it), so counted for nothing: " + ", ".join(v.unheard) + ".")
     if v.control:
         lines.append(f"The control that closes it ({v.closed_by}): `{v.control}`.")
+    if v.replicated:
+        lines.append("Replicated (the same outcome on another model; reported, not a control): "
+                     + ", ".join(v.replicated) + ".")
     files = v.cited
     lines += ["", "## Files and command", "", f"Command: `{c.command}`" if c.command != "—" else "Command: —"]
     at_paper = sorted({f"{n.name}-{n.arch}" for n in c.cells if n.preset == "paper"})

@@ -2,23 +2,13 @@
 
 A claim's rule is written once: the object a claim is registered with (``claim(..., rule=EveryCell(...))``)
 gives both the sentence printed as the claim's rule and the raw verdict its ``assess`` returns, so the two cannot
-drift apart.  The conventions are stated here, once, for every rule:
-
-* **the papers' number with a tolerance** — an error claim agrees when our mean is at most :data:`ERROR_FACTOR`
-  times the papers' figure (:class:`AtMost`);
-* **a bound on an interval** — agree when our 95% interval over seeds lies wholly on the claimed side of the
-  bound, disagree when it lies wholly on the other, inconclusive when it holds the bound (:class:`IntervalBelow`,
-  :class:`IntervalAbove`); without an interval (one seed) the mean decides;
-* **a share of seeds** — agree when every seed meets the bound, disagree when none does, inconclusive when the
-  seeds straddle it (:class:`EverySeed` for a bound, :class:`EachSeed` for any condition): a mean never decides a
-  claim its seeds split on;
-* **an ordered pair** — agree when one quantity's interval lies below the other's, disagree when above,
-  inconclusive when they overlap, whichever way the means fall (:class:`Ordered`);
-* **a share of the context-blind floor** — what "learns" and "fails" mean for a model (:class:`FloorShare`);
-* **a compound rule** — several conditions together (:class:`All`), or one condition on each of several items (each
-  model, each edited layer, each column: :class:`Every`): agree when every part agrees, disagree when any part
-  disagrees, inconclusive otherwise; a part is a rule of this vocabulary, its :attr:`Rule.condition` the phrase the
-  compound's sentence joins.
+drift apart.  The conventions they implement are stated once, in :data:`windtunnel.claims.verdicts.CONVENTIONS`: an error figure
+met at 1.5× (:class:`AtMost`); a bound on an interval (:class:`IntervalBelow`, :class:`IntervalAbove`); a share of
+seeds (:class:`EverySeed`, :class:`EachSeed`); an ordered pair (:class:`Ordered`); a share of the context-blind floor
+for what "learns" and "fails" mean (:class:`FloorShare`); compound rules (:class:`All`: agree when every part agrees,
+disagree when any disagrees, else inconclusive; :class:`Every`: one condition on each of several items).  Wherever a
+rule leaves a reading unsettled, it is *inconclusive* only if the estimate and most seeds point the papers' way
+(:func:`~windtunnel.claims.verdicts.leans`), and a disagreement otherwise.
 """
 
 from __future__ import annotations
@@ -26,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
-from .base import AGREE, DISAGREE, INCONCLUSIVE
 from .evidence import Measure
+from .verdicts import AGREE, DISAGREE, INCONCLUSIVE, leans
 
 ERROR_FACTOR = 1.5
 """An error claim agrees when our error is at most this multiple of the papers' figure (or below it)."""
@@ -102,14 +92,20 @@ class IntervalBelow(Rule):
     @property
     def sentence(self) -> str:
         other = "at or above" if self.below else "at or below"
-        return f"agree if {self.condition}, disagree if it lies {other} it, inconclusive if it holds it"
+        return (f"agree if {self.condition}, disagree if it lies {other} it; if it holds it, inconclusive where the mean "
+                "and most seeds are on the claimed side, else disagree")
 
     def kind(self, m: Measure) -> str:
         lo, hi = m.ci if m.ci else (m.value, m.value)
-        if not self.below:  # the mirror image: above the bound
-            lo, hi = -hi, -lo
-        bound = self.bound if self.below else -self.bound
-        return AGREE if hi < bound else DISAGREE if lo >= bound else INCONCLUSIVE
+        sign = 1.0 if self.below else -1.0  # above the bound is the mirror image of below it
+        lo, hi = sorted((sign * lo, sign * hi))
+        bound = sign * self.bound
+        if hi < bound:
+            return AGREE
+        if lo >= bound:
+            return DISAGREE
+        seeds = [sign * v < bound for v in (m.values or (m.value,))]
+        return INCONCLUSIVE if leans(seeds, sign * m.value < bound) else DISAGREE
 
 
 @dataclass(frozen=True)
@@ -120,9 +116,13 @@ class IntervalAbove(IntervalBelow):
     below: ClassVar[bool] = False
 
 
-def _share(met: Sequence[bool]) -> str:
-    """The share-of-seeds convention: every seed → agree, none → disagree, some → inconclusive."""
-    return AGREE if all(met) else DISAGREE if not any(met) else INCONCLUSIVE
+def _share(met: Sequence[bool], estimate_meets: bool | None = None) -> str:
+    """The share-of-seeds convention: every seed → agree, none → disagree; split → inconclusive where most seeds
+    (and the estimate, where there is one) meet it, else disagree."""
+    met = list(met)
+    if all(met):
+        return AGREE
+    return INCONCLUSIVE if any(met) and leans(met, estimate_meets) else DISAGREE
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class EachSeed(Rule):
 
     @property
     def sentence(self) -> str:
-        return f"agree if {self.condition}, disagree if on none, inconclusive if the seeds split"
+        return f"agree if {self.condition}, disagree if on none; if the seeds split, inconclusive where most meet it"
 
     def kind(self, met: Sequence[bool]) -> str:
         return _share(list(met))
@@ -172,13 +172,14 @@ class EverySeed(Rule):
 
     @property
     def sentence(self) -> str:
-        return f"agree if {self.condition}, disagree if on none, inconclusive if the seeds straddle it"
+        return (f"agree if {self.condition}, disagree if on none; if the seeds straddle it, inconclusive where most "
+                "seeds and the mean meet it")
 
     def meets(self, x: float) -> bool:
         return bool(_OPS[self.op](x, self.bound))
 
     def kind(self, m: Measure) -> str:
-        return _share([self.meets(v) for v in (m.values or (m.value,))])
+        return _share([self.meets(v) for v in (m.values or (m.value,))], self.meets(m.value))
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ class Ordered(Rule):
 
     @property
     def sentence(self) -> str:
-        return f"agree if {self.condition}, disagree if above, inconclusive if they overlap"
+        return (f"agree if {self.condition}, disagree if above; if they overlap, inconclusive where the means (and "
+                "most seeds, paired) are ordered so, else disagree")
 
     def kind(self, a: Measure, b: Measure) -> str:
         if a.ci is None or b.ci is None:
@@ -205,7 +207,9 @@ class Ordered(Rule):
             return AGREE
         if a.ci[0] > b.ci[1]:
             return DISAGREE
-        return INCONCLUSIVE
+        # overlapping: the means, and the seeds paired where both have one value per seed, must point the papers' way
+        paired = [x < y for x, y in zip(a.values, b.values)] if a.values and len(a.values) == len(b.values) else []
+        return INCONCLUSIVE if a.value < b.value and (not paired or leans(paired)) else DISAGREE
 
 
 @dataclass(frozen=True)
@@ -404,14 +408,13 @@ class BelowNulls(Rule):
 
     @property
     def sentence(self) -> str:
-        return f"agree if {self.condition}, disagree if every seed's is above them, inconclusive otherwise"
+        return f"agree if {self.condition}, disagree if none is; if the seeds split, inconclusive where most are below"
 
     def kind(self, values: Sequence[float], nulls: Sequence[Sequence[float]]) -> str:
         if not values or len(values) != len(nulls):
             raise ValueError("one set of nulls per seed")
         below = [v < min(n) for v, n in zip(values, nulls)]
-        above = [v > max(n) for v, n in zip(values, nulls)]
-        return AGREE if all(below) else DISAGREE if all(above) else INCONCLUSIVE
+        return _share(below)
 
 
 def conjoin(kinds: Sequence[str]) -> str:
@@ -422,11 +425,13 @@ def conjoin(kinds: Sequence[str]) -> str:
 
 
 def split_join(kinds: Sequence[str]) -> str:
-    """The share convention over items: agree when every item agrees, disagree when every item disagrees, else
-    inconclusive."""
+    """The share convention over items: agree when every item agrees; inconclusive where most items do not disagree
+    (the items split as seeds do), else disagree."""
     if not kinds:
         raise ValueError("a join of no items")
-    return AGREE if all(k == AGREE for k in kinds) else DISAGREE if all(k == DISAGREE for k in kinds) else INCONCLUSIVE
+    if all(k == AGREE for k in kinds):
+        return AGREE
+    return INCONCLUSIVE if leans([k != DISAGREE for k in kinds]) else DISAGREE
 
 
 def _apply(rule: Rule, arg: object) -> str:
@@ -472,9 +477,8 @@ class All(Rule):
 class Every(Rule):
     """One rule on each of several items (each model, each edited layer, each column — ``over`` names them, ``note``
     adds which is shown): :meth:`kind` takes the items' arguments and joins their verdicts by :func:`conjoin`; with
-    ``split``, as seeds are joined instead (:func:`split_join`: items that disagree among themselves leave the claim
-    inconclusive — a claim about language models in general is not refuted by one model that fails it while another
-    meets it, as a mean never decides a claim its seeds split on)."""
+    ``split``, as seeds are joined instead (:func:`split_join`: items that split leave the claim inconclusive where most
+    of them do not fail it, and disagree otherwise — one model of two meeting it is not a majority)."""
 
     rule: Rule
     over: str
@@ -492,7 +496,8 @@ class Every(Rule):
     @property
     def sentence(self) -> str:
         if self.split:
-            return f"agree if {self.condition}, disagree if it fails on each, inconclusive if they split"
+            return (f"agree if {self.condition}; if they split, inconclusive where most do not fail it, else "
+                    "disagree")
         return f"agree if {self.condition}{_may_be_inconclusive((self.rule,))}"
 
     def kind(self, items: Sequence[object]) -> str:

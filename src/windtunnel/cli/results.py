@@ -14,7 +14,7 @@ from .outputs import out_path, writable_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``reproduce``, ``claims`` and ``diversity``, in that order."""
+    """Add ``reproduce``, ``claims``, ``check`` and ``diversity``, in that order."""
     from ..run import grid
     from ..orchestration.reproduce import TARGETS as REPRODUCE_TARGETS
 
@@ -45,6 +45,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     cl.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="whose cells the verdicts read (default quick)")
     cl.add_argument("--out", help="the Markdown file (default RESULTS/CLAIMS.md)")
     cl.set_defaults(func=cmd_claims)
+
+    ck = sub.add_parser("check", help="regenerate the evidence of the claims you name in a folder of your own (at the "
+                                      "committed scale, or a laptop's) and judge them there beside the committed verdict")
+    ck.add_argument("claims", nargs="+", metavar="ID", help="claim ids, as in results/CLAIMS.md (A1 B1 …)")
+    ck.add_argument("--out", default="checks", help="the folder the cells are trained and judged in (default checks; "
+                                                    "results/ only if named)")
+    ck.add_argument("--steps", type=positive_int, help="train every cell this many steps (a laptop's scale; default: "
+                                                       "each recipe's own)")
+    ck.add_argument("--seeds", type=positive_int, default=len(grid.SEEDS),
+                    help=f"train the first N of the grid's seeds (default {len(grid.SEEDS)})")
+    ck.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="the preset the claims are judged at "
+                                                                                "(default quick)")
+    ck.add_argument("--results", help="the committed results the verdicts are compared with, and where what is not a "
+                                      "cell is read (default results)")
+    ck.add_argument("--workers", type=positive_int, help="cells worked at once (default: one per core)")
+    ck.add_argument("--threads", type=positive_int, help="torch threads per worker on CPU")
+    ck.add_argument("--dry-run", dest="dry_run", action="store_true", help="list the cells it would train; train nothing")
+    ck.set_defaults(func=cmd_check)
 
     dv = sub.add_parser("diversity", help="memorisation vs inference: the task-diversity sweep's table and figure "
                                           "from its committed cells")
@@ -110,6 +128,30 @@ def cmd_claims(args: argparse.Namespace, extra: list[str]) -> int:
         writable_file(details / "A1.md")
     path, counts = claims.write(results, out, preset=args.preset)
     print(f"wrote {path}: {sum(counts.values())} claims — " + ", ".join(f"{k} {counts.get(k, 0)}" for k in claims.VERDICTS))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
+    """Train the named claims' cells under ``--out`` and judge them there, beside the committed verdicts."""
+    from ..orchestration import check
+
+    results = Path(out_path(args.results) or "results")
+    if not results.is_dir():
+        raise UsageError(f"invalid results: {results} is not a folder")
+    out = Path(out_path(args.out))
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"invalid out: {out} is not a folder")
+    if out.resolve() == results.resolve() and args.out != args.results:
+        raise UsageError(f"invalid out: {out} is the committed results; name it with --results too to check there")
+    scale = check.Scale(args.steps, args.seeds)
+    print(f"checking {' '.join(args.claims)} at {scale.text()} in {out}/", flush=True)
+    worked, checked = check.check(args.claims, out, args.preset, scale, results, args.workers, args.threads,
+                                  args.dry_run)
+    for at, cells in worked.items():
+        said = "would train" if args.dry_run else "trained"
+        print(f"{at} cells at {scale.text()}: {said} {len(cells)}" + (f" ({', '.join(cells)})" if cells else ""))
+    for c in checked:
+        print(c.line(scale))
     return 0
 
 

@@ -327,7 +327,7 @@ def export(job: Job, results: Path) -> Path:
 def reproduce(target: str, preset: str = "quick", results: str | Path = "results", workers: int | None = None,
               dry_run: bool = False, analyze_n: int = ANALYZE_N, threads: int | None = None,
               only: Sequence[str] = (), slurm: executors.SlurmOptions | None = None,
-              stack: str = "auto", compile: bool = False) -> dict[str, Any]:
+              stack: str = "auto", compile: bool = False, jobs: Sequence[Job] | None = None) -> dict[str, Any]:
     """Work every cell of ``target`` whose artifacts are missing; returns what was done and how long it took.
     ``threads``: torch threads per worker on CPU (default: the machine's cores shared out among the workers).
     ``only``: shell patterns on the cell folders (``hmm_pool_*-mamba-s0``); when given, just the cells that
@@ -335,13 +335,14 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     array instead (:func:`windtunnel.orchestration.executors.run_slurm`), each task a shard of cells run by the local pool on its
     node; with ``dry_run``, the array's plan (:func:`array_plan`).  ``stack``: train the seeds of a cell as one
     stacked model (:mod:`windtunnel.orchestration.stacking`): ``auto`` where the cells run on GPUs, ``on``, ``off``.
-    ``compile``: each cell's model through ``torch.compile`` (not part of its recipe)."""
+    ``compile``: each cell's model through ``torch.compile`` (not part of its recipe).  ``jobs``: these cells (all of
+    ``preset``) instead of the target's plan (``windtunnel check``: the cells of named claims)."""
     import torch
 
     results = Path(results)
     if slurm is not None and not dry_run:  # refused before anything is written (a plan needs no cluster)
         executors.environment_ok()
-    jobs = plan(target, preset)
+    jobs = plan(target, preset) if jobs is None else list(jobs)
     if only:
         jobs = [j for j in jobs if any(fnmatch.fnmatchcase(j.cell.folder, p) for p in only)]
     if not dry_run:  # references made stale by a newer version: remade from the task, no training needed
