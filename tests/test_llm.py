@@ -272,7 +272,7 @@ def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixt
     d = vals[1].shape[1]
     w = torch.randn(d, dtype=torch.float64)
     axis = (w / w.norm(), torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64))
-    with sula.value_edit(model, {1: axis}, lambda z, u: (z @ u) * u):
+    with sula.value_edit(model, {1: axis}, sula.axis_only_edit):
         _, only = sula.model_posterior(model, tk, items, ("dax", "lug"), [1])
     assert torch.allclose(only[1], (vals[1] @ axis[0])[:, None] * axis[0][None], atol=1e-5)
     with sula.value_edit(model, {1: axis}, {1: lambda z, u: z + 0.5 * u}):
@@ -369,7 +369,7 @@ def test_llm_global_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) ->
 
 @pytest.mark.parametrize("family", ["llama", "gpt_neox", "gpt2"])
 def test_value_cut_on_every_attention_layout(family: str, tmp_path: Path) -> None:
-    """The cut edits only the final token's values, on separate and on fused (GPT-NeoX, GPT-2)
+    """The cut edits the values of every position, on separate and on fused (GPT-NeoX, GPT-2)
     projections: afterwards the entropy axis is gone from the values read, the keys of the same
     module are untouched, and the model's output changes."""
     items = sula.prompts(sula.SulaSetup(ks=(1, 4), per_k=4), ("dax", "lug"))
@@ -429,7 +429,7 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     out = tmp_path / "sula.json"
     assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--layers", "0", "1", "--out", str(out)]) == 0
     cut = json.loads(out.read_text())["cut"]
-    assert set(cut["one_at_a_time"]) == {"0", "1"}
+    assert all(set(cut[name]["alone"]) == {"0", "1"} for name in ("entropy_axis", "random_axis", "no_op"))
     # recomputed by hand: the axes from the normal prompts, then layer 1's entropy axis cut alone
     model, tk, _ = load_model(str(folder))
     setup = sula.SulaSetup(per_k=6, n_boot=30)
@@ -441,7 +441,7 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     ent, _, _ = sula.entropy_axes(values, sula._binary_entropy(p1), setup.seed)
     with sula.value_cut(model, {1: ent[1]}):
         q, _ = sula.model_posterior(model, tk, base, pair, [1])
-    alone = cut["one_at_a_time"]["1"]["entropy_axis"]["behaviour"]
+    alone = cut["entropy_axis"]["alone"]["1"]["behaviour"]
     assert alone["entropy_mae"] == pytest.approx(sula.score(exact, q, ks, 30)["entropy_mae"], abs=1e-9)
     assert alone["entropy_mae"] != cut["entropy_axis"]["behaviour"]["entropy_mae"]  # both layers cut is another edit
     # --cut-only: the same normal scores and the same cut at the layers together, nothing else
@@ -449,10 +449,11 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     assert main(["llm", "sula", str(folder), "--per-k", "6", "--n-boot", "30", "--layers", "0", "1", "--cut-only",
                  "--out", str(only)]) == 0
     full, part = json.loads(out.read_text()), json.loads(only.read_text())
-    assert set(part["conditions"]) == {"normal"} and "geometry" not in part and "one_at_a_time" not in part["cut"]
+    assert set(part["conditions"]) == {"normal"} and "geometry" not in part
+    assert all("alone" not in part["cut"][name] for name in ("entropy_axis", "random_axis", "no_op"))
     assert part["conditions"]["normal"] == full["conditions"]["normal"]
-    for name in ("entropy_axis", "random_axis"):
-        assert part["cut"][name] == full["cut"][name]
+    for name in ("entropy_axis", "random_axis", "no_op"):
+        assert part["cut"][name] == {k: v for k, v in full["cut"][name].items() if k != "alone"}
 
 
 def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Path) -> None:
@@ -485,15 +486,21 @@ def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Pa
     assert torch.equal(q, p1) and torch.equal(after[2], values[2]) and torch.equal(after[3], values[3])
     assert sula._project(after[1], ent[1]).abs().max() < 1e-5  # ... yet the cut layer's own values lost the axis
     # so the readings after it equal those before, at every point downstream, for either axis
-    for name in ("entropy_axis", "random_axis"):
-        a = cut["one_at_a_time"]["1"][name]
+    for name in ("entropy_axis", "random_axis", "no_op"):
+        a = cut[name]["alone"]["1"]
         assert a["behaviour"]["entropy_mae"] == pytest.approx(doc["conditions"]["normal"]["entropy_mae"], abs=1e-12)
         assert set(a["rho_downstream_after"]) == {"2", "3"}
         for m, r in a["rho_downstream_after"].items():
             assert r == pytest.approx(cut["rho_values_before"][m], abs=1e-9), (name, m)
         assert a["rho_readout_after"] == pytest.approx(cut["rho_readout_before"], abs=1e-9), name
     # layer 3 is the last: only the readout lies downstream of it
-    assert cut["one_at_a_time"]["3"]["entropy_axis"]["rho_downstream_after"] == {}
+    assert cut["entropy_axis"]["alone"]["3"]["rho_downstream_after"] == {}
+    # the paper's quantity is read at layer 3's values for the cut at layer 1 (inert here: as before), and at the
+    # readout for the cut at the last layer
+    one = cut["entropy_axis"]["alone"]["1"]
+    assert one["paper_read_at"] == "values of layer 3" and one["rho_paper_before"] == pytest.approx(cut["rho_values_before"]["3"])
+    assert one["rho_paper_after"] == pytest.approx(one["rho_paper_before"], abs=1e-9)
+    assert cut["entropy_axis"]["alone"]["3"]["paper_read_at"] == "readout"
 
 
 def test_sula_cuts_the_papers_layers_at_the_same_relative_depth(tmp_path: Path) -> None:
@@ -552,6 +559,7 @@ def test_sula_axis_only_and_shift_are_read_downstream_and_per_layer(tmp_path: Pa
     a, sh = doc["geometry"]["axis_only"], doc["geometry"]["shift"]
     assert a["rho_readout_before"] == pytest.approx(doc["cut"]["rho_readout_before"], abs=1e-12)
     assert set(a["one_at_a_time"]) == set(sh["one_at_a_time"]) == {"1", "3"}
+    assert "entropy_axis" not in a and "plus" not in sh  # the paper edits each layer alone: no joint edit is made
     inert = a["one_at_a_time"]["1"]
     for name in ("entropy_axis", "random_axis"):
         r = inert[name]
@@ -573,7 +581,7 @@ def test_sula_axis_only_and_shift_are_read_downstream_and_per_layer(tmp_path: Pa
     exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
     p1, values = sula.model_posterior(model, tk, base, pair, [1, 3])
     ent, _, _ = sula.entropy_axes(values, sula._binary_entropy(p1), setup.seed)
-    with sula.value_edit(model, {3: ent[3]}, lambda z, u: (z @ u) * u):
+    with sula.value_edit(model, {3: ent[3]}, sula.axis_only_edit):
         q, _ = sula.model_posterior(model, tk, base, pair)
     Hq, Hb = sula._binary_entropy(q), sula._binary_entropy(exact)
     alone = a["one_at_a_time"]["3"]["entropy_axis"]

@@ -14,22 +14,26 @@ Reported, with bootstrap intervals over prompts: entropy MAE and KL(exact ‖ mo
 survive), **shuffled** (labels drawn independently of ``y``: the exact posterior of that process is
 uniform, 1 bit), **no evidence** (only the test word: 1 bit).
 
-**The entropy-axis cut** (Paper III §4.5–4.6, §7.1): at chosen layers, ``u`` = PC1 of the z-scored
-final-token value vectors over the prompts (its sign set so that the projection grows with the
-model's entropy); the cut replaces the final token's values ``v`` by ``v − (v·u)u`` in z-scored
-coordinates.  A random unit axis orthogonal to ``u`` is the control.  Behaviour (MAE, KL) is reported
-before and after, for the layers cut together and (``one_at_a_time``, as the paper cuts) for each
-layer cut alone.  The edit is made where the values are computed, on every attention layout the
-signatures read (separate ``v_proj``; the value slice of GPT-NeoX's and GPT-2's fused projections).
+**The entropy-axis cut** (Paper III §4.5–4.6, §6.2, §7.1): at chosen layers, ``u`` = PC1 of the z-scored
+final-token value vectors over the prompts (its sign set so that the projection grows with the model's entropy);
+the cut :math:`\tilde z = z - \lambda (z\cdot u)u` with λ = 1 (:data:`CUT_LAMBDA`, the paper's "hard removal")
+is applied to the values of **every position** of the edited layer — the layer's values, as the paper defines the
+cut, not the final token's alone: the later positions' attention reads the earlier positions' values, so an edit of
+the final token only leaves most of what the layer passes on untouched.  Two nulls go through the same code path on
+the same prompts: the **no-op** (λ = 0: every value z-scored and mapped back, nothing removed; it must leave the
+model's output where it was, to rounding) and the **random axis** (a Gaussian unit vector orthogonalised against
+``u``: the same norm, another direction).  Behaviour (MAE, KL) is reported after each, for the layers cut together
+and (``alone``, inside each edit's block, as the paper cuts) for each layer cut alone.  The edit is made where the
+values are computed, on every attention layout the signatures read (separate ``v_proj``; the value slice of
+GPT-NeoX's and GPT-2's fused projections).
 
 **The space the cut is made in.**  Paper III defines ``u_ent`` as "PC1 of the standardized final-token
-values" and the cut as :math:`\tilde v = v - \lambda (v\cdot u)u` with λ = 1 ("hard removal").  ``u``
-is a direction of the standardised coordinates :math:`z = (v - \mu)/\sigma` (per coordinate, μ and σ
-over the uncut prompts); only there is ``v·u`` the prompt's coordinate along PC1.  The cut is
-therefore :math:`z \leftarrow z - (z\cdot u)u`, mapped back as :math:`v \leftarrow \mu + \sigma \odot z`:
-after it every prompt sits at the prompts' mean along the axis (``z·u = 0``, the hard removal) and
-every other standardised coordinate is untouched.  The axis-only projection (``z ← (z·u)u``) and the
-shift (``z ← z ± σ_u u``) are made in the same coordinates.
+values" and the cut as :math:`\tilde v = v - \lambda (v\cdot u)u` with λ = 1.  ``u`` is a direction of the
+standardised coordinates :math:`z = (v - \mu)/\sigma` (per coordinate, μ and σ over the uncut prompts' final
+tokens); only there is ``v·u`` the prompt's coordinate along PC1.  The cut is therefore made on ``z`` and mapped back
+as :math:`v \leftarrow \mu + \sigma \odot \tilde z`: after it every position sits at the prompts' mean along the axis
+(``z·u = 0``) and every other standardised coordinate is untouched.  The axis-only projection (``z ← (z·u)u``) and
+the shift (``z ← z ± σ_u u``) are made in the same coordinates, at every position too.
 
 **Which layers.**  Paper III's interventions are on Pythia-410M, 24 layers numbered 0–23 (:data:`PAPER_DEPTH`):
 the two "Bayesian" layers 12 and 23 one at a time (§7.1, :data:`PAPER_BAYESIAN_LAYERS`) and the five
@@ -46,16 +50,19 @@ for the random axis (orthogonal to ``u``), whatever the model does.  The statist
 therefore read where the cut can only act through the model's own computation, each against the
 axis fitted (z-scoring included) on the uncut run and the model's entropy after the cut:
 
+* ``rho_paper_after`` — **the paper's quantity** ρ(z·u, H_model) where the edit has not fixed it: at the values of
+  the last layer downstream of every edited layer and not itself edited (for a cut at Paper III's layer 12 that is
+  its other Bayesian layer, 23, the last), against that layer's uncut entropy axis; where the last layer is edited
+  no values lie downstream, and the same statistic is read on the readout (``paper_read_at`` says which;
+  ``rho_paper_before`` is the same reading on the uncut run, and the no-op edit reproduces it).
 * ``rho_readout_after`` — at the **readout**: the final token's hidden state that the output head
   reads (after the final norm), downstream of every layer's values; its entropy axis is PC1 of those
-  states over the uncut prompts, oriented like ``u`` (``rho_readout_before``).  This is the one
-  reading defined for every cut layer, the last included, and the one to compare a cut with.
-* ``rho_downstream_after`` — at the values of every layer after the first cut layer and not itself
-  cut, each against its own uncut entropy axis (``rho_values_before``: every layer, uncut).
-* ``rho_axis_entropy_after`` — kept under its old name and meaning: the cut layer's own values
-  *after* the edit (the edit hook runs before any reading hook on that module).  It only checks that
-  the edit was made (≈ 0 by construction for the entropy axis, ≈ before for the random one); it is
-  not a measurement of the cut's effect.
+  states over the uncut prompts, oriented like ``u`` (``rho_readout_before``).
+* ``rho_downstream_after`` — at the values of every layer after the first edited layer and not itself
+  edited, each against its own uncut entropy axis (``rho_values_before``: every layer, uncut).
+* ``rho_axis_entropy_after`` — the edited layer's own values *after* the edit (the edit hook runs before any reading
+  hook on that module).  It only checks that the edit was made (no value along the axis is left for the entropy-axis
+  cut: the correlation of a constant is undefined, ``None``); it is not a measurement of the cut's effect.
 """
 
 from __future__ import annotations
@@ -250,20 +257,49 @@ def score(exact: torch.Tensor, model_p1: torch.Tensor, ks: torch.Tensor, n_boot:
     return out
 
 
+CUT_LAMBDA = 1.0
+"""Paper III's λ in the cut ``ṽ = v − λ(v·u)u``: 1, the hard removal (λ = 0 is the no-op through the same path)."""
+
+
+def cut_edit(lam: float = CUT_LAMBDA) -> Any:
+    """The cut as an edit of z-scored values ``z [..., d]``: ``z − λ(z·u)u`` (λ = 1 removes the axis, λ = 0 is
+    the identity)."""
+
+    def edit(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return z - lam * (z @ u).unsqueeze(-1) * u
+
+    return edit
+
+
+def axis_only_edit(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The axis-only projection of z-scored values ``z [..., d]``: ``(z·u)u``."""
+    return (z @ u).unsqueeze(-1) * u
+
+
+def shift_edit(c: float) -> Any:
+    """The shift of z-scored values along the axis: ``z + c·u``."""
+
+    def edit(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return z + c * u
+
+    return edit
+
+
 @contextmanager
-def value_cut(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Iterator[None]:
-    """At each layer ``l`` with ``(u, mean, std)``, replace the final token's values ``v`` by the
-    values whose z-scores have their component along ``u`` removed: ``z ← z − (z·u)u``."""
-    with value_edit(model, axes, lambda z, u: z - (z @ u) * u):
+def value_cut(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+              lam: float = CUT_LAMBDA) -> Iterator[None]:
+    """At each layer ``l`` with ``(u, mean, std)``, replace the values ``v`` of every position by the values whose
+    z-scores have λ times their component along ``u`` removed: ``z ← z − λ(z·u)u``."""
+    with value_edit(model, axes, cut_edit(lam)):
         yield
 
 
 @contextmanager
 def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
                edit: Any) -> Iterator[None]:
-    """At each layer with ``(u, mean, std)``, the final token's values ``v`` become ``mean + std · edit(z, u)``
-    with ``z = (v − mean) / std``: the cut (``z − (z·u)u``), the axis-only projection (``(z·u)u``) or a
-    shift along the axis (``z + c·u``)."""
+    """At each layer with ``(u, mean, std)``, the values ``v`` of every position (every prompt of the batch, every
+    token) become ``mean + std · edit(z, u)`` with ``z = (v − mean) / std`` (``z [batch, tokens, d]``): the cut
+    (``z − λ(z·u)u``), the axis-only projection (``(z·u)u``) or a shift along the axis (``z + c·u``)."""
     layout = attention_layout(model)
     idx = layout.indices("v")
     handles = []
@@ -274,9 +310,9 @@ def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch
                 f: Any = f) -> torch.Tensor:
             o = o.clone()
             where = idx.to(o.device)
-            v = o[0, -1, where].double().cpu()
+            v = o[..., where].double().cpu()  # every position's values, not the final token's alone
             z = f((v - mu) / sd, u)
-            o[0, -1, where] = (mu + sd * z).to(o.dtype).to(o.device)
+            o[..., where] = (mu + sd * z).to(o.dtype).to(o.device)
             return o
 
         # prepended: whatever else reads this module's output (a capture hook) sees the edited values
@@ -366,12 +402,16 @@ def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
 
 
 READ_AT = {
+    "rho_paper_after": "Paper III's own quantity, rho(z.u, model entropy) of a layer's final-token values against its "
+                       "uncut entropy axis, read where the edit has not fixed it: the last layer downstream of every "
+                       "edited layer and not itself edited, else (the last layer edited) the same statistic on the "
+                       "readout; paper_read_at names which (compare with rho_paper_before)",
     "rho_readout_after": "the final token's hidden state read by the output head, against its uncut entropy axis: "
                          "downstream of every edited layer (the reading to compare with rho_readout_before)",
     "rho_downstream_after": "the values of each layer after the first edited layer and not itself edited, against "
                             "that layer's uncut entropy axis (compare with rho_values_before)",
     "rho_axis_entropy_after": "the edited layer's own values after the edit, against its uncut entropy axis: fixed by "
-                              "the edit itself (the cut: ~0 for the entropy axis, ~before for the random one; the "
+                              "the edit itself (the cut: none left for the entropy axis, ~before for the random one; the "
                               "axis-only projection: ~before for the entropy axis, ~0 for the random one); a check that "
                               "the edit was made, not a measurement of its effect",
     "rho_model_bayes_entropy": "rho(model entropy, H_Bayes) over the prompts after the edit: behaviour against the "
@@ -398,6 +438,18 @@ class _Probe:
         self.rho_readout_before_ci = _rho_ci(_project(readout, self.readout_axis), self.H, setup.n_boot,
                                              setup.seed)["ci"]
 
+    def paper_at(self, edited: Sequence[int]) -> int | None:
+        """Where the paper's quantity is read after an edit of ``edited``: the last layer downstream of every edited
+        layer and not itself edited (``None``: the last layer is edited, and the readout stands in)."""
+        later = [m for m in self.every if m > max(edited) and m not in edited]
+        return max(later) if later else None
+
+    def paper_before(self, edited: Sequence[int]) -> dict[str, Any]:
+        """The paper's quantity on the uncut run, where :meth:`after` reads it for an edit of ``edited``."""
+        at = self.paper_at(edited)
+        return {"paper_read_at": READOUT if at is None else f"values of layer {at}",
+                "rho_paper_before": self.rho_readout_before if at is None else self.probes[at][1]}
+
     def after(self, axes: dict[int, tuple[torch.Tensor, ...]], edit: Any,
               ent: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
         """The readings (:data:`READ_AT`) and behaviour after ``edit`` at the layers of ``axes``; ``ent``: the
@@ -406,7 +458,11 @@ class _Probe:
             q, after, R = _forward(self.model, self.tokenizer, self.items, self.pair, self.every, readout=True)
         Hq = _binary_entropy(q)
         first, n_boot, seed = min(axes), self.setup.n_boot, self.setup.seed
+        at = self.paper_at(list(axes))
+        paper = _project(R, self.readout_axis) if at is None else _project(after[at], self.probes[at][0])
         return {"behaviour": score(self.exact, q, self.ks, n_boot), "mean_model_entropy": float(Hq.mean()),
+                **self.paper_before(list(axes)), "rho_paper_after": _spearman(paper, Hq),
+                "rho_paper_after_ci": _rho_ci(paper, Hq, n_boot, seed)["ci"],
                 "rho_model_bayes_entropy": _spearman(Hq, self.H_bayes),
                 "rho_axis_entropy_after": {str(l): _spearman(_project(after[l], ent[l]), Hq) for l in axes},
                 "rho_readout_after": _spearman(_project(R, self.readout_axis), Hq),
@@ -415,16 +471,9 @@ class _Probe:
                                          for m in self.every if m > first and m not in axes}}
 
 
-def _cut(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    return z - (z @ u) * u
-
-
-def _axis_only(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    return (z @ u) * u
-
-
 def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair: tuple[str, str],
-                  cut_layers: Sequence[int]) -> dict[str, Any]:
+                  cut_layers: Sequence[int], normal: tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor] | None = None
+                  ) -> dict[str, Any]:
     r"""Paper III's SULA geometry at the last layer's final-token values, in one PCA basis shared by every k
     (z-scored over the normal prompts; PC1 oriented to grow with the Bayesian entropy), and the §7.1 edits
     other than the cut at ``cut_layers``:
@@ -448,8 +497,10 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
       entropy MAE and ρ(model entropy, H_Bayes) after (Paper III: a small change in the direction of the
       shift, +1σ "slightly improving correlation with the Bayesian entropy curve"), with the same readings.
 
-    Both edits are made at the layers together and (``one_at_a_time``, where there are several: the paper
-    edits "each of two Bayesian layers") at each layer alone.
+    Both edits are made at every position of the edited layer, at each layer alone (``one_at_a_time``, where there
+    are several: the paper edits "each of two Bayesian layers" on its own; the layers together only where there is
+    one).  ``normal``: the uncut run on the normal prompts at every layer with the readout (``p1``, values,
+    readout), where the caller has made it already.
     """
     layout = attention_layout(model)
     L = len(layout.layers)
@@ -457,7 +508,9 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
     out: dict[str, Any] = {"layer": last}
     items = {c: prompts(setup, pair, c) for c in ("normal", "shuffled", "masked")}
     p, V = {}, {}
-    p["normal"], V["normal"], readout = _forward(model, tokenizer, items["normal"], pair, list(range(L)), readout=True)
+    if normal is None:
+        normal = _forward(model, tokenizer, items["normal"], pair, list(range(L)), readout=True)
+    p["normal"], V["normal"], readout = normal
     for c in ("shuffled", "masked"):
         p[c], V[c] = model_posterior(model, tokenizer, items[c], pair, [last])
     ks = {c: torch.tensor([x["k"] for x in its]) for c, its in items.items()}
@@ -488,12 +541,13 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
                         "rho_readout_before_ci": probe.rho_readout_before_ci, "read_at": READ_AT}
 
     def axis_only(axes: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-        r = probe.after(axes, _axis_only, ent)
+        r = probe.after(axes, axis_only_edit, ent)
         return {**r, "entropy_mae": r["behaviour"]["entropy_mae"]}
 
-    for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-        out["axis_only"][name] = axis_only(axes)
-    if several:
+    if not several:
+        for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
+            out["axis_only"][name] = axis_only(axes)
+    else:
         out["axis_only"]["one_at_a_time"] = {str(l): {name: axis_only({l: axes[l]})
                                                       for name, axes in (("entropy_axis", ent), ("random_axis", rnd))}
                                              for l in layers}
@@ -505,12 +559,13 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
                     "read_at": READ_AT}
 
     def shift(at: Sequence[int], sign: int) -> dict[str, Any]:
-        r = probe.after({l: ent[l] for l in at}, {l: (lambda z, u, c=sign * sig[l]: z + c * u) for l in at}, ent)
+        r = probe.after({l: ent[l] for l in at}, {l: shift_edit(sign * sig[l]) for l in at}, ent)
         return {"entropy_mae": r["behaviour"]["entropy_mae"], **r}
 
-    for sign, key in ((+1, "plus"), (-1, "minus")):
-        out["shift"][key] = shift(layers, sign)
-    if several:
+    if not several:
+        for sign, key in ((+1, "plus"), (-1, "minus")):
+            out["shift"][key] = shift(layers, sign)
+    else:
         out["shift"]["one_at_a_time"] = {str(l): {key: shift([l], sign) for sign, key in ((+1, "plus"), (-1, "minus"))}
                                          for l in layers}
     return out
@@ -519,7 +574,8 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
 def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetup(),
              cut_layers: Sequence[int] | None = None, cut_only: bool = False,
              paper: Sequence[int] | None = None) -> dict[str, Any]:
-    """Every condition, and the entropy-axis cut against the random-axis cut at ``cut_layers`` (this model's
+    """Every condition, and the entropy-axis cut against its two nulls (the random-axis cut and the no-op, λ = 0),
+    each at every position of the edited layers, at ``cut_layers`` (this model's
     layer numbers) or at ``paper`` (Paper III's layer numbers, mapped to the same relative depth here by
     :func:`paper_layers`); with neither, the paper's two Bayesian layers (:data:`PAPER_BAYESIAN_LAYERS`).
     ``cut_only``: the normal prompts and the cut at the layers together, nothing else — the multi-layer cut
@@ -558,7 +614,8 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
     probe = _Probe(model, tokenizer, setup, pair, base, p1, values, readout)
     ent, rnd, rho = entropy_axes({l: values[l] for l in layers}, probe.H, setup.seed)
     cut: dict[str, Any] = {
-        "applicable": True, "layers": layers,
+        "applicable": True, "layers": layers, "lambda": CUT_LAMBDA, "positions": "every position of the edited layers",
+        "space": "z-scored values (the uncut prompts' final-token mean and spread per coordinate)",
         "layer_map": None if layer_map is None else {
             "paper_depth": PAPER_DEPTH, "model_depth": L,
             "rule": f"paper layer l -> floor(l*({L}-1)/({PAPER_DEPTH}-1) + 1/2): the same relative depth",
@@ -567,17 +624,19 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
         "rho_readout_before": probe.rho_readout_before, "rho_readout_before_ci": probe.rho_readout_before_ci,
         "rho_values_before": {str(m): probe.probes[m][1] for m in every},
         "rho_model_bayes_entropy_before": _spearman(probe.H, probe.H_bayes), "read_at": READ_AT}
-    for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-        cut[name] = probe.after(axes, _cut, ent)
-    if len(layers) > 1 and not cut_only:  # the paper cuts one layer at a time: each layer alone, the others untouched
-        cut["one_at_a_time"] = {}
-        for l in layers:
-            alone = {}
-            for name, axes in (("entropy_axis", ent), ("random_axis", rnd)):
-                alone[name] = probe.after({l: axes[l]}, _cut, ent)
-                alone[name]["rho_axis_entropy_after"] = alone[name]["rho_axis_entropy_after"][str(l)]  # a number, as before
-            cut["one_at_a_time"][str(l)] = alone
+    # the cut (λ = 1) along the entropy axis, and its two nulls through the same code path: the same cut along a
+    # random axis, and the no-op (λ = 0 along the entropy axis)
+    edits = (("entropy_axis", ent, cut_edit(CUT_LAMBDA)), ("random_axis", rnd, cut_edit(CUT_LAMBDA)),
+             ("no_op", ent, cut_edit(0.0)))
+    for name, axes, edit in edits:
+        cut[name] = probe.after(axes, edit, ent)
+        if len(layers) > 1 and not cut_only:  # the paper cuts one layer at a time: each layer alone, the others untouched
+            cut[name]["alone"] = {}
+            for l in layers:
+                alone = probe.after({l: axes[l]}, edit, ent)
+                alone["rho_axis_entropy_after"] = alone["rho_axis_entropy_after"][str(l)]  # a number: one layer
+                cut[name]["alone"][str(l)] = alone
     out["cut"] = cut
     if not cut_only:
-        out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers)
+        out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers, (p1, values, readout))
     return json_safe(out)
