@@ -67,7 +67,7 @@ axis fitted (z-scoring included) on the uncut run and the model's entropy after 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -189,11 +189,74 @@ def _readout_hook(model: torch.nn.Module, store: dict[Any, list[torch.Tensor]]) 
     return head.register_forward_pre_hook(keep)
 
 
+def _decoder_blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's decoder blocks, in order: the module list as long as its depth (``layers`` or ``h``)."""
+    depth = len(attention_layout(model).layers)
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) == depth and name.rsplit(".", 1)[-1] in ("layers", "h"):
+            return m
+    raise InvalidValue(f"invalid model: {type(model).__name__} has no list of {depth} decoder blocks")
+
+
+class Prefix:
+    """Each prompt's output of chosen decoder blocks on the uncut run, replayed where an edit cannot reach.
+
+    In a causal model an edit of layer ``l``'s values changes nothing computed by the blocks before ``l``, so a run
+    under an edit whose first edited layer is ``l`` may take block ``l − 1``'s output from the uncut run and compute
+    from block ``l`` on: the same numbers, at the cost of the blocks from ``l`` on only.  :meth:`record` keeps the
+    outputs (of the blocks in ``keep``) during the uncut run; :meth:`replay` stands in for the blocks before ``first``
+    (those before ``first − 1`` pass their input through untouched, block ``first − 1`` returns its recorded output for
+    prompt :attr:`index`, which :func:`_forward` sets)."""
+
+    def __init__(self, model: torch.nn.Module, keep: Sequence[int]) -> None:
+        self.blocks = _decoder_blocks(model)
+        self.out: dict[int, list[Any]] = {i: [] for i in sorted(set(keep)) if i >= 0}
+        self.index = 0
+
+    @contextmanager
+    def record(self) -> Iterator[None]:
+        def keep(m: Any, args: Any, o: Any, i: int) -> None:
+            self.out[i].append(o.detach().clone() if isinstance(o, torch.Tensor)
+                               else tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x for x in o))
+
+        handles = [self.blocks[i].register_forward_hook(lambda m, a, o, i=i: keep(m, a, o, i)) for i in self.out]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    @contextmanager
+    def replay(self, first: int) -> Iterator[None]:
+        if first - 1 not in self.out or not self.out[first - 1]:  # nothing recorded there: run every block
+            yield
+            return
+        recorded = self.out[first - 1]
+        as_tuple = not isinstance(recorded[0], torch.Tensor)
+
+        def through(*args: Any, **kwargs: Any) -> Any:
+            h = args[0] if args else kwargs["hidden_states"]
+            return (h,) if as_tuple else h
+
+        def replayed(*args: Any, **kwargs: Any) -> Any:
+            o = recorded[self.index]
+            return o.clone() if not as_tuple else tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in o)
+
+        for i in range(first):
+            self.blocks[i].forward = replayed if i == first - 1 else through
+        try:
+            yield
+        finally:
+            for i in range(first):
+                del self.blocks[i].forward
+
+
 @torch.no_grad()
 def _forward(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict[str, Any]], labels: tuple[str, str],
-             layers: Sequence[int] = (), readout: bool = False
+             layers: Sequence[int] = (), readout: bool = False, prefix: Prefix | None = None
              ) -> tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor | None]:
-    """``p1 [N]``, the final-token values at ``layers`` and (``readout``) the final-token readout ``[N, d]``."""
+    """``p1 [N]``, the final-token values at ``layers`` and (``readout``) the final-token readout ``[N, d]``;
+    ``prefix``: told which prompt runs (:attr:`Prefix.index`), for a recording or a replay around the call."""
     ids = [tokenizer(" " + w, add_special_tokens=False)["input_ids"][0] for w in labels]
     layout = attention_layout(model)
     store: dict[Any, list[torch.Tensor]] = {}
@@ -203,7 +266,9 @@ def _forward(model: torch.nn.Module, tokenizer: Any, items: Sequence[dict[str, A
     device = next(model.parameters()).device
     p1 = []
     try:
-        for item in items:
+        for j, item in enumerate(items):
+            if prefix is not None:
+                prefix.index = j
             x = encode(tokenizer, item["text"]).to(device)
             logits = _last_logits(model, x)[ids].double()
             p1.append(float(torch.softmax(logits, -1)[0]))
@@ -427,8 +492,9 @@ class _Probe:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair: tuple[str, str],
                  items: Sequence[dict[str, Any]], p1: torch.Tensor, values: dict[int, torch.Tensor],
-                 readout: torch.Tensor) -> None:
+                 readout: torch.Tensor, prefix: Prefix | None = None) -> None:
         self.model, self.tokenizer, self.setup, self.pair, self.items = model, tokenizer, setup, pair, items
+        self.prefix = prefix
         self.exact = torch.tensor([x["p1"] for x in items], dtype=torch.float64)
         self.ks = torch.tensor([x["k"] for x in items])
         self.H, self.H_bayes = _binary_entropy(p1), _binary_entropy(self.exact)
@@ -454,8 +520,9 @@ class _Probe:
               ent: dict[int, tuple[torch.Tensor, ...]]) -> dict[str, Any]:
         """The readings (:data:`READ_AT`) and behaviour after ``edit`` at the layers of ``axes``; ``ent``: the
         entropy axes the edited layers' own values are read against."""
-        with value_edit(self.model, axes, edit):
-            q, after, R = _forward(self.model, self.tokenizer, self.items, self.pair, self.every, readout=True)
+        with value_edit(self.model, axes, edit), (self.prefix.replay(min(axes)) if self.prefix else nullcontext()):
+            q, after, R = _forward(self.model, self.tokenizer, self.items, self.pair, self.every, readout=True,
+                                   prefix=self.prefix)
         Hq = _binary_entropy(q)
         first, n_boot, seed = min(axes), self.setup.n_boot, self.setup.seed
         at = self.paper_at(list(axes))
@@ -472,8 +539,8 @@ class _Probe:
 
 
 def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair: tuple[str, str],
-                  cut_layers: Sequence[int], normal: tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor] | None = None
-                  ) -> dict[str, Any]:
+                  cut_layers: Sequence[int], normal: tuple[torch.Tensor, dict[int, torch.Tensor], torch.Tensor] | None = None,
+                  prefix: Prefix | None = None) -> dict[str, Any]:
     r"""Paper III's SULA geometry at the last layer's final-token values, in one PCA basis shared by every k
     (z-scored over the normal prompts; PC1 oriented to grow with the Bayesian entropy), and the §7.1 edits
     other than the cut at ``cut_layers``:
@@ -500,7 +567,7 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
     Both edits are made at every position of the edited layer, at each layer alone (``one_at_a_time``, where there
     are several: the paper edits "each of two Bayesian layers" on its own; the layers together only where there is
     one).  ``normal``: the uncut run on the normal prompts at every layer with the readout (``p1``, values,
-    readout), where the caller has made it already.
+    readout), where the caller has made it already, with the blocks' outputs it recorded (``prefix``).
     """
     layout = attention_layout(model)
     L = len(layout.layers)
@@ -509,7 +576,9 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
     items = {c: prompts(setup, pair, c) for c in ("normal", "shuffled", "masked")}
     p, V = {}, {}
     if normal is None:
-        normal = _forward(model, tokenizer, items["normal"], pair, list(range(L)), readout=True)
+        prefix = Prefix(model, [l - 1 for l in cut_layers])
+        with prefix.record():
+            normal = _forward(model, tokenizer, items["normal"], pair, list(range(L)), readout=True, prefix=prefix)
     p["normal"], V["normal"], readout = normal
     for c in ("shuffled", "masked"):
         p[c], V[c] = model_posterior(model, tokenizer, items[c], pair, [last])
@@ -529,7 +598,7 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
         score_c = ((V[c][last] - mu) / sd) @ u
         out["movement"][c] = {**_rho_ci(ks[c].double(), score_c, setup.n_boot, setup.seed), "pc1_by_k": _by_k(score_c, ks[c])}
     # interventions at the cut layers, on the normal prompts
-    probe = _Probe(model, tokenizer, setup, pair, items["normal"], p["normal"], V["normal"], readout)
+    probe = _Probe(model, tokenizer, setup, pair, items["normal"], p["normal"], V["normal"], readout, prefix)
     H_model = probe.H
     layers = list(cut_layers)
     ent, rnd, rho = entropy_axes({l: V["normal"][l] for l in layers}, H_model, setup.seed)
@@ -601,7 +670,9 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
     ks = torch.tensor([p["k"] for p in base])
     exact = torch.tensor([p["p1"] for p in base], dtype=torch.float64)
     every = list(range(L))
-    p1, values, readout = _forward(model, tokenizer, base, pair, every, readout=True)
+    prefix = Prefix(model, [l - 1 for l in layers])  # what every edit's run takes from the uncut one
+    with prefix.record():
+        p1, values, readout = _forward(model, tokenizer, base, pair, every, readout=True, prefix=prefix)
     out["conditions"]["normal"] = score(exact, p1, ks, setup.n_boot)
     controls = () if cut_only else (("remap", remap, "normal"), ("shuffled", pair, "shuffled"),
                                     ("no_evidence", pair, "no_evidence"))
@@ -611,7 +682,7 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
         out["conditions"][name] = score(torch.tensor([p["p1"] for p in items], dtype=torch.float64), q,
                                         torch.tensor([p["k"] for p in items]), setup.n_boot)
     # the probes: each layer's and the readout's entropy axis on the uncut run, held fixed under every cut
-    probe = _Probe(model, tokenizer, setup, pair, base, p1, values, readout)
+    probe = _Probe(model, tokenizer, setup, pair, base, p1, values, readout, prefix)
     ent, rnd, rho = entropy_axes({l: values[l] for l in layers}, probe.H, setup.seed)
     cut: dict[str, Any] = {
         "applicable": True, "layers": layers, "lambda": CUT_LAMBDA, "positions": "every position of the edited layers",
@@ -638,5 +709,5 @@ def run_sula(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup = SulaSetu
                 cut[name]["alone"][str(l)] = alone
     out["cut"] = cut
     if not cut_only:
-        out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers, (p1, values, readout))
+        out["geometry"] = sula_geometry(model, tokenizer, setup, pair, layers, (p1, values, readout), prefix)
     return json_safe(out)
