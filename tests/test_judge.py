@@ -128,7 +128,8 @@ def test_intervals_are_cut_to_what_their_quantity_can_take() -> None:
     assert quantity_range("value_manifold.final_resid_spearman_pc1_entropy") == (-1.0, 1.0)
     assert quantity_range("value_manifold.final_attn_out_spearman_abs_pc1_entropy") == (0.0, 1.0)
     assert quantity_range("probes.final_entropy_r2") == (-math.inf, 1.0)
-    assert quantity_range("routing_law.max_score_rel_error") == (-math.inf, math.inf)
+    assert quantity_range("routing_law.max_score_rel_error") == (0.0, math.inf)
+    assert quantity_range("qk_alignment.alignment_by_layer") == (-math.inf, math.inf)
 
 
 # --- the judge at every boundary ---------------------------------------------------------------------
