@@ -113,15 +113,15 @@ def test_pooled_interval_and_the_comparison_rule_by_hand() -> None:
     m = pooled([1.0, 2.0, 3.0])
     half = 4.303 / math.sqrt(3)  # t_{0.975, 2} (tabulated to 3 decimals) · s / sqrt(3), s = 1
     assert m.value == 2.0 and m.ci == pytest.approx((2 - half, 2 + half), rel=1e-6) and m.seeds == 3
-    from windtunnel.claims.paper1 import _lower
+    from windtunnel.claims.paper1.common import lower
 
     a, b = Measure(1.0, (0.9, 1.1)), Measure(2.0, (1.9, 2.1))
-    assert _lower(a, b) == claims.AGREE
-    assert _lower(Measure(1.0, (0.5, 2.5)), b) == claims.INCONCLUSIVE
-    assert _lower(b, a) == claims.DISAGREE
+    assert lower(a, b) == claims.AGREE
+    assert lower(Measure(1.0, (0.5, 2.5)), b) == claims.INCONCLUSIVE
+    assert lower(b, a) == claims.DISAGREE
     # symmetric: means reversed but intervals overlapping is inconclusive, not a disagreement
-    assert _lower(Measure(2.2, (0.5, 3.5)), b) == claims.INCONCLUSIVE
-    assert _lower(Measure(1.0), Measure(2.0)) == claims.AGREE and _lower(Measure(2.0), Measure(1.0)) == claims.DISAGREE
+    assert lower(Measure(2.2, (0.5, 3.5)), b) == claims.INCONCLUSIVE
+    assert lower(Measure(1.0), Measure(2.0)) == claims.AGREE and lower(Measure(2.0), Measure(1.0)) == claims.DISAGREE
 
 
 SIZE_COLUMNS = ("main_dh32", "main_v20", "main_paper_size@paper")
@@ -131,9 +131,9 @@ SIZE_COLUMNS = ("main_dh32", "main_v20", "main_paper_size@paper")
 def test_a2_reads_the_papers_size_once_its_seeds_are_committed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A2 is the papers' size claim: it judges ``main_paper_size`` (2.67M parameters) when all its seeds are
     there, with the 200k model beside it and cited, and the 200k model alone (said so) before."""
-    from windtunnel.claims import paper1
+    from windtunnel.claims.paper1 import controls
 
-    assert tuple(column for column, *_ in paper1.SIZE_CONTROLS) == SIZE_COLUMNS
+    assert tuple(column for column, *_ in controls.SIZE_CONTROLS) == SIZE_COLUMNS
     ev = Evidence(RESULTS)
     small = ev.eval_metric("main_v20", "transformer", reproduce.SEEDS, "entropy_mae_curve")
     if small is None:
@@ -167,12 +167,12 @@ def test_geometry_claims_apply_their_rule_to_the_seed_values() -> None:
         above = all(s["layer0_mean_abs_cos"] > max(s["layer0_untrained"], s["gaussian_expected"]) for s in k)
         return claims.AGREE if below else claims.DISAGREE if above else claims.INCONCLUSIVE
 
-    from windtunnel.claims.paper1 import _learned
+    from windtunnel.claims.paper1.controls import learned_task
 
     def judged(rule_of, agree) -> str:
         """Where the papers' own cell is committed (and learned its task) the verdict is its; else the main job's,
         closed by a size control that meets the rule."""
-        if rule_of("main_paper_size@paper") is not None and _learned(ev, "main_paper_size@paper", "transformer"):
+        if rule_of("main_paper_size@paper") is not None and learned_task(ev, "main_paper_size@paper", "transformer"):
             return rule_of("main_paper_size@paper")
         want = rule_of("main")
         if want == claims.DISAGREE and any(rule_of(c) == agree for c in SIZE_COLUMNS):
@@ -303,7 +303,7 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     def meets(c: str, preset: str = "quick") -> bool:
         return mean(c, kl(30), preset) <= 1.5 * 0.012 and mean(c, kl(50), preset) <= 1.5 * 0.029
 
-    from windtunnel.claims.paper1 import LENGTH_CONTROLS, LENGTH_VARIABLES, PAPER_LENGTH_CELL
+    from windtunnel.claims.paper1.controls import LENGTH_CONTROLS, LENGTH_VARIABLES, PAPER_LENGTH_CELL
 
     length = {label: (column, preset or "quick") for label, (column, preset) in LENGTH_CONTROLS.items()
               if _hand_values(column, kl(20), preset=preset or "quick") is not None}
@@ -341,7 +341,7 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
     assert a12.kind == want
     if want != claims.AGREE:
         named = a12.why.split("so learning the task: ")[1].split(";")[0]
-        from windtunnel.claims.paper1 import LENGTH_CONTROLS
+        from windtunnel.claims.paper1.controls import LENGTH_CONTROLS
 
         for label, (column, preset) in LENGTH_CONTROLS.items():
             if preset is None and column in controls:
@@ -707,10 +707,10 @@ def test_the_committed_table_and_its_committed_cells_are_one_set_of_runs() -> No
 
 
 def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_its_task() -> None:
-    """``_with_controls`` on the committed cells with rules that pass exactly where told: a passing control
+    """``with_controls`` on the committed cells with rules that pass exactly where told: a passing control
     that learned its task explains (and is cited); one at its context-blind floor does not; an uncommitted
     control is skipped; an unmeasured main column is missing, not a verdict."""
-    from windtunnel.claims import paper1
+    from windtunnel.claims.paper1 import controls
 
     ev = Evidence(RESULTS)
     seeds = reproduce.SEEDS
@@ -721,27 +721,27 @@ def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_
         return lambda ev, column: (column == where, f"{column} read", "") if ev.cells(
             column, "lstm" if column.startswith("hmm") else "transformer", seeds) is not None else None
 
-    reduced = paper1.SIZE_CONTROLS[:2]  # head width and task size: controls at reduced scale only
-    v = paper1._with_controls(ev, passes_at("main_v20"), "main-job geometry", "main", reduced)
+    reduced = controls.SIZE_CONTROLS[:2]  # head width and task size: controls at reduced scale only
+    v = controls.with_controls(ev, passes_at("main_v20"), "main-job geometry", "main", reduced)
     assert v.kind == claims.DISAGREE_CLOSES and v.closed_by == "task size"
     assert v.controls == ("head width", "task size")  # every control is consulted, not only up to the first that passes
     assert v.control.startswith("quick/cells/main_v20-transformer-s0/geometry.json")
     assert "quick/cells/main_v20-transformer-s2/geometry.json" in v.files
-    nowhere = paper1._with_controls(ev, passes_at("nowhere"), "x", "main", reduced)
+    nowhere = controls.with_controls(ev, passes_at("nowhere"), "x", "main", reduced)
     assert nowhere.kind == claims.DISAGREE and nowhere.controls == ("head width", "task size")
     if ev.cells("main_paper_size@paper", "transformer", seeds) is not None:
         # the papers' own cell decides where it is committed: a reduced-scale control passing closes nothing there
-        at_size = paper1._with_size_controls(ev, passes_at("main_v20"), "main-job geometry")
-        assert at_size.kind == claims.DISAGREE and at_size.scale == paper1.PAPER_SCALE
+        at_size = controls.with_size_controls(ev, passes_at("main_v20"), "main-job geometry")
+        assert at_size.kind == claims.DISAGREE and at_size.scale == controls.PAPER_SCALE
         assert at_size.why.startswith("judged at the papers' size") and "(agree by the same rule" in at_size.why
-        met = paper1._with_size_controls(ev, passes_at("main_paper_size@paper"), "main-job geometry")
-        assert met.kind == claims.AGREE and met.scale == paper1.PAPER_SCALE and not met.controls
+        met = controls.with_size_controls(ev, passes_at("main_paper_size@paper"), "main-job geometry")
+        assert met.kind == claims.AGREE and met.scale == controls.PAPER_SCALE and not met.controls
     # the LSTM trained on 65,536 HMMs sits at its context-blind floor: passing a rule there closes nothing
-    at_floor = paper1._with_controls(ev, passes_at("hmm_pool_65536"), "x", "hmm",
-                                     (("hmm_pool_65536", "on a pool", "the pool", "data regime"),
-                                      ("no_such_column", "-", "-", "budget")), arch="lstm")
+    at_floor = controls.with_controls(ev, passes_at("hmm_pool_65536"), "x", "hmm",
+                                      (("hmm_pool_65536", "on a pool", "the pool", "data regime"),
+                                       ("no_such_column", "-", "-", "budget")), arch="lstm")
     assert at_floor.kind == claims.DISAGREE and "has not learned its task" in at_floor.why
-    assert paper1._with_size_controls(ev, lambda ev, column: None, "main-job geometry").kind == claims.NOT_MEASURED
+    assert controls.with_size_controls(ev, lambda ev, column: None, "main-job geometry").kind == claims.NOT_MEASURED
 
 
 def test_a_references_file_missing_a_row_is_made_again_without_training(tmp_path: Path,
@@ -805,8 +805,8 @@ def test_a19_and_a23_judge_binding_at_the_largest_store_both_are_measured_at(tmp
     assert a19.why.startswith("judged at 16 of the papers' 64 pairs, the largest store both are measured at")
     assert "quick/cells/recall_p16-mamba-s0/eval.json" in a19.ours.files
     assert "quick/cells/recall-mamba-s0/eval.json" in a19.ours.files  # the column's numbers are quoted: cited too
-    from windtunnel.claims import paper1
-    assert paper1._largest_shared_rung(Evidence(tmp_path), "lstm", "transformer")[0] == 32  # the largest, not the first
+    from windtunnel.claims.paper1 import recall
+    assert recall.largest_shared_rung(Evidence(tmp_path), "lstm", "transformer")[0] == 32  # the largest, not the first
     assert claims.CLAIMS["A23"].assess(Evidence(tmp_path)).ours.startswith("recall at 16 pairs")
     shutil.rmtree(quick / "cells" / "recall_p16-mamba-s2")
     a19 = claims.CLAIMS["A19"].assess(Evidence(tmp_path))

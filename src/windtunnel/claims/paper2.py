@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from .base import AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, Verdict, claim, missing, reads
 from .evidence import Evidence, Measure, geometry_stat, uniform_gap_bits
-from .paper1 import ON_PAPER_CELL, TIMESCALES_CONSTANT, _with_size_controls
+from .paper1.controls import ON_PAPER_CELL, with_size_controls
+from .paper1.geometry import TIMESCALES_CONSTANT
 from .rows import geometry_of, row
 from .rules import All, AtMost, Compare, EachSeed, Every, EverySeed, Follows, IntervalAbove, IntervalBelow
 
@@ -57,7 +58,7 @@ def _c3(ev: Evidence) -> Verdict:
         m = ratio(column)
         return None if m is None else (C3_RULE.kind(m), m, "median over heads of |∂L/∂scores| / |∂L/∂values|")
 
-    return _with_size_controls(ev, rule, "main-job geometry")
+    return with_size_controls(ev, rule, "main-job geometry")
 
 
 def _speedup(ev: Evidence, arm: str) -> Measure | None:
