@@ -369,32 +369,14 @@ def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
     assert claims.CLAIMS["D17"].assess(ev).kind == _split(still)
     directional = []
     for d in docs_:
-        sh = d["geometry"]["shift"]
-        b, up, dn = sh["mean_model_entropy_before"], sh["plus"]["mean_model_entropy"], sh["minus"]["mean_model_entropy"]
-        directional.append(up > b > dn and max(up - b, b - dn) <= 0.1)
+        sh = d["geometry"]["shift"]  # each Bayesian layer shifted alone, as the paper does
+        b = sh["mean_model_entropy_before"]
+        moved = [(x["plus"]["mean_model_entropy"], x["minus"]["mean_model_entropy"]) for x in sh["one_at_a_time"].values()]
+        directional.append(all(up > b > dn and max(up - b, b - dn) <= 0.1 for up, dn in moved))
     assert claims.CLAIMS["D22"].assess(ev).kind == _split(directional)
     if len(docs_) == 2:
         assert "Gemma-3-270M" in claims.CLAIMS["D22"].assess(ev).why
-    cuts = [json.loads(f.read_text()) for f in (RESULTS / "llm" / f"{m}-sula-5layers.json" for m in
-                                                ("smollm2-135m-instruct-q4", "gemma-3-270m-q4")) if f.is_file()]
-    # D19: ρ read at the readout (downstream of the cut), never on the values the cut has just projected
-    cut_alone = []
-    for d in docs_:
-        c = d["cut"]
-        cut_alone.append(all(abs(c["one_at_a_time"][k]["entropy_axis"]["rho_readout_after"]) < 0.1 and
-                             abs(c["one_at_a_time"][k]["random_axis"]["rho_readout_after"] - c["rho_readout_before"]) <= 0.05
-                             for k in c["one_at_a_time"]))
-    d19 = claims.CLAIMS["D19"].assess(ev)
-    assert d19.kind == _split(cut_alone)
-    assert d19.ours.startswith(f"readout {docs_[0]['cut']['rho_readout_before']:.2f} → ")
-    if cuts:  # D20: the readout's ρ after the five-layer cut ≤ 0.1 and the entropy error within 5%, on each model
-        holds = []
-        for d in cuts:
-            after = abs(d["cut"]["entropy_axis"]["rho_readout_after"])
-            mae0, mae1 = d["conditions"]["normal"]["entropy_mae"], d["cut"]["entropy_axis"]["behaviour"]["entropy_mae"]
-            holds.append(after <= 0.1 and abs(mae1 - mae0) / mae0 <= 0.05)
-        assert claims.CLAIMS["D20"].assess(ev).kind == _split(holds)
-        assert ("Gemma-3-270M" in claims.CLAIMS["D20"].assess(ev).why) == (len(cuts) == 2)
+    # D19 and D20 (the cut against its no-op and random-axis nulls): tests/test_paper3_interventions.py
 
 
 # --- windtunnel reproduce ------------------------------------------------------------------------

@@ -590,7 +590,9 @@ def test_sula_axis_only_and_shift_are_read_downstream_and_per_layer(tmp_path: Pa
     # the verdicts: judged on each layer alone; the inert layer fails both rules, so neither claim agrees
     d21 = claims.CLAIMS["D21"].assess(Evidence(results))
     assert d21.kind == claims.DISAGREE and "L1 fails" in d21.why and "L3" in d21.ours_text
-    assert f"readout {a['rho_readout_before']:.2f}" in d21.ours_text
+    # the paper's quantity: at layer 3's values for layer 1 projected alone (inert: unchanged), at the readout for layer 3
+    assert "L1 projected, read at L3 values" in d21.ours_text and "L3 projected, read at readout" in d21.ours_text
+    assert inert["entropy_axis"]["rho_paper_after"] == pytest.approx(inert["entropy_axis"]["rho_paper_before"], abs=1e-9)
     d22 = claims.CLAIMS["D22"].assess(Evidence(results))
     assert d22.kind == claims.DISAGREE and "L1 fails" in d22.why and "L3" in d22.ours_text
 

@@ -7,75 +7,27 @@ sharing one key/value head): ``results/llm/gemma-3-270m-q4-*.json``.  The two sh
 in ``results/llm/global-…json`` (D24).  D10 is a wind-tunnel analogue read from the reproduction's
 cells, as is the reference row (D12); D10b is the same contrast in language models trained here, matched
 in size and differing only in key/value heads (``results/llm/matched/summary.json``).
+
+Each language-model claim is judged on each model by the same rule; Gemma-3-270M is reported beside SmolLM2 as a
+replicate (``Verdict.replicated``), never as a control.  The interventions (D19–D23) are made as Paper III makes them,
+on the edited layer's values at every position with λ = 1, and judged against the no-op edit (λ = 0 through the same
+code path) and the same edit along a random axis, on Paper III's own axis–entropy correlation read where the edit has
+not fixed it (:data:`~windtunnel.claims.llm_readers.PAPER_QUANTITY`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ..run.grid import SEEDS
-from .base import (AGREE, DISAGREE, NOT_MEASURABLE, Verdict, claim,
-                   fixed, missing, reads)
+from .base import AGREE, DISAGREE, NOT_MEASURABLE, Verdict, claim, fixed, missing, reads
 from .evidence import Evidence, Measure, geometry_stat
-from .rules import (All, Rule, AtLeast, Compare, Every, IntervalAbove, IntervalExcludes, IntervalHolds, IntervalMeets,
-                    IntervalsOverlap, Near, Ordered, split_join)
+from .llm_readers import (CUT5, CUT5_MODELS, GEMMA, LLM, PAPER_QUANTITY, PYTHIA_DOUBT, SULA, SULA_BOTH, cut_alone,
+                          each_alone, each_model, edited_layers, on_each, replicates, rho_measure, rho_read, where_read)
+from .rules import (All, AtLeast, Compare, Every, IntervalAbove, IntervalExcludes, IntervalHolds, IntervalMeets,
+                    IntervalsOverlap, Near, Ordered)
 
-LLM = "llm/smollm2-135m-instruct-q4"
 SIG = "windtunnel llm signatures SmolLM2-135M-Instruct.Q4_1.gguf --prompts {}"
-SULA = "windtunnel llm sula SmolLM2-135M-Instruct.Q4_1.gguf"
 OFFLINE = "the paper's models (Pythia, Phi-2, Llama-3.2, Mistral, Mixtral) cannot be obtained offline here"
-
-
-GEMMA = "llm/gemma-3-270m-q4"
 BOTH = SIG.format("mixed") + "; the same for gemma-3-270m-q4_k_m.gguf"
-
-
-def _each_model(rule: Rule) -> Every:
-    """``rule`` on each model: SmolLM2 shown, Gemma-3-270M beside it."""
-    return Every(rule, "model", "SmolLM2 shown, Gemma-3-270M beside it", split=True)
-
-
-SULA_MODELS = (("SmolLM2", f"{LLM}-sula.json"), ("Gemma-3-270M", f"{GEMMA}-sula.json"))
-"""The SULA runs a claim is judged on: SmolLM2 (shown) and Gemma-3-270M beside it when committed."""
-SULA_BOTH = SULA + "; the same for gemma-3-270m-q4_k_m.gguf"
-
-
-def _on_each(what: str, needs: str = "", models: tuple[tuple[str, str], ...] = SULA_MODELS
-             ) -> Callable[[Callable[[dict, str], Verdict]], Callable[[Evidence], Verdict]]:
-    """Judge a SULA claim on every committed model's file: ``judge(doc, file)`` gives one model's verdict;
-    the claim agrees if every model does, disagrees if any does, and is inconclusive otherwise.  ``needs``:
-    a key of the file without which a model is skipped (the cut is not applicable to every model);
-    ``models``: (name, file) pairs, the first one shown."""
-
-    def wrap(judge: Callable[[dict, str], Verdict]) -> Callable[[Evidence], Verdict]:
-        def assess(ev: Evidence) -> Verdict:
-            runs = []
-            for name, rel in models:
-                d = ev.json(rel)
-                if d is not None and (not needs or d.get(needs, {}).get("applicable", True)):
-                    runs.append((name, rel, judge(d, rel)))
-            if not runs or runs[0][0] != models[0][0]:
-                return missing(what)
-            kinds = [v.kind for _, _, v in runs]
-            kind = split_join(kinds)  # every model's verdict by the claim's rule: models that split settle nothing
-            first = runs[0][2]
-            files = tuple(rel for _, rel, _ in runs)
-            ours = (Measure(first.ours.value, first.ours.ci, None, (), files) if isinstance(first.ours, Measure)
-                    else first.ours)
-            if len(runs) == 1:
-                why = first.why
-            else:
-                why = f"{runs[0][0]} shown" + (f": {first.why}" if first.why else "")
-            for name, _, v in runs[1:]:
-                why += f"; {name} {v.ours_text} ({v.kind.split(' ')[0]})"
-            # a second production model is the control a language-model claim has: a disagreement on every model
-            # persists under the change of model; one model alone, or models that differ, control nothing
-            persists = kind == DISAGREE and len(runs) > 1 and all(k == DISAGREE for k in kinds)
-            return Verdict(kind, ours, why, files=files if not isinstance(ours, Measure) else (),
-                           controls=("model",) if persists else ())
-        return assess
-
-    return wrap
 
 
 def _sig(ev: Evidence, prompts: str) -> dict | None:
@@ -95,7 +47,7 @@ for _id, _statement, _number in (
 STRATIFIED = SIG.format("docs") + " --per-quintile 15; the same for gemma-3-270m-q4_k_m.gguf"
 
 
-D3_RULE = _each_model(AtLeast(0.30, "the PC1+PC2 share of the variance"))
+D3_RULE = each_model(AtLeast(0.30, "the PC1+PC2 share of the variance"))
 
 
 @claim("D3", "III", "v1", "§4.4, §5.8", "The value manifold is concentrated: PC1 > 30% or PC1+PC2 > 30% (vs ≈5% random)",
@@ -119,14 +71,14 @@ def _d3(ev: Evidence) -> Verdict:
     files = (f"{LLM}-docs.json", f"{GEMMA}-docs.json") + ((f"{LLM}-mixed.json", f"{GEMMA}-mixed.json") if d and g else ())
     m = Measure(vm["pc1_pc2_share"], None, None, (), files)
     ok = D3_RULE.kind([m, Measure(vg["pc1_pc2_share"])]) == AGREE
-    # as for every language-model claim, the second model is the control: both below the bar persists under it
-    both = all(D3_RULE.rule.kind(x) == DISAGREE for x in (m, Measure(vg["pc1_pc2_share"])))
+    # the second model is a replicate (it differs in size, data, tokenizer and architecture at once), not a control
+    same = replicates(D3_RULE.rule.kind(m), [("Gemma-3-270M", D3_RULE.rule.kind(Measure(vg["pc1_pc2_share"])))])
     beside = (f"; unstratified mixed prompts: {d['value_manifold']['pc1_pc2_share']:.3f} / "
               f"{g['value_manifold']['pc1_pc2_share']:.3f}") if d and g else ""
     return Verdict(AGREE if ok else DISAGREE, m, f"stratified docs pool, SmolLM2 shown (permutation null "
                    f"{vm['pc1_pc2_share_null']:.3f}); Gemma-3-270M {vg['pc1_pc2_share']:.3f} (null "
                    f"{vg['pc1_pc2_share_null']:.3f}){beside}; 4-bit models of 135M–270M, so size and quantisation "
-                   "remain confounded", controls=("model",) if both else ())
+                   "remain confounded", replicated=same)
 
 
 D4_RULE = Compare("the maths share − the mixed share", ">", "the same difference of their nulls")
@@ -191,7 +143,7 @@ D7_RULE = Compare("the trained median", "<", "the random-initialisation median")
        "0.034–0.18 vs 0.35–0.45", "paper", "median layer mean |cos| vs the same model at random initialisation, on "
        "each model (mixed prompts)",
        D7_RULE, SIG.format("mixed"))
-@_on_each("signatures", models=(("SmolLM2", f"{LLM}-mixed.json"), ("Gemma-3-270M", f"{GEMMA}-mixed.json")))
+@on_each("signatures", models=(("SmolLM2", f"{LLM}-mixed.json"), ("Gemma-3-270M", f"{GEMMA}-mixed.json")))
 def _d7(d: dict, rel: str) -> Verdict:
     import statistics
 
@@ -206,7 +158,7 @@ def _d7(d: dict, rel: str) -> Verdict:
     return Verdict(kind, Measure(trained, None, None, (), (rel,)), said)
 
 
-D9_RULE = _each_model(IntervalAbove(0.30, over="prompts (bootstrap)"))
+D9_RULE = each_model(IntervalAbove(0.30, over="prompts (bootstrap)"))
 
 
 @claim("D9", "III", "v1", "§4.4", "Attention focusing: entropy falls more than 30% from the first to the last layer",
@@ -218,8 +170,10 @@ def _d9(ev: Evidence) -> Verdict:
         return missing("signatures of both models")
     f, fg = d["focusing"], g["focusing"]
     m = Measure(f["reduction_first_to_last"], tuple(f["reduction_ci"]), None, (), (f"{LLM}-mixed.json", f"{GEMMA}-mixed.json"))
-    kind = D9_RULE.kind([m, Measure(fg["reduction_first_to_last"], tuple(fg["reduction_ci"]))])
-    return Verdict(kind, m, f"SmolLM2 shown; Gemma-3-270M {fg['reduction_first_to_last']:.3f} "
+    mg = Measure(fg["reduction_first_to_last"], tuple(fg["reduction_ci"]))
+    kind = D9_RULE.kind([m, mg])
+    return Verdict(kind, m, replicated=replicates(D9_RULE.rule.kind(m), [("Gemma-3-270M", D9_RULE.rule.kind(mg))]),
+                   why=f"SmolLM2 shown; Gemma-3-270M {fg['reduction_first_to_last']:.3f} "
                    f"[{fg['reduction_ci'][0]:.3f}, {fg['reduction_ci'][1]:.3f}]; fraction of layer-0 entropy removed by "
                    "the last layer")
 
@@ -361,31 +315,26 @@ def _d12(ev: Evidence) -> Verdict:
                    scale=f"{PAPER_SCALE}; PC1 at reduced scale" if paper is not None else "")
 
 
-def _rho(m: dict, rel: str) -> Measure:
-    ci = m.get("ci") or [None, None]
-    return Measure(m["rho"], tuple(ci) if None not in ci else None, None, (), (rel,))
-
-
-D13_RULE = _each_model(IntervalMeets(0.155, 0.66, "bits"))
+D13_RULE = each_model(IntervalMeets(0.155, 0.66, "bits"))
 
 
 @claim("D13", "III", "v1", "§5.2", "SULA: entropy error of a real LLM against the exact Bayesian entropy",
        "0.44 / 0.36 / 0.31 bits", "paper", "entropy_mae over 250 SULA prompts (k ∈ {0,1,2,4,8}), bootstrap interval",
        D13_RULE, SULA_BOTH, rule_note="the band is the papers' range widened by half: the same regime",
        threshold="an interval overlapping [0.155, 0.66] bits (the papers' 0.31–0.44 widened by half)")
-@_on_each("SULA")
+@on_each("SULA")
 def _d13(d: dict, rel: str) -> Verdict:
     c = d["conditions"]["normal"]
     m = Measure(c["entropy_mae"], tuple(c["entropy_mae_ci"]), None, (), (rel,))
     return Verdict(D13_RULE.rule.kind(m), m, "")
 
 
-D16_RULE = _each_model(IntervalsOverlap("the remapped labels' error", "the original error"))
+D16_RULE = each_model(IntervalsOverlap("the remapped labels' error", "the original error"))
 
 
 @claim("D16", "III", "v1", "§5.2", "Control: remapping the label tokens preserves the effect", "qualitative", "paper",
        "SULA entropy_mae, remapped labels vs the original", D16_RULE, SULA_BOTH)
-@_on_each("SULA")
+@on_each("SULA")
 def _d16(d: dict, rel: str) -> Verdict:
     a, b = d["conditions"]["normal"], d["conditions"]["remap"]
     m = Measure(b["entropy_mae"], tuple(b["entropy_mae_ci"]), None, (), (rel,))
@@ -393,168 +342,137 @@ def _d16(d: dict, rel: str) -> Verdict:
     return Verdict(kind, m, f"original {a['entropy_mae']:.3f}")
 
 
-def _layers(c: dict) -> str:
-    """The edited layers, each with the Paper III layer it stands for where the run mapped the paper's layers
-    (of its 24-layer model) to the same relative depth (``cut.layer_map``)."""
-    m = c.get("layer_map")
-    if not m:
-        return "layers " + ", ".join(str(l) for l in c["layers"])
-    return ("layers " + ", ".join(f"{v} (paper {k})" for k, v in m["layers"].items())
-            + f" of {m['model_depth']} (the paper's of {m['paper_depth']}, at the same relative depth)")
+D19_RULE = each_model(Every(All(Compare("the paper's |ρ| after the cut", "<", 0.1),
+                                Near("its ρ after a random-axis cut", "its ρ after the no-op edit", 0.05)), "cut layer"))
 
 
-def _alone(section: dict) -> dict[str, dict]:
-    """Each layer's edit alone: ``one_at_a_time`` where several layers were edited; with one layer, the edit."""
-    if "one_at_a_time" in section:
-        return section["one_at_a_time"]
-    (layer,) = section["layers"]
-    return {str(layer): section}
-
-
-D19_RULE = _each_model(Every(All(Compare("the readout's |ρ| after the cut", "<", 0.1),
-                                 Near("its ρ after a random cut", "the uncut ρ", 0.05)), "cut layer"))
-
-
-PYTHIA_DOUBT = ("Paper III made its interventions on Pythia-410M, whose fused query-key-value projection the authors' "
-                "code splits into three blocks where GPT-NeoX interleaves them head by head, so the edited 'values' are "
-                "a mixture of queries, keys and values; and the entropy-axis file the edits read is written by no "
-                "released script")
-"""Why Paper III's intervention numbers are suspect (D19–D22)."""
+def _paper_rho(alone: dict[str, dict]) -> dict[str, float]:
+    return {k: rho_read(r["rho_paper_after"]) for k, r in alone.items()}
 
 
 @claim("D19", "III", "v1", "§7.1", "Cutting the entropy axis drives ρ(v·u, H) to ≈ 0; a random cut does not; behaviour "
-       "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", "ρ(entropy axis, model entropy) at the readout (the final token's "
-       "hidden state the output head reads, against its axis in the uncut model) before the cut and after each layer is "
-       "cut alone, at Paper III's two Bayesian layers 12 and 23 (of 24) mapped to the same relative depth of each model; "
-       "the cut layer's own values are not read, since the edit has just removed the axis from them",
-       D19_RULE, SULA_BOTH,
-       threshold="ρ below 0.1 after the cut, the random cut within 0.05", doubt=PYTHIA_DOUBT)
-@_on_each("SULA cut", needs="cut")
+       "barely moves", "ρ 0.27–0.32 → ≈ 0", "paper", PAPER_QUANTITY + ", after the no-op edit (λ = 0 through the same "
+       "code path: the uncut reading) and after each of Paper III's two Bayesian layers 12 and 23 (of 24), mapped to the "
+       "same relative depth of each model, is cut alone; the same cut along a random axis beside it, and the entropy "
+       "error after each", D19_RULE, SULA_BOTH,
+       threshold="ρ below 0.1 after the cut, the random-axis cut within 0.05 of the no-op", doubt=PYTHIA_DOUBT)
+@on_each("SULA cut", needs="cut")
 def _d19(d: dict, rel: str) -> Verdict:
     c = d["cut"]
-    if "rho_readout_before" not in c:  # a record whose ρ after the cut was read on the values the cut projected
-        raise KeyError("rho_readout_before")
-    before, alone = c["rho_readout_before"], c["one_at_a_time"]
-    after = {k: _rho_read(alone[k]["entropy_axis"]["rho_readout_after"]) for k in alone}
-    rnd = {k: _rho_read(alone[k]["random_axis"]["rho_readout_after"]) for k in alone}
-    kind = D19_RULE.rule.kind([(abs(after[k]), (rnd[k], before)) for k in alone])
-    txt = f"readout {before:.2f} → " + ", ".join(f"L{k} cut {after[k]:.2f}" for k in alone)
-    check = ", ".join(f"L{k} {_rho_read(alone[k]['entropy_axis']['rho_axis_entropy_after']):.2f}" for k in alone)
-    return Verdict(kind, txt, f"{_layers(c)}; each layer cut alone, as in the paper; the random "
-                   "cut leaves the readout at " + ", ".join(f"{rnd[k]:.2f}" for k in alone) + f"; the cut layer's own "
-                   f"values after the edit (the axis removed by construction, so a check that the cut happened, not a "
-                   f"result): {check}", files=(rel,))
+    ent, rnd, noop = (cut_alone(c, e) for e in ("entropy_axis", "random_axis", "no_op"))
+    after, r, n = _paper_rho(ent), _paper_rho(rnd), _paper_rho(noop)
+    kind = D19_RULE.rule.kind([(abs(after[k]), (r[k], n[k])) for k in ent])
+    mae = ", ".join(f"L{k} {noop[k]['behaviour']['entropy_mae']:.3f} → {ent[k]['behaviour']['entropy_mae']:.3f} "
+                    f"(random axis {rnd[k]['behaviour']['entropy_mae']:.3f})" for k in ent)
+    return Verdict(kind, ", ".join(f"L{k} cut, read at {where_read(ent[k])}: {n[k]:.2f} → {after[k]:.2f}" for k in ent),
+                   f"{edited_layers(c)}; each layer cut alone at every position, as in the paper (no-op → cut); the "
+                   "random-axis cut leaves it at " + ", ".join(f"L{k} {r[k]:.2f}" for k in ent) + "; entropy error "
+                   f"(no-op → cut): {mae} bits", files=(rel,))
 
 
-def _rho_read(x: float | None) -> float:
-    """A correlation read back from JSON; ``None`` (a constant projection: the axis is wholly gone) reads 0."""
-    return 0.0 if x is None else float(x)
+D20_RULE = each_model(All(Compare("the paper's |ρ| after the cut", "≤", 0.1),
+                          Compare("the entropy error's |relative change|", "≤", 0.05)))
 
 
-CUT5 = f"{LLM}-sula-5layers.json"
-CUT5_MODELS = (("SmolLM2", CUT5), ("Gemma-3-270M", f"{GEMMA}-sula-5layers.json"))
-"""The five-layer cuts: Paper III's layers 8, 12, 16, 20, 23 of its 24 at the same relative depth of each model
-(SmolLM2's 30 layers: 10, 15, 20, 25, 29; Gemma-3-270M's 18: 6, 9, 12, 15, 17)."""
-
-
-D20_RULE = _each_model(All(Compare("the readout's |ρ| after the cut", "≤", 0.1),
-                           Compare("the entropy error's |relative change|", "≤", 0.05)))
+def _cut_change(c: dict, edit: str) -> float:
+    """The relative change of the SULA entropy error under ``edit``, against the no-op through the same path."""
+    mae0 = c["no_op"]["behaviour"]["entropy_mae"]
+    return (c[edit]["behaviour"]["entropy_mae"] - mae0) / mae0
 
 
 @claim("D20", "III", "v1", "§6.2", "A multi-layer cut at layers 8, 12, 16, 20, 23: ρ 0.27 → 0.07, SULA changes < 1%",
        "ρ 0.27 → 0.07; < 1%", "paper", "the entropy-axis cut at the five layers together, Paper III's layers 8, 12, 16, "
-       "20, 23 (of 24) mapped to the same relative depth of each model: ρ(entropy axis, model entropy) at the readout "
-       "(downstream of every cut layer) before and after, and the relative change of the SULA entropy error",
-       D20_RULE, SULA + " --paper-layers 8 12 16 20 23 --cut-only --out results/" + CUT5 + "; the same for "
-       "gemma-3-270m-q4_k_m.gguf --out results/" + CUT5_MODELS[1][1],
+       "20, 23 (of 24) mapped to the same relative depth of each model: " + PAPER_QUANTITY + " (the last layer is cut, "
+       "so at the readout), after the no-op edit and after the cut, and the relative change of the SULA entropy error "
+       "against the no-op; the random-axis cut beside it",
+       D20_RULE, "windtunnel llm sula SmolLM2-135M-Instruct.Q4_1.gguf --paper-layers 8 12 16 20 23 --cut-only --out "
+       f"results/{CUT5}; the same for gemma-3-270m-q4_k_m.gguf --out results/{CUT5_MODELS[1][1]}",
        threshold="ρ ≤ 0.1 and the error within 5% (in place of 0.07 and < 1%)", doubt=PYTHIA_DOUBT)
-@_on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
+@on_each("five-layer cut", needs="cut", models=CUT5_MODELS)
 def _d20(d: dict, rel: str) -> Verdict:
     c = d["cut"]
-    if "rho_readout_before" not in c:
-        raise KeyError("rho_readout_before")
-    before, after = c["rho_readout_before"], _rho_read(c["entropy_axis"]["rho_readout_after"])
-    mae0, mae1 = d["conditions"]["normal"]["entropy_mae"], c["entropy_axis"]["behaviour"]["entropy_mae"]
-    change = (mae1 - mae0) / mae0
+    if "no_op" not in c:  # a cut of the final token alone: not the paper's
+        raise KeyError("no_op")
+    before, after = rho_read(c["no_op"]["rho_paper_after"]), rho_read(c["entropy_axis"]["rho_paper_after"])
+    change = _cut_change(c, "entropy_axis")
     kind = D20_RULE.rule.kind(abs(after), abs(change))
-    rnd = c["random_axis"]["behaviour"]["entropy_mae"]
-    return Verdict(kind, f"readout ρ {before:.2f} → {after:.2f}; entropy error {change:+.1%}",
-                   f"{_layers(c)}; the random-axis cut leaves the error at {rnd:.3f} (from {mae0:.3f}) and the "
-                   f"readout's ρ at {_rho_read(c['random_axis']['rho_readout_after']):.2f}", files=(rel,))
+    return Verdict(kind, f"{where_read(c['entropy_axis'])} ρ {before:.2f} → {after:.2f}; entropy error {change:+.1%}",
+                   f"{edited_layers(c)}, cut together at every position; the random-axis cut: ρ "
+                   f"{rho_read(c['random_axis']['rho_paper_after']):.2f}, entropy error "
+                   f"{_cut_change(c, 'random_axis'):+.1%} (no-op {c['no_op']['behaviour']['entropy_mae']:.3f} bits)",
+                   files=(rel,))
 
 
-D23_RULE = _each_model(Compare("the entropy error's |relative change| under the cut", "≤", 0.2))
+D23_RULE = each_model(Compare("the entropy error's |relative change| under the cut", "≤", 0.2))
 
 
 @claim("D23", "III", "v1", "abstract", "The entropy axis is a privileged readout, not a bottleneck", "conclusion", "paper",
-       "the change in SULA entropy error when the entropy axis is cut from the cut layers' values (the cut itself is "
-       "exact by construction: the edit projects the axis out), with the readout's ρ after the cut beside it",
-       D23_RULE, SULA_BOTH,
-       threshold="the error within 20%")
-@_on_each("SULA cut", needs="cut")
+       "the relative change in SULA entropy error when the entropy axis is cut from the cut layers' values at every "
+       "position, against the no-op edit through the same path; the paper's ρ after the cut beside it",
+       D23_RULE, SULA_BOTH, threshold="the error within 20%")
+@on_each("SULA cut", needs="cut")
 def _d23(d: dict, rel: str) -> Verdict:
     c = d["cut"]
-    before, after = d["conditions"]["normal"]["entropy_mae"], c["entropy_axis"]["behaviour"]["entropy_mae"]
-    change = (after - before) / before
-    readout = ""
-    if "rho_readout_before" in c:  # whether the entropy stays readable downstream of the cut
-        readout = (f"; the readout's ρ with the model's entropy {c['rho_readout_before']:.2f} → "
-                   f"{_rho_read(c['entropy_axis']['rho_readout_after']):.2f}: what the axis carried is still read "
-                   "downstream")
+    if "no_op" not in c:
+        raise KeyError("no_op")
+    change = _cut_change(c, "entropy_axis")
+    e = c["entropy_axis"]
+    readout = (f"; the paper's ρ at the {where_read(e)} {rho_read(c['no_op']['rho_paper_after']):.2f} → "
+               f"{rho_read(e['rho_paper_after']):.2f}")
     alone = ""
-    if "one_at_a_time" in c:  # the paper cuts each Bayesian layer alone; both together is the larger edit judged
+    if "alone" in e:  # the paper cuts each Bayesian layer alone; both together is the larger edit judged
+        base = c["no_op"]["behaviour"]["entropy_mae"]
         alone = "; each layer cut alone: " + ", ".join(
-            f"L{k} {(a['entropy_axis']['behaviour']['entropy_mae'] - before) / before:+.1%}"
-            for k, a in c["one_at_a_time"].items())
+            f"L{k} {(a['behaviour']['entropy_mae'] - base) / base:+.1%}" for k, a in e["alone"].items())
     return Verdict(D23_RULE.rule.kind(abs(change)), Measure(change, None, None, (), (rel,)),
-                   f"relative change of the SULA entropy error with the axis cut at {_layers(c)} together" + alone
-                   + readout)
+                   f"relative change of the SULA entropy error with the axis cut at {edited_layers(c)} together"
+                   + alone + readout)
 
 
-D14_RULE = _each_model(IntervalAbove(0.5, over="prompts (bootstrap)"))
+D14_RULE = each_model(IntervalAbove(0.5, over="prompts (bootstrap)"))
 
 
 @claim("D14", "III", "v1", "§5.2", "SULA: PC1 in a PCA basis shared across k correlates with the Bayesian entropy",
        "|ρ| 0.65–0.80", "paper", "|Spearman ρ(PC1, H_Bayes)| over the 250 SULA prompts, last layer's final-token values; beside it the same ρ "
        "within each example count (what PC1 knows beyond k)",
        D14_RULE, SULA_BOTH, threshold="an interval above 0.5 (below the papers' 0.65–0.80)")
-@_on_each("SULA geometry")
+@on_each("SULA geometry")
 def _d14(d: dict, rel: str) -> Verdict:
     g = d["geometry"]
-    m = _rho(g["pc1_vs_bayes_entropy"], rel)
+    m = rho_measure(g["pc1_vs_bayes_entropy"], rel)
     why = f"layer {g['layer']}; PC1 oriented to grow with H_Bayes"
     within = g.get("pc1_vs_bayes_entropy_within_k")
     if within and within.get("rho") is not None:  # what PC1 knows of H_Bayes beyond the number of examples
-        w = _rho(within, rel)
+        w = rho_measure(within, rel)
         why += f"; within each example count (what PC1 knows beyond k) ρ {w.text()}"
     return Verdict(D14_RULE.rule.kind(m), m, why)
 
 
-D15_RULE = _each_model(All(Compare("|ρ|", "≥", 0.3), IntervalExcludes(0, of="ρ's")))
+D15_RULE = each_model(All(Compare("|ρ|", "≥", 0.3), IntervalExcludes(0, of="ρ's")))
 
 
 @claim("D15", "III", "v1", "§5.2", "SULA: the state moves along PC1 as evidence accumulates", "ρ(k, PC1) 0.86 / 0.60 / 0.32",
        "paper", "Spearman ρ(k, PC1) over the SULA prompts in the shared basis",
        D15_RULE, SULA_BOTH)
-@_on_each("SULA geometry")
+@on_each("SULA geometry")
 def _d15(d: dict, rel: str) -> Verdict:
     g = d["geometry"]
     mv = g["movement"]["normal"]
-    m = _rho(mv, rel)
+    m = rho_measure(mv, rel)
     kind = D15_RULE.rule.kind(abs(m.value), m)
     sh = g["movement"]["shuffled"]["rho"]
     return Verdict(kind, m, "mean PC1 by k: " + ", ".join(f"{k}: {v:+.2f}" for k, v in mv["pc1_by_k"].items())
                    + f"; with shuffled labels (no evidence) ρ is {sh:+.2f} (D17): the movement follows k, not the evidence")
 
 
-NO_MOVEMENT = _each_model(IntervalHolds(0, of="ρ's"))
+NO_MOVEMENT = each_model(IntervalHolds(0, of="ρ's"))
 """D17's and D18's rule: no movement along the manifold, on each model."""
 
 
 def _no_movement(d: dict, rel: str, condition: str, note: str) -> Verdict:
     g = d["geometry"]
     mv = g["movement"][condition]
-    m = _rho(mv, rel)
+    m = rho_measure(mv, rel)
     normal = g["movement"]["normal"]["rho"]
     return Verdict(NO_MOVEMENT.rule.kind(m), m, f"ρ(k, PC1) under this control; normal prompts "
                    f"{normal:+.2f}" + (f". {note}" if note else ""))
@@ -563,7 +481,7 @@ def _no_movement(d: dict, rel: str, condition: str, note: str) -> Verdict:
 @claim("D17", "III", "v1", "§5.2", "Control: with shuffled labels (H_Bayes = 1 bit) the state does not move along the "
        "manifold", "little or no movement", "paper", "Spearman ρ(k, PC1) of shuffled-label prompts projected on the normal "
        "prompts' basis", NO_MOVEMENT, SULA_BOTH)
-@_on_each("SULA geometry")
+@on_each("SULA geometry")
 def _d17(d: dict, rel: str) -> Verdict:
     return _no_movement(d, rel, "shuffled", "")
 
@@ -571,70 +489,71 @@ def _d17(d: dict, rel: str) -> Verdict:
 @claim("D18", "III", "v1", "§5.2", "Control: masking the evidence carriers leaves no movement", "little or no movement",
        "paper", "Spearman ρ(k, PC1) of prompts whose carrier words are [MASK], on the normal basis",
        NO_MOVEMENT, SULA_BOTH)
-@_on_each("SULA geometry")
+@on_each("SULA geometry")
 def _d18(d: dict, rel: str) -> Verdict:
     return _no_movement(d, rel, "masked", "Under the paper's own model the labels, which masking keeps, carry all the "
                         "evidence, so movement is what Bayes predicts here")
 
 
-D21_RULE = _each_model(Every(All(Compare("the readout's ρ with the entropy axis alone", "≥", "the uncut ρ − 0.05"),
-                                 Compare("with a random axis alone", "<", "the uncut ρ − 0.1")), "layer"))
+D21_RULE = each_model(Every(All(Compare("the paper's ρ with the entropy axis alone", "≥", "the uncut ρ − 0.05"),
+                                Compare("with a random axis alone", "<", "the uncut ρ − 0.1")), "layer"))
 
 
 @claim("D21", "III", "v1", "§7.1", "Axis-only projection along the entropy axis keeps the axis–entropy correlation; a "
        "random axis-only projection destroys it", "qualitative", "paper",
-       "ρ(entropy axis, model entropy) at the readout (the final token's hidden state the output head reads, against "
-       "its axis in the uncut model) before and after each Bayesian layer's final-token values are reduced to their "
-       "entropy-axis (or a random axis's) component alone, Paper III's layers 12 and 23 (of 24) mapped to the same "
-       "relative depth of each model; ρ(model entropy, H_Bayes) after the projection beside it",
+       PAPER_QUANTITY.replace("λ = 1", "the values reduced to their entropy-axis (or a random axis's) component") +
+       ", before and after each of Paper III's layers 12 and 23 (of 24), mapped to the same relative depth of each "
+       "model, is projected alone; ρ(model entropy, H_Bayes) after the projection beside it",
        D21_RULE, SULA_BOTH,
        threshold="within 0.05, and a drop above 0.1, at every layer", doubt=PYTHIA_DOUBT)
-@_on_each("SULA geometry")
+@on_each("SULA geometry")
 def _d21(d: dict, rel: str) -> Verdict:
     a = d["geometry"]["axis_only"]
-    if "rho_readout_before" not in a:  # a record of ρ(model entropy, H_Bayes) only, the layers projected together
-        raise KeyError("rho_readout_before")
-    before, alone = a["rho_readout_before"], _alone(a)
-    ent = {k: _rho_read(x["entropy_axis"]["rho_readout_after"]) for k, x in alone.items()}
-    rnd = {k: _rho_read(x["random_axis"]["rho_readout_after"]) for k, x in alone.items()}
-    ok = {k: D21_RULE.rule.rule.kind((ent[k], before - 0.05), (rnd[k], before - 0.1)) == AGREE for k in alone}
-    bayes = ", ".join(f"L{k} {_rho_read(x['entropy_axis']['rho_model_bayes_entropy']):.2f} / "
-                      f"{_rho_read(x['random_axis']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
-    kind = D21_RULE.rule.kind([((ent[k], before - 0.05), (rnd[k], before - 0.1)) for k in alone])
-    return Verdict(kind, f"readout {before:.2f} → " + ", ".join(f"L{k} {ent[k]:.2f} (entropy axis) / {rnd[k]:.2f} (random)"
-                                                         for k in alone),
-                   f"{_layers(d['cut'])}; each layer projected alone, as in the paper: "
+    alone = each_alone(a)
+    if any("rho_paper_after" not in x["entropy_axis"] for x in alone.values()):  # a final-token edit: not the paper's
+        raise KeyError("rho_paper_after")
+    before = {k: rho_read(x["entropy_axis"]["rho_paper_before"]) for k, x in alone.items()}
+    ent = {k: rho_read(x["entropy_axis"]["rho_paper_after"]) for k, x in alone.items()}
+    rnd = {k: rho_read(x["random_axis"]["rho_paper_after"]) for k, x in alone.items()}
+    args = {k: ((ent[k], before[k] - 0.05), (rnd[k], before[k] - 0.1)) for k in alone}
+    ok = {k: D21_RULE.rule.rule.kind(*args[k]) == AGREE for k in alone}
+    bayes = ", ".join(f"L{k} {rho_read(x['entropy_axis']['rho_model_bayes_entropy']):.2f} / "
+                      f"{rho_read(x['random_axis']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
+    return Verdict(D21_RULE.rule.kind(list(args.values())),
+                   ", ".join(f"L{k} projected, read at {where_read(x['entropy_axis'])}: {before[k]:.2f} → {ent[k]:.2f} "
+                             f"(entropy axis) / {rnd[k]:.2f} (random)" for k, x in alone.items()),
+                   f"{edited_layers(d['cut'])}; each layer projected alone at every position, as in the paper: "
                    + ", ".join(f"L{k} {'meets' if ok[k] else 'fails'} the rule" for k in alone)
-                   + f"; ρ(model entropy, H_Bayes) {_rho_read(a['rho_model_bayes_entropy_before']):.2f} → {bayes} "
+                   + f"; ρ(model entropy, H_Bayes) {rho_read(a['rho_model_bayes_entropy_before']):.2f} → {bayes} "
                    "(entropy axis / random)", files=(rel,))
 
 
-D22_RULE = _each_model(Every(All(Compare("the mean entropy after +1σ", ">", "before"), Compare("after −1σ", "<", "before"),
-                                 Compare("the larger shift", "≤", 0.1, "bits")), "layer"))
+D22_RULE = each_model(Every(All(Compare("the mean entropy after +1σ", ">", "before"), Compare("after −1σ", "<", "before"),
+                                Compare("the larger shift", "≤", 0.1, "bits")), "layer"))
 
 
 @claim("D22", "III", "v1", "§7.1", "A ±1σ shift along the entropy axis changes calibration slightly, in its direction",
-       "small, directional", "paper", "mean model entropy (bits) after shifting each Bayesian layer's final-token values "
-       "by ±1σ along the entropy axis, Paper III's layers 12 and 23 (of 24) mapped to the same relative depth of each "
-       "model and shifted one at a time; ρ(model entropy, H_Bayes) after each shift beside it",
+       "small, directional", "paper", "mean model entropy (bits) after shifting the values of every position of each "
+       "Bayesian layer by ±1σ along the entropy axis, Paper III's layers 12 and 23 (of 24) mapped to the same relative "
+       "depth of each model and shifted one at a time; ρ(model entropy, H_Bayes) after each shift beside it",
        D22_RULE, SULA_BOTH,
        threshold="each shift at most 0.1 bits, at every layer", doubt=PYTHIA_DOUBT)
-@_on_each("SULA geometry")
+@on_each("SULA geometry")
 def _d22(d: dict, rel: str) -> Verdict:
     sh = d["geometry"]["shift"]
-    b, alone = sh["mean_model_entropy_before"], _alone(sh)
+    b, alone = sh["mean_model_entropy_before"], each_alone(sh)
+    if any("rho_paper_after" not in x["plus"] for x in alone.values()):  # a final-token edit: not the paper's
+        raise KeyError("rho_paper_after")
     up = {k: x["plus"]["mean_model_entropy"] for k, x in alone.items()}
     dn = {k: x["minus"]["mean_model_entropy"] for k, x in alone.items()}
     read = {k: ((up[k], b), (dn[k], b), max(up[k] - b, b - dn[k])) for k in alone}
     ok = {k: D22_RULE.rule.rule.kind(*read[k]) == AGREE for k in alone}
-    why = (f"{_layers(d['cut'])}; each layer shifted alone, as in the paper: "
+    why = (f"{edited_layers(d['cut'])}; each layer shifted alone at every position, as in the paper: "
            + ", ".join(f"L{k} {'meets' if ok[k] else 'fails'} the rule" for k in alone))
-    if "rho_model_bayes_entropy_before" in sh:
-        why += (f"; ρ(model entropy, H_Bayes) {_rho_read(sh['rho_model_bayes_entropy_before']):.2f} → "
-                + ", ".join(f"L{k} {_rho_read(x['minus']['rho_model_bayes_entropy']):.2f} / "
-                            f"{_rho_read(x['plus']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
-                + " (−1σ / +1σ)")
-    why += f"; entropy MAE before {sh['entropy_mae_before']:.3f}"
+    why += (f"; ρ(model entropy, H_Bayes) {rho_read(sh['rho_model_bayes_entropy_before']):.2f} → "
+            + ", ".join(f"L{k} {rho_read(x['minus']['rho_model_bayes_entropy']):.2f} / "
+                        f"{rho_read(x['plus']['rho_model_bayes_entropy']):.2f}" for k, x in alone.items())
+            + f" (−1σ / +1σ); entropy MAE before {sh['entropy_mae_before']:.3f}")
     return Verdict(D22_RULE.rule.kind(list(read.values())),
                    f"none {b:.3f} bits; " + ", ".join(f"L{k} {dn[k]:.3f} / {up[k]:.3f} (−1σ / +1σ)" for k in alone),
                    why, files=(rel,))
