@@ -15,13 +15,15 @@ from typing import Any
 
 from . import paper1, paper2, paper3  # noqa: F401  (each registers its claims)
 from . import pages as _render
-from .base import (AGREE, CLAIMS, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, INCONCLUSIVE,
-                   NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS, Claim, Verdict, declared, ordered)
+from .base import (AGREE, AGREE_BY_CONSTRUCTION, CLAIMS, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS,
+                   DISAGREE_UNCONTROLLED, IDENTITY, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE,
+                   VERDICTS, Claim, Verdict, declared, ordered)
 from .evidence import Evidence, Measure, NullEvidence
 from .judge import Judgement, judge
 
 __all__ = ["CLAIMS", "Claim", "Verdict", "Evidence", "NullEvidence", "Measure", "Judgement", "VERDICTS", "judge",
-           "judge_all", "assess_all", "declared", "render", "render_details", "write", "ordered", "AGREE", "INCONCLUSIVE",
+           "judge_all", "assess_all", "declared", "render", "render_details", "write", "ordered", "AGREE",
+           "AGREE_BY_CONSTRUCTION", "IDENTITY", "INCONCLUSIVE",
            "DISAGREE_CLOSES", "DISAGREE_PERSISTS", "DISAGREE_UNCONTROLLED", "UNINFORMATIVE", "DISAGREE", "NOT_MEASURED",
            "NOT_MEASURABLE", "PROVENANCE"]
 

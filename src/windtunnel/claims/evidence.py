@@ -108,7 +108,7 @@ class Evidence:
         """The keywords that make another reader of the same cells (another preset, a null)."""
         return {"steps": self.steps, "seeds": self.seeds, "fallback": self.fallback}
 
-    def _path(self, rel: str) -> Path:
+    def _where(self, rel: str) -> Path:
         """Where ``rel`` is read: under ``root``, or, for a file that is not a cell's, under ``fallback`` when only
         that has it."""
         path = self.root / rel
@@ -128,7 +128,7 @@ class Evidence:
     def json(self, rel: str) -> Any | None:
         """A committed JSON file (``None`` if absent); a damaged one is a :class:`UserError`."""
         if rel not in self._cache:
-            path = self._path(rel)
+            path = self._where(rel)
             if not path.is_file():
                 self._cache[rel] = None
             else:
@@ -140,7 +140,7 @@ class Evidence:
 
     def text(self, rel: str) -> str | None:
         """A committed text file (``metrics.jsonl`` …), ``None`` if absent."""
-        path = self._path(rel)
+        path = self._where(rel)
         return path.read_text() if path.is_file() else None
 
     # --- the primitives table ---------------------------------------------------------------

@@ -73,7 +73,8 @@ def _controls_text(j: Judgement) -> str:
 
 def _unheard_text(j: Judgement) -> str:
     """The factors of the controls run beside a disagreement that could not speak to it."""
-    return "controls run, none that can speak: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
+    said = "controls run, none that can speak: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
+    return said + (f"; replicated on {', '.join(j.verdict.replicated)}" if j.verdict.replicated else "")
 
 
 def verdict_text(j: Judgement, short: bool = False) -> str:
@@ -84,6 +85,8 @@ def verdict_text(j: Judgement, short: bool = False) -> str:
         text += f" ({v.closed_by})"
     elif v.kind == DISAGREE_PERSISTS and v.controls:
         text += f" ({_controls_text(j)})"
+    if v.replicated:
+        text += f"; replicated on {', '.join(v.replicated)}"
     return text
 
 

@@ -217,15 +217,15 @@ def _b7(ev: Evidence) -> Verdict:
                    abs(geometry_stat(g, "value_manifold.final_attn_out_spearman_abs_pc1_entropy")))
 
     pc1 = ev.geometry(col, "transformer", SEEDS, "value_manifold.final_attn_out_pc1_var")
-    rho = ev.cell_stat(col, "transformer", SEEDS, "geometry.json", rho_of)
+    rho = ev.cell_stat(col, "transformer", SEEDS, "geometry.json", rho_of, (0.0, 1.0))
     un = ev.cell_stat(col, "transformer", SEEDS, "geometry.json",
-                      lambda g: abs(geometry_stat(g, "value_manifold.final_resid_untrained_spearman")))
+                      lambda g: abs(geometry_stat(g, "value_manifold.final_resid_untrained_spearman")), (0.0, 1.0))
     pc2 = ev.geometry(col, "transformer", SEEDS, "value_manifold.final_resid_spearman_pc2_entropy")
     if pc1 is None or rho is None or un is None:
         return missing("sawtooth geometry (value_manifold version 2)")
     kind = B7_RULE.kind(pc1, rho, [r > u for r, u in zip(rho.values, un.values)])
     return Verdict(kind, pc1, f"PC1 share of the last attention output; |ρ| {rho.text()} "
-                   f"(untrained {un.value:.2f})" + (f"; the residual stream's PC2 tracks H with |ρ| {pc2.text()}" if pc2 else ""))
+                   f"(untrained {un.value:.2f})" + (f"; the residual stream's PC2 tracks H with ρ {pc2.text()}" if pc2 else ""))
 
 
 B8_RULE = EverySeed(0, ">", what="the gain in |ρ| from the checkpoint where attention settled to the final one")
