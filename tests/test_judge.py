@@ -210,3 +210,31 @@ def test_the_front_pages_counts_add_up(judgements) -> None:
         if j.kind in (verdicts.NOT_MEASURED, verdicts.NOT_MEASURABLE):
             row = next(line for line in page.splitlines() if line.startswith(f"| [{j.claim.id}]"))
             assert row.rstrip(" |").endswith("—"), row
+
+
+def test_one_rule_decides_which_controls_speak_for_closing_and_for_persisting() -> None:
+    """A control speaks when it learned its task, is at the verdict's scale and is settled by the rule: the same
+    test for a control that would close the disagreement and one that would make it persist."""
+    from windtunnel.claims.base import Control
+
+    def judged(*controls: Control) -> Verdict:
+        return decide(_claim(), Verdict(D, "x", "", consulted=controls), ())
+
+    meets = Control("budget", A, cite="quick/cells/c-s0/eval.json (and seeds 1, 2)")
+    v = judged(meets, Control("size", D))
+    assert v.kind == verdicts.DISAGREE_CLOSES and v.closed_by == "budget" and v.control == meets.cite
+    assert v.controls == ("budget", "size")
+    for silent in (Control("budget", A, learned=False, cite="c"), Control("budget", A, at_scale=False, cite="c"),
+                   Control("budget", I, cite="c")):
+        alone = judged(silent)
+        assert alone.kind == verdicts.DISAGREE_UNCONTROLLED and alone.unheard == ("budget",), silent
+        beside = judged(silent, Control("size", D))
+        assert beside.kind == verdicts.DISAGREE_PERSISTS and beside.controls == ("size",)
+        assert beside.unheard == ("budget",) and "the budget control" in beside.why
+    # a reduced-scale control can neither close a papers'-size verdict nor make it persist
+    assert judged(Control("head width", D, at_scale=False)).kind == verdicts.DISAGREE_UNCONTROLLED
+    assert judged(Control("head width", D, learned=False)).kind == verdicts.DISAGREE_UNCONTROLLED
+    with pytest.raises(ValueError, match="outcome"):
+        Control("budget", verdicts.DISAGREE_PERSISTS)
+    with pytest.raises(ValueError, match="unknown control variable"):
+        Control("luck", D)

@@ -37,6 +37,40 @@ NOT_CLAIMS = ("not-a-claim", "unsourced")
 
 
 @dataclass(frozen=True)
+class Control:
+    """One control a claim consulted, as it declares it to the judge: the one ``factor`` it changes (from
+    :data:`CONTROL_VARIABLES`), the raw outcome of the claim's rule on it (``outcome``: agree, inconclusive or
+    disagree), whether it learned its task, whether it is at the scale the verdict is judged at (``at_scale``), and the
+    file and command a verdict it closes cites (``cite``).  It *speaks* when it learned its task, is at the verdict's
+    scale and the rule settles it; the judge alone decides from that whether a disagreement closes, persists or is
+    uncontrolled."""
+
+    factor: str
+    outcome: str
+    learned: bool = True
+    at_scale: bool = True
+    cite: str = ""
+
+    def __post_init__(self) -> None:
+        if self.factor not in CONTROL_VARIABLES:
+            raise ValueError(f"unknown control variable {self.factor!r}: name one of {CONTROL_VARIABLES}")
+        if self.outcome not in (AGREE, INCONCLUSIVE, DISAGREE):
+            raise ValueError(f"a control's outcome is its rule's: agree, inconclusive or disagree, not {self.outcome!r}")
+
+    @property
+    def speaks(self) -> bool:
+        return self.learned and self.at_scale and self.outcome != INCONCLUSIVE
+
+    @property
+    def why_silent(self) -> str:
+        """Why a control cannot speak (``""`` where it can)."""
+        reasons = [r for r, bad in (("has not learned its task", not self.learned),
+                                    ("is not at the verdict's scale", not self.at_scale),
+                                    ("is not settled by the rule", self.outcome == INCONCLUSIVE)) if bad]
+        return " and ".join(reasons)
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The outcome of a claim's rule: the verdict, our number (a :class:`Measure` or prose), why the
     rule gave it, the committed control that closes a disagreement (``control``, its files, and ``closed_by``, the
@@ -57,6 +91,9 @@ class Verdict:
     scale: str = ""
     unheard: tuple[str, ...] = ()
     replicated: tuple[str, ...] = ()
+    #: the controls consulted, declared for the judge (:class:`Control`); a claim that declares them returns its own
+    #: cell's outcome, and the judge decides closing and persisting from them by one rule
+    consulted: tuple[Control, ...] = ()
 
     #: set by the judge alone (:func:`windtunnel.claims.judge.judge`): only a judged verdict carries a final word
     judged: bool = field(default=False, repr=False, compare=False)

@@ -128,6 +128,28 @@ def judge(claim: Claim, ev: Evidence, nulls: Mapping[str, Evidence] | None = Non
     return Judgement(claim, decide(claim, raw, readings), raw, readings, scale_of(raw))
 
 
+def with_controls_decided(raw: Verdict) -> Verdict:
+    """A disagreement's controls read by the one rule (:data:`~windtunnel.claims.verdicts.CONVENTIONS`, "controls"):
+    only a control that changes one factor, learned its task, is at the verdict's scale and is settled by the rule
+    speaks; the first that speaks and meets the rule closes the disagreement, and one that speaks and fails it makes
+    the disagreement persist under its factor; the others are named as unable to speak.  A verdict that declares no
+    controls (``Verdict.consulted``) keeps the factors it names."""
+    if raw.kind != DISAGREE or not raw.consulted:
+        return raw
+    speaking = [c for c in raw.consulted if c.speaks]
+    closing = next((c for c in speaking if c.outcome == AGREE), None)
+    factors = tuple(dict.fromkeys(c.factor for c in raw.consulted))
+    if closing is not None:
+        return replace(raw, kind=DISAGREE_CLOSES, control=closing.cite, closed_by=closing.factor, controls=factors,
+                       unheard=(), why=f"{raw.why}; the {closing.factor} control meets the rule and can speak: it "
+                                       "closes the disagreement")
+    failed = tuple(dict.fromkeys(c.factor for c in speaking if c.outcome == DISAGREE))
+    silent = [c for c in raw.consulted if not c.speaks and c.factor not in failed]
+    said = "; ".join(f"the {c.factor} control {c.why_silent}" for c in silent)
+    return replace(raw, controls=failed, unheard=tuple(dict.fromkeys(c.factor for c in silent)),
+                   why=raw.why + (f"; unable to speak: {said}" if said else ""))
+
+
 def decide(claim: Claim, raw: Verdict, readings: tuple[NullReading, ...]) -> Verdict:
     """The final word from a rule's raw outcome and the nulls' readings of the same rule:
 
@@ -139,6 +161,8 @@ def decide(claim: Claim, raw: Verdict, readings: tuple[NullReading, ...]) -> Ver
     * a rule met → *identity* for an identity, *agree by construction* for a rule no training could fail, else
       *agree*;
     * *inconclusive*, *closes*, *not measured* and *not measurable here* stand as the rule gave them."""
+    raw = with_controls_decided(raw)
+
     def final(kind: str, why: str = "") -> Verdict:
         return replace(raw, kind=kind, why=f"{raw.why}; {why}" if raw.why and why else (why or raw.why), judged=True)
 

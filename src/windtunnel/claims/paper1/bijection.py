@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, Verdict, claim, missing, reads
+from ..base import AGREE, DISAGREE, NOT_MEASURED, Control, Verdict, claim, missing, reads
 from ..evidence import Evidence, Measure
 from ..rows import eval_of, row
 from ..rules import AtLeast, AtMost, Every, IntervalBelow
@@ -37,14 +37,11 @@ def _a1(ev: Evidence) -> Verdict:
     if long is None:
         return Verdict(DISAGREE, m, why + "; the budget control (main_long) is not committed yet")
     long_ok, long_why = error_rule(long, 0.001)
-    learned = learned_task(ev, LONG_COLUMN, "transformer")
-    said = f"{why}; trained ten times as long (30,000 steps): {long.text()} bits, {long_why}"
-    ours = with_files(m, long)
-    if long_ok and learned:
-        return Verdict(DISAGREE_CLOSES, ours, said + ": the budget closes it",
-                       control=cells_control(ev, LONG_COLUMN, "eval.json"), closed_by="budget", controls=("budget",))
-    return Verdict(DISAGREE, ours, said, controls=("budget",) if learned else (),
-                   unheard=() if learned else ("budget",))
+    budget = Control("budget", AGREE if long_ok else DISAGREE, learned_task(ev, LONG_COLUMN, "transformer"),
+                     cite=cells_control(ev, LONG_COLUMN, "eval.json"))
+    return Verdict(DISAGREE, with_files(m, long),
+                   f"{why}; trained ten times as long (30,000 steps): {long.text()} bits, {long_why}",
+                   consulted=(budget,))
 
 
 @claim("A2", "I", "v1 / v3", "Table 1",

@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple
 
 from ...run import grid
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Verdict, declared, missing
+from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Control, Verdict, declared, missing
 from ..evidence import Evidence, Measure
 from ..rules import Rule
 from .common import geometry_files, pct, with_files
@@ -115,10 +115,10 @@ def with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
 
     Where one of the papers' own cells (:data:`PAPER_CELLS`) is among ``controls``, has learned its task and the rule
     reads it, the verdict is judged there and every other column (``column`` itself first) is reported beside it
-    by the same rule.  Otherwise ``rule`` is judged on ``column``; where it fails, every control (one change from
-    it: head width, task size, model size, budget, data regime) is read by the same rule: the first that learned its
-    task and passes *closes* the disagreement, and a disagreement no control closes *persists* under every
-    control read (``Verdict.controls``).  Controls not committed are skipped."""
+    by the same rule (as controls at reduced scale, which cannot speak to a verdict at the papers' size).  Otherwise
+    ``rule`` is judged on ``column``; where it fails, every control (one change from it: head width, task size, model
+    size, budget, data regime) is read by the same rule and declared to the judge (``Verdict.consulted``), which
+    decides whether one closes the disagreement or it persists.  Controls not committed are skipped."""
     main = rule(ev, column)
     if main is None:
         return missing(what)
@@ -140,7 +140,7 @@ def with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
         return ours, files
 
     paper = next((r for r in readings if r[0] in PAPER_CELLS and r[7]), None)
-    if paper is not None:  # the papers' own cell: the verdict is judged there
+    if paper is not None:  # the papers' own cell: the verdict is judged there, every reduced-scale cell beside it
         outcome, ours = paper[4], paper[5]
         value = ours.text() if isinstance(ours, Measure) else str(ours)
         said = f"judged {paper[1]}: {value}; {paper[6]}; at reduced scale: {shown(_rule_kind(main[0]), main[1], main[2])})"
@@ -148,41 +148,25 @@ def with_controls(ev: Evidence, rule: ColumnRule, what: str, column: str,
         said += "".join(f"; {r[1]}: {shown(r[4], r[5], r[6])}" + ("" if r[7] else ", a control that has not learned "
                         "its task") + ")" for r in others)
         ours, files = cite(ours, [paper[0], column] + [r[0] for r in others])
-        tried = _failed_controls(others)
-        return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else (),
-                       scale=PAPER_CELLS[paper[0]], unheard=_unheard(others, tried) if outcome == DISAGREE else ())
+        consulted = tuple(_control(ev, r, arch, at_scale=r[0] in PAPER_CELLS) for r in others)
+        return Verdict(outcome, ours, said, files=files, scale=PAPER_CELLS[paper[0]],
+                       consulted=consulted if outcome == DISAGREE else ())
     outcome, ours, said = _rule_kind(main[0]), main[1], main[2]
     if outcome == AGREE or not readings:
         ours, files = cite(ours, [column])
         return Verdict(outcome, ours, said, files=files)
-    closes = None  # (column, cause, variable) of the first control that learned its task and passes
     for control_column, where, cause, variable, okc, oc, saidc, learned in readings:
-        said += f"; {where}: {shown(okc, oc, saidc)}" + (
-            "" if learned else "; a control that has not learned its task closes nothing") + ")"
-        if okc == AGREE and learned and closes is None:
-            closes = (control_column, cause, variable)
+        said += f"; {where}: {shown(okc, oc, saidc)}" + ("" if learned else ", a control that has not learned its "
+                                                          "task") + ")"
     ours, files = cite(ours, [column] + [r[0] for r in readings])
-    tried = _failed_controls(readings)
-    if closes is not None and outcome == DISAGREE:  # every control consulted is named beside the one that closes it
-        return Verdict(DISAGREE_CLOSES, ours, said + f": {closes[1]} closes it",
-                       control=cells_control(ev, closes[0], "geometry.json", arch), files=files,
-                       controls=tuple(dict.fromkeys(r[3] for r in readings)), closed_by=closes[2])
-    return Verdict(outcome, ours, said, files=files, controls=tried if outcome == DISAGREE else (),
-                   unheard=_unheard(readings, tried) if outcome == DISAGREE else ())
+    return Verdict(outcome, ours, said, files=files,
+                   consulted=tuple(_control(ev, r, arch) for r in readings) if outcome == DISAGREE else ())
 
 
-def _unheard(readings: list[tuple], tried: tuple[str, ...]) -> tuple[str, ...]:
-    """The factors of the controls run that cannot speak to a disagreement (not learned, or unsettled by the rule),
-    less those another control of the same factor speaks for; a control that learned its task and meets the rule
-    speaks (against the disagreement) and is not among them."""
-    return tuple(dict.fromkeys(r[3] for r in readings if r[3] not in tried and not (r[4] == AGREE and r[7])))
-
-
-def _failed_controls(readings: list[tuple]) -> tuple[str, ...]:
-    """The factors a disagreement *persists* under: those of the controls that learned their task and fail the rule
-    too.  A control that is inconclusive by the rule, or has not learned its task, is reported beside the verdict but
-    controls nothing (a disagreement none of whose controls can speak is uncontrolled)."""
-    return tuple(dict.fromkeys(r[3] for r in readings if r[4] == DISAGREE and r[7]))
+def _control(ev: Evidence, reading: tuple, arch: str, at_scale: bool = True) -> Control:
+    """A control reading of :func:`with_controls` as the judge is told of it."""
+    column, _, _, variable, outcome, _, _, learned = reading
+    return Control(variable, outcome, learned, at_scale, cells_control(ev, column, "geometry.json", arch))
 
 
 # --- the HMM error claims' controls (A6–A9, A16) ----------------------------------------------------------------------
@@ -242,17 +226,6 @@ def hmm_controls(ev: Evidence, arch: str = "transformer") -> list[HmmControl]:
     return out
 
 
-def _neither(variables: list[str]) -> str:
-    """``"neither budget, data regime nor size closes it"``: the variables no control closed the gap with."""
-    if len(variables) == 1:
-        return f"{variables[0]} does not close it"
-    return "neither " + ", ".join(variables[:-1]) + " nor " + variables[-1] + " closes it"
-
-
-MEETS_UNLEARNED = " (it meets the figure but has not learned the task on every seed, so it closes nothing)"
-"""Beside a control that meets an error claim's figure without having learned its task."""
-
-
 def quick_hmm_unlearned(ev: Evidence) -> Measure | None:
     """The quick HMM transformer cell's K=20 KL (citing the filter's files too) where it has not learned the task —
     some seed not below the filter that reads only the latest observation, on its own evaluation episodes (A12's
@@ -288,28 +261,14 @@ def hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | N
     ``mechanism``: add which reference predictor each seed ends nearest (the claim whose cells declare geometry)."""
     ctls = hmm_controls(ev, arch)
     own, unlearned, others = judged_cell(ctls, ev, arch)
-    if own is None:
-        for c in ctls:
-            if c.learned and rule.kind(c.measure) == AGREE:
-                return Verdict(DISAGREE_CLOSES, m, f"{why}; {c.name} reaches {c.measure.text()}", control=c.control,
-                               controls=tuple(dict.fromkeys(x.variable for x in ctls)), closed_by=c.variable)
 
     def ratio(x: Measure) -> str:
         return f", {x.value / paper:.2g}× the papers' figure" if paper else ""
 
-    def beside(c: HmmControl) -> str:
-        if rule.kind(c.measure) != AGREE or (own is not None and rule.kind(own.measure) == AGREE):
-            return ""
-        # a control meeting the figure closes nothing here: not learned, or at reduced scale beside the papers' cell
-        return MEETS_UNLEARNED if not c.learned else " (it meets the figure at reduced scale, where the papers' own cell does not)"
+    def status(c: HmmControl) -> str:
+        return "" if c.learned else " (it has not learned the task)"
 
-    where = "; ".join(f"{c.name} is at {c.measure.text()}{ratio(c.measure)}{beside(c)}" for c in others)
-    tried = tuple(dict.fromkeys(c.variable for c in others if rule.kind(c.measure) != AGREE))
-    # a control that meets the figure without having learned the task cannot speak; one that learned it speaks against
-    # the disagreement (it closes it, or at reduced scale beside the papers' cell is reported)
-    unheard = tuple(dict.fromkeys(c.variable for c in others
-                                  if rule.kind(c.measure) == AGREE and not c.learned and c.variable not in tried))
-    stands = (_neither(list(tried)) if tried else "no control fails it and none can close it") if others else ""
+    where = "; ".join(f"{c.name} is at {c.measure.text()}{ratio(c.measure)}{status(c)}" for c in others)
     # which reference predictor each seed ends nearest, and how far it follows an edited previous observation
     columns = ((f"{DATA_COLUMN}@paper",) if own is not None else ()) + ("hmm", BUDGET_COLUMN, DATA_COLUMN, INIT_COLUMN)
     filters = "; ".join(f for f in (_filter_note(ev, column, arch) for column in columns) if f) if mechanism else ""
@@ -318,6 +277,7 @@ def hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | N
     # the benchmark's one unfinished seed of the paper preset's own 50,000-step recipe: the longest budget measured
     # at the papers' size, beside the fixed-set control's 7,813 steps
     note = _paper_scale_note(ev, paper) if arch == "transformer" and ev.preset != "paper" else ""
+    consulted = tuple(hmm_control(c, rule.kind(c.measure), own) for c in others)
     if own is not None:
         kind = rule.kind(own.measure)
         ours = with_files(own.measure, m, unlearned, *(c.measure for c in others))
@@ -326,10 +286,15 @@ def hmm_verdict(ev: Evidence, m: Measure, rule: Rule, why: str, paper: float | N
                 f"{m.text()}, {why}" + (f"; {where}" if where else ""))
         if kind == AGREE:
             return Verdict(AGREE, ours, said + note, scale=PAPER_CELLS[own.column])
-        return Verdict(DISAGREE, ours, said + (f": {stands}" if stands else "") + strategies + note, controls=tried,
-                       unheard=unheard, scale=PAPER_CELLS[own.column])
-    return Verdict(DISAGREE, m, (f"{why}; {where}: {stands}{strategies}" if ctls else why) + note, controls=tried,
-                   unheard=unheard)
+        return Verdict(DISAGREE, ours, said + strategies + note, scale=PAPER_CELLS[own.column], consulted=consulted)
+    return Verdict(DISAGREE, m, (f"{why}; {where}{strategies}" if ctls else why) + note, consulted=consulted)
+
+
+def hmm_control(c: HmmControl, outcome: str, own: HmmControl | None) -> Control:
+    """An HMM control as the judge is told of it: beside the papers' own cell (``own``), only another cell at the
+    papers' size is at the verdict's scale."""
+    at_scale = own is None or c.column in PAPER_CELLS
+    return Control(c.variable, outcome, c.learned, at_scale, c.control)
 
 
 def _paper_scale_note(ev: Evidence, paper: float | None) -> str:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Verdict, claim, missing, reads
+from ..base import AGREE, DISAGREE, Verdict, claim, missing, reads
 from ..evidence import Evidence, Measure
 from ..rules import AtLeast, AtMost
 from .common import (BY_CONSTRUCTION, FAILS, FLOOR_FRACTION, MAMBA_BELOW, REPRO, TABLE, cited, error_rule, fails, lower,
                      with_files)
-from .controls import (BUDGET_COLUMN, DATA_COLUMN, HmmControl, MEETS_UNLEARNED, PAPER_CELLS, hmm_controls, hmm_verdict,
+from .controls import (BUDGET_COLUMN, DATA_COLUMN, HmmControl, PAPER_CELLS, hmm_control, hmm_controls, hmm_verdict,
                        judged_cell)
 
 
@@ -159,17 +159,11 @@ def _a9(ev: Evidence) -> Verdict:
 
     # A6's controls, read by this rule: the MLP's error over each control's (the MLP sits at the context-blind floor
     # whatever the budget or data regime, A8; a pointwise network has nothing more to learn)
-    for c in others if own is None else ():
-        if c.learned and meets(c):
-            return Verdict(DISAGREE_CLOSES, r, f"{why}; against {c.name}: {mlp.value / c.measure.value:.0f}×",
-                           control=c.control, controls=tuple(dict.fromkeys(x.variable for x in ctls)),
-                           closed_by=c.variable)
-    tried = tuple(dict.fromkeys(c.variable for c in others if not meets(c)))
-    unheard = tuple(dict.fromkeys(c.variable for c in others if meets(c) and not c.learned and c.variable not in tried))
     where = "; ".join(f"against {c.name} {mlp.value / c.measure.value:.0f}×"
-                      + (MEETS_UNLEARNED if meets(c) and not c.learned else "") for c in others)
+                      + ("" if c.learned else " (it has not learned the task)") for c in others)
+    consulted = tuple(hmm_control(c, AGREE if meets(c) else DISAGREE, own) for c in others)
     return Verdict(DISAGREE, r, f"{why}; the MLP's error over A6's controls' (the MLP sits at the context-blind floor "
-                   f"in every regime, A8): {where}" if others else why, controls=tried, unheard=unheard, scale=scale)
+                   f"in every regime, A8): {where}" if others else why, scale=scale, consulted=consulted)
 
 
 @claim("A15", "I", "v3", "primitives table", "Mamba beats the transformer on HMM filtering", "0.024 vs 0.049 bits",
