@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple
 
 from ...run import grid
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Control, Verdict, declared, missing
+from ..base import AGREE, DISAGREE, Control, Verdict, declared, missing
 from ..evidence import Evidence, Measure
 from ..rules import Rule
 from .common import geometry_files, pct, with_files

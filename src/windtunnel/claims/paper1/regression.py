@@ -4,11 +4,11 @@ regression, with its controls (:data:`~.controls.REGRESSION_CONTROLS`)."""
 from __future__ import annotations
 
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Verdict, claim, missing, reads
+from ..base import AGREE, DISAGREE, Control, Verdict, claim, missing, reads
 from ..evidence import Evidence, Measure
 from ..rules import FloorShare
 from .common import LEARNED_FRACTION, REPRO
-from .controls import REGRESSION_CONTROLS, REGRESSION_VARIABLES, cells_control
+from .controls import REGRESSION_CONTROLS, REGRESSION_VARIABLES, cells_control, learned_task
 
 
 def _regression_rule(ev: Evidence, column: str, windows: bool = True,
@@ -67,30 +67,26 @@ def _a26(ev: Evidence) -> Verdict:
     files = m.files
     if ok:
         return Verdict(AGREE, m, said + "; not a claim of the v3 abstract")
-    closes, tried = None, []
-    for column, where, cause in REGRESSION_CONTROLS:  # every control consulted; the first that passes closes it
+    consulted = []
+    for column, where, cause in REGRESSION_CONTROLS:  # every control consulted, declared to the judge
         control = _regression_rule(ev, column, windows=False, every=True)
         if control is None:
             continue
         okc, mc, saidc = control
         files += mc.files
         factors = REGRESSION_VARIABLES[column]
-        tried.extend(factors)
         said += f"; {where}: {mc.text()}, {saidc} ({'agree' if okc else 'disagree'} by the same rule"
-        said += f"; it changes {' and '.join(factors)} together, so it closes nothing alone)" if okc and len(factors) > 1 else ")"
-        if okc and closes is None and len(factors) == 1:
-            closes = (column, cause)
-    if closes is not None:
-        said += f": {closes[1]} closes it"
+        if len(factors) > 1:  # two factors changed together: not a control of either
+            said += f"; it changes {' and '.join(factors)} together, so it speaks for neither)"
+            continue
+        said += ")"
+        consulted.append(Control(factors[0], AGREE if okc else DISAGREE, learned_task(ev, column, "transformer"),
+                                 cite=cells_control(ev, column, "eval.json")))
     floor = ev.json(f"{ev.preset}/cells/regression-transformer-s{SEEDS[0]}/references.json")["context_blind"]["metrics"]["kl"]
     for arch in ("lstm", "mamba", "mlp_pointwise"):  # the same recipe and budget: is the task learnable in it at all?
         other = ev.eval_metric("regression", arch, SEEDS, "kl")
         if other is not None:
             files += other.files
             said += f"; the same recipe's {arch}: {other.text()} ({other.value / floor:.0%} of the floor)"
-    if closes is not None:
-        return Verdict(DISAGREE_CLOSES, Measure(m.value, m.ci, m.seeds, m.values, files), said,
-                       control=cells_control(ev, closes[0], "eval.json"),
-                       controls=tuple(dict.fromkeys(tried)), closed_by=REGRESSION_VARIABLES[closes[0]][0])
     return Verdict(DISAGREE, Measure(m.value, m.ci, m.seeds, m.values, files), said + "; not a claim of the v3 abstract",
-                   controls=tuple(dict.fromkeys(tried)))
+                   consulted=tuple(consulted))
