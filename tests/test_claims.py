@@ -349,8 +349,9 @@ def test_hmm_controls_decide_a6_a7_a11_a12_by_their_rules() -> None:
 
 
 def _split(met: list[bool]) -> str:
-    """The models joined as seeds are: every one → agree, none → disagree, some → inconclusive."""
-    return claims.AGREE if all(met) else claims.DISAGREE if not any(met) else claims.INCONCLUSIVE
+    """The models joined as seeds are: every one → agree; more than half → inconclusive; else disagree (one of two
+    is not a majority)."""
+    return claims.AGREE if all(met) else claims.INCONCLUSIVE if 2 * sum(met) > len(met) else claims.DISAGREE
 
 
 def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:

@@ -38,7 +38,8 @@ def tiny() -> tuple:
                                             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2)
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     p1, vals = sula.model_posterior(model, tok, items, PAIR, [1])
-    ent, rnd, _ = sula.entropy_axes(vals, sula._binary_entropy(p1), seed=0)
+    entropy = -(p1 * torch.log2(p1) + (1 - p1) * torch.log2(1 - p1))  # the model's binary entropy (bits)
+    ent, rnd, _ = sula.entropy_axes(vals, entropy, seed=0)
     return model, tok, items, ent, rnd
 
 

@@ -488,7 +488,8 @@ def test_a_rule_exact_inference_fails_does_not_test_inference(judgements) -> Non
     assert {r.null: r.kind for r in d18.nulls}["bayes_state"] == claims.DISAGREE
     assert d18.raw.kind == claims.DISAGREE and d18.kind == claims.UNINFORMATIVE and "exact" in d18.verdict.why
     assert {r.null: r.kind for r in d17.nulls}["bayes_state"] == claims.AGREE
-    assert d17.kind == claims.DISAGREE_PERSISTS
+    # the second model is a replicate, not a control: a disagreement with no control that can speak is uncontrolled
+    assert d17.kind == claims.DISAGREE_UNCONTROLLED and d17.verdict.replicated == ("Gemma-3-270M",)
 
 
 def test_close_to_the_minimum_entropy_means_as_close_as_the_authors_runs(judgements) -> None:
@@ -614,11 +615,11 @@ def test_mlps_realise_none_is_judged_on_an_mlp_that_can_see_the_context_too(judg
 
 def test_language_models_that_split_on_a_rule_leave_it_inconclusive(judgements) -> None:
     """A claim about language models is judged on each committed model as a claim about a cell is judged on each seed:
-    met on one and failed on the other is inconclusive, not a disagreement (D22: SmolLM2 fails the shift's rule,
+    met on one and failed on the other is not a majority, so a disagreement (D22: SmolLM2 fails the shift's rule,
     Gemma-3-270M meets it).  D5 is read on every committed model and prompt set the paper used: Gemma's mixed-prompt
     interval, by hand from its file, holds 0 while SmolLM2's exclude it."""
     d22 = judgements["D22"]
-    assert "(agree)" in d22.verdict.why and d22.raw.kind == claims.INCONCLUSIVE
+    assert "(agree)" in d22.verdict.why and d22.raw.kind == claims.DISAGREE  # one model of two is not a majority
     gemma = json.loads((RESULTS / "llm" / "gemma-3-270m-q4-mixed.json").read_text())["value_manifold"]["rho_ci"]
     smol = [json.loads((RESULTS / "llm" / f"smollm2-135m-instruct-q4-{p}.json").read_text())["value_manifold"]["rho_ci"]
             for p in ("mixed", "math")]
