@@ -196,10 +196,13 @@ def test_controls_that_cannot_speak_leave_a_disagreement_uncontrolled_and_are_na
 def test_refuting_controls_are_persisting_disagreements_not_explanations(judgements) -> None:
     """C5 and D7 consult a control that refutes the claim's reading (same-norm SGD is as fast; random keys are more
     orthogonal): the disagreement persists under it; nothing in them 'closes'."""
-    for cid in ("C5", "D7"):
-        j = judgements[cid]
-        if j.kind.startswith("disagree"):
-            assert j.kind == claims.DISAGREE_PERSISTS and j.verdict.controls and not j.verdict.control, cid
+    j = judgements["C5"]
+    if j.kind.startswith("disagree"):
+        assert j.kind == claims.DISAGREE_PERSISTS and j.verdict.controls and not j.verdict.control
+    # D7's other model is a replicate, never a control: reported beside an uncontrolled disagreement
+    d7 = judgements["D7"]
+    if d7.kind.startswith("disagree"):
+        assert d7.kind == claims.DISAGREE_UNCONTROLLED and d7.verdict.replicated and not d7.verdict.controls
 
 
 def test_a_claim_about_the_main_job_is_judged_on_the_papers_own_cell(judgements) -> None:
@@ -213,8 +216,11 @@ def test_a_claim_about_the_main_job_is_judged_on_the_papers_own_cell(judgements)
              for rel, _ in cells]
     b5 = judgements["B5"]
     assert b5.scale.startswith("the papers' size")
-    met = sum(f >= 10 for f in folds)  # a share of seeds: agree on all, disagree on none, inconclusive between
-    assert b5.kind == (claims.AGREE if met == 3 else claims.DISAGREE_PERSISTS if met == 0 else claims.INCONCLUSIVE)
+    met = sum(f >= 10 for f in folds)  # a share of seeds: agree on all; inconclusive where most and the mean meet it
+    leaning = met >= 2 and sum(folds) / 3 >= 10
+    assert b5.kind == (claims.AGREE if met == 3 else claims.INCONCLUSIVE if leaning else
+                       # judged at the papers' size, the reduced-scale controls beside it cannot speak
+                       claims.DISAGREE_UNCONTROLLED)
     assert b5.verdict.ours.values == pytest.approx(folds)
 
 
@@ -349,8 +355,8 @@ def test_the_front_page_reads_in_a_terminal(judgements) -> None:
     assert claims.CLAIMS["C6"].threshold and " †" in c6
     a2 = next(r for r in rows if r.startswith("| [A2]"))  # the papers' own figure under the 1.5× convention: no mark
     assert not claims.CLAIMS["A2"].threshold and "†" not in a2
-    a1 = next(r for r in rows if r.startswith("| [A1]"))  # "10⁻³–10⁻⁴" read as an order of magnitude: ours
-    assert claims.CLAIMS["A1"].threshold and " †" in a1
+    a1 = next(r for r in rows if r.startswith("| [A1]"))  # "10⁻³–10⁻⁴" met at its upper end: the papers' own range
+    assert not claims.CLAIMS["A1"].threshold and "†" not in a1
     for k in (claims.AGREE, claims.DISAGREE_PERSISTS, claims.DISAGREE_UNCONTROLLED):
         assert any(j.kind == k for j in judgements.values())
 
@@ -653,7 +659,7 @@ def test_a8_is_judged_on_the_paper_tables_mlp_cell_by_hand(judgements) -> None:
     a8 = judgements["A8"]
     assert a8.verdict.ours.value == pytest.approx(sum(kl) / 3)
     assert a8.scale.startswith("the papers' size") and "50,000 steps" in a8.scale
-    assert (a8.kind == claims.AGREE) == (sum(kl) / 3 >= 0.9 * floor)
+    assert (a8.kind == claims.AGREE_BY_CONSTRUCTION) == (sum(kl) / 3 >= 0.9 * floor)  # a per-position MLP cannot see
     assert f"context-blind floor {floor:.3f} on the same episodes" in a8.verdict.why
     assert "at reduced scale (the quick table)" in a8.verdict.why
     assert {f"paper/cells/hmm-mlp_pointwise-s{s}/eval.json" for s in (0, 1, 2)} <= set(a8.verdict.cited)
@@ -728,10 +734,12 @@ def test_hmm_claims_leave_the_papers_cell_where_the_quick_cell_has_learned(tmp_p
         pytest.skip("the papers'-size HMM cells are not committed")
     root = _results_tree(tmp_path, {f"quick/cells/hmm-transformer-s{s}/references.json": raise_bar for s in (0, 1, 2)})
     ev = Evidence(root)
-    a6, a6b, a9, a11 = (claims.CLAIMS[c].assess(ev) for c in ("A6", "A6b", "A9", "A11"))
+    from windtunnel.claims.judge import decide
+
+    a6, a6b, a9, a11 = (decide(claims.CLAIMS[c], claims.CLAIMS[c].assess(ev), ()) for c in ("A6", "A6b", "A9", "A11"))
     for v in (a6, a9, a11):
         assert not v.scale.startswith("the papers' size")
-    assert a6.kind == claims.DISAGREE and "size" in a6.controls
+    assert a6.kind == claims.DISAGREE_PERSISTS and "size" in a6.controls
     assert a6b.kind == claims.DISAGREE_CLOSES and a6b.closed_by == "size"
 
 
