@@ -484,7 +484,7 @@ def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Pa
     with sula.value_cut(model, {1: ent[1]}):
         q, after = sula.model_posterior(model, tk, base, pair, [1, 2, 3])
     assert torch.equal(q, p1) and torch.equal(after[2], values[2]) and torch.equal(after[3], values[3])
-    assert sula._project(after[1], ent[1]).abs().max() < 1e-5  # ... yet the cut layer's own values lost the axis
+    assert sula.project(after[1], ent[1]).abs().max() < 1e-5  # ... yet the cut layer's own values lost the axis
     # so the readings after it equal those before, at every point downstream, for either axis
     for name in ("entropy_axis", "random_axis", "no_op"):
         a = cut[name]["alone"]["1"]

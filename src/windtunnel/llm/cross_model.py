@@ -56,9 +56,9 @@ def _pca(blocks: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, to
 
 def _abs_rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int) -> dict[str, Any]:
     """|Spearman ρ| of ``x`` with ``y`` and its bootstrap interval (the SULA interval, its sign fixed by the full sample)."""
-    from .sula import _rho_ci
+    from .value_edits import rho_ci
 
-    r = _rho_ci(x, y, n_boot, seed)
+    r = rho_ci(x, y, n_boot, seed)
     lo, hi = r["ci"]
     if r["rho"] is not None and r["rho"] < 0 and lo is not None:
         return {"rho": -r["rho"], "rho_ci": [-hi, -lo]}

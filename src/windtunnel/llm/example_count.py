@@ -7,7 +7,7 @@ no model); the best correlation any function of ``k`` reaches (:func:`k_only_rho
 correlation with the entropy); how the exact posterior itself moves with ``k`` under each condition
 (:func:`oracle_movement`, what exact inference would show).  The SULA record's own answer to the question, a
 correlation read within each ``k`` where only the evidence moves the entropy, is
-:func:`windtunnel.llm.sula.within_k_rho`.
+:func:`windtunnel.llm.value_edits.within_k_rho`.
 """
 
 from __future__ import annotations

@@ -77,6 +77,8 @@ from ..errors import InvalidValue
 from ..evaluation.stats import finite_ci, json_safe, resample_weights
 from .load import encode
 from .signatures import AttentionLayout, _entropy_bits, _spearman, attention_layout
+from .value_edits import (CUT_LAMBDA, axis_only_edit, cut_edit, entropy_axes, entropy_axis,  # noqa: F401
+                          project, rho_ci, shift_edit, value_cut, value_edit, within_k_ci, within_k_rho)
 
 CARRIERS = ("bright", "lovely", "happy", "warm", "gentle", "brave", "kind", "calm", "joyful", "sunny", "sweet", "proud",
             "gloomy", "awful", "angry", "cold", "cruel", "bitter", "sad", "dull", "harsh", "grim", "nasty", "weary")
@@ -322,146 +324,6 @@ def score(exact: torch.Tensor, model_p1: torch.Tensor, ks: torch.Tensor, n_boot:
     return out
 
 
-CUT_LAMBDA = 1.0
-"""Paper III's λ in the cut ``ṽ = v − λ(v·u)u``: 1, the hard removal (λ = 0 is the no-op through the same path)."""
-
-
-def cut_edit(lam: float = CUT_LAMBDA) -> Any:
-    """The cut as an edit of z-scored values ``z [..., d]``: ``z − λ(z·u)u`` (λ = 1 removes the axis, λ = 0 is
-    the identity)."""
-
-    def edit(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        return z - lam * (z @ u).unsqueeze(-1) * u
-
-    return edit
-
-
-def axis_only_edit(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """The axis-only projection of z-scored values ``z [..., d]``: ``(z·u)u``."""
-    return (z @ u).unsqueeze(-1) * u
-
-
-def shift_edit(c: float) -> Any:
-    """The shift of z-scored values along the axis: ``z + c·u``."""
-
-    def edit(z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        return z + c * u
-
-    return edit
-
-
-@contextmanager
-def value_cut(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-              lam: float = CUT_LAMBDA) -> Iterator[None]:
-    """At each layer ``l`` with ``(u, mean, std)``, replace the values ``v`` of every position by the values whose
-    z-scores have λ times their component along ``u`` removed: ``z ← z − λ(z·u)u``."""
-    with value_edit(model, axes, cut_edit(lam)):
-        yield
-
-
-@contextmanager
-def value_edit(model: torch.nn.Module, axes: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-               edit: Any) -> Iterator[None]:
-    """At each layer with ``(u, mean, std)``, the values ``v`` of every position (every prompt of the batch, every
-    token) become ``mean + std · edit(z, u)`` with ``z = (v − mean) / std`` (``z [batch, tokens, d]``): the cut
-    (``z − λ(z·u)u``), the axis-only projection (``(z·u)u``) or a shift along the axis (``z + c·u``)."""
-    layout = attention_layout(model)
-    idx = layout.indices("v")
-    handles = []
-    for layer, (u, mu, sd) in axes.items():
-        f = edit[layer] if isinstance(edit, dict) else edit  # one edit for every layer, or one per layer
-
-        def cut(m: Any, i: Any, o: torch.Tensor, u: torch.Tensor = u, mu: torch.Tensor = mu, sd: torch.Tensor = sd,
-                f: Any = f) -> torch.Tensor:
-            o = o.clone()
-            where = idx.to(o.device)
-            v = o[..., where].double().cpu()  # every position's values, not the final token's alone
-            z = f((v - mu) / sd, u)
-            o[..., where] = (mu + sd * z).to(o.dtype).to(o.device)
-            return o
-
-        # prepended: whatever else reads this module's output (a capture hook) sees the edited values
-        handles.append(layout.module(layer, "v").register_forward_hook(cut, prepend=True))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-def _entropy_axis(V: torch.Tensor, entropy: torch.Tensor
-                  ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], float | None]:
-    """``(u, mean, std)``: PC1 of the z-scored rows of ``V``, oriented so that ``z·u`` grows with ``entropy``;
-    and ρ(z·u, entropy)."""
-    mu, sd = V.mean(0), V.std(0).clamp_min(1e-12)
-    Z = (V - mu) / sd
-    u = torch.linalg.svd(Z - Z.mean(0), full_matrices=False)[2][0]
-    r = _spearman(Z @ u, entropy)
-    if r is not None and r < 0:
-        u, r = -u, -r
-    return (u, mu, sd), r
-
-
-def _project(V: torch.Tensor, axis: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """``z·u`` for each row of ``V``, z-scored with the axis's own mean and spread."""
-    u, mu, sd = axis
-    return ((V - mu) / sd) @ u
-
-
-def entropy_axes(values: dict[int, torch.Tensor], model_entropy: torch.Tensor, seed: int = 0
-                 ) -> tuple[dict[int, tuple[torch.Tensor, ...]], dict[int, tuple[torch.Tensor, ...]], dict[int, float | None]]:
-    """Per layer: the entropy axis ``(u, mean, std)``, a random unit axis orthogonal to it, and ρ(z·u, H)."""
-    g = torch.Generator().manual_seed(seed)
-    ent, rnd, rho = {}, {}, {}
-    for layer, V in values.items():
-        (u, mu, sd), r = _entropy_axis(V, model_entropy)
-        x = torch.randn(u.shape, generator=g, dtype=torch.float64)
-        x = x - (x @ u) * u
-        ent[layer], rnd[layer], rho[layer] = (u, mu, sd), (x / x.norm(), mu, sd), r
-    return ent, rnd, rho
-
-
-def _rho_ci(x: torch.Tensor, y: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
-    """Spearman ρ(x, y) with a percentile bootstrap interval over prompts."""
-    g = torch.Generator().manual_seed(seed)
-    rho = _spearman(x, y)
-    boots = []
-    for _ in range(n_boot):
-        i = torch.randint(0, len(x), (len(x),), generator=g)
-        r = _spearman(x[i], y[i])
-        if r is not None:
-            boots.append(r)
-    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
-    return {"rho": rho, "ci": ci}
-
-
-def within_k_rho(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor) -> float | None:
-    """Spearman ρ(x, y) within each example count ``k`` where ``y`` varies, averaged with the prompts as weights:
-    what ``x`` knows of ``y`` beyond ``k`` (``None`` where ``y`` is a function of ``k``)."""
-    total, weight = 0.0, 0
-    for k in sorted(set(ks.tolist())):
-        sel = ks == k
-        r = _spearman(x[sel], y[sel]) if int(sel.sum()) >= 3 else None
-        if r is not None:
-            total += r * int(sel.sum())
-            weight += int(sel.sum())
-    return total / weight if weight else None
-
-
-def _within_k_ci(x: torch.Tensor, y: torch.Tensor, ks: torch.Tensor, n_boot: int, seed: int = 0) -> dict[str, Any]:
-    """:func:`within_k_rho` with a percentile bootstrap interval, prompts resampled within each ``k``."""
-    g = torch.Generator().manual_seed(seed)
-    groups = [torch.nonzero(ks == k).flatten() for k in sorted(set(ks.tolist()))]
-    boots = []
-    for _ in range(n_boot):
-        i = torch.cat([grp[torch.randint(0, len(grp), (len(grp),), generator=g)] for grp in groups])
-        r = within_k_rho(x[i], y[i], ks[i])
-        if r is not None:
-            boots.append(r)
-    ci = finite_ci(torch.tensor(boots, dtype=torch.float64)) if boots else [None, None]
-    return {"rho": within_k_rho(x, y, ks), "ci": ci}
-
-
 def _by_k(score: torch.Tensor, ks: torch.Tensor) -> dict[str, float]:
     return {str(k): float(score[ks == k].mean()) for k in sorted(set(ks.tolist()))}
 
@@ -499,9 +361,9 @@ class _Probe:
         self.ks = torch.tensor([x["k"] for x in items])
         self.H, self.H_bayes = _binary_entropy(p1), _binary_entropy(self.exact)
         self.every = sorted(values)
-        self.probes = {m: _entropy_axis(values[m], self.H) for m in self.every}
-        self.readout_axis, self.rho_readout_before = _entropy_axis(readout, self.H)
-        self.rho_readout_before_ci = _rho_ci(_project(readout, self.readout_axis), self.H, setup.n_boot,
+        self.probes = {m: entropy_axis(values[m], self.H) for m in self.every}
+        self.readout_axis, self.rho_readout_before = entropy_axis(readout, self.H)
+        self.rho_readout_before_ci = rho_ci(project(readout, self.readout_axis), self.H, setup.n_boot,
                                              setup.seed)["ci"]
 
     def paper_at(self, edited: Sequence[int]) -> int | None:
@@ -526,15 +388,15 @@ class _Probe:
         Hq = _binary_entropy(q)
         first, n_boot, seed = min(axes), self.setup.n_boot, self.setup.seed
         at = self.paper_at(list(axes))
-        paper = _project(R, self.readout_axis) if at is None else _project(after[at], self.probes[at][0])
+        paper = project(R, self.readout_axis) if at is None else project(after[at], self.probes[at][0])
         return {"behaviour": score(self.exact, q, self.ks, n_boot), "mean_model_entropy": float(Hq.mean()),
                 **self.paper_before(list(axes)), "rho_paper_after": _spearman(paper, Hq),
-                "rho_paper_after_ci": _rho_ci(paper, Hq, n_boot, seed)["ci"],
+                "rho_paper_after_ci": rho_ci(paper, Hq, n_boot, seed)["ci"],
                 "rho_model_bayes_entropy": _spearman(Hq, self.H_bayes),
-                "rho_axis_entropy_after": {str(l): _spearman(_project(after[l], ent[l]), Hq) for l in axes},
-                "rho_readout_after": _spearman(_project(R, self.readout_axis), Hq),
-                "rho_readout_after_ci": _rho_ci(_project(R, self.readout_axis), Hq, n_boot, seed)["ci"],
-                "rho_downstream_after": {str(m): _spearman(_project(after[m], self.probes[m][0]), Hq)
+                "rho_axis_entropy_after": {str(l): _spearman(project(after[l], ent[l]), Hq) for l in axes},
+                "rho_readout_after": _spearman(project(R, self.readout_axis), Hq),
+                "rho_readout_after_ci": rho_ci(project(R, self.readout_axis), Hq, n_boot, seed)["ci"],
+                "rho_downstream_after": {str(m): _spearman(project(after[m], self.probes[m][0]), Hq)
                                          for m in self.every if m > first and m not in axes}}
 
 
@@ -590,13 +452,13 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
     u = torch.linalg.svd(Z - Z.mean(0), full_matrices=False)[2][0]
     if (_spearman(Z @ u, H_bayes) or 0.0) < 0:
         u = -u
-    out["pc1_vs_bayes_entropy"] = _rho_ci(Z @ u, H_bayes, setup.n_boot, setup.seed)
+    out["pc1_vs_bayes_entropy"] = rho_ci(Z @ u, H_bayes, setup.n_boot, setup.seed)
     # H_Bayes falls with k, so a PC1 that only counts the examples correlates with it too: what PC1 knows beyond k
-    out["pc1_vs_bayes_entropy_within_k"] = _within_k_ci(Z @ u, H_bayes, ks["normal"], setup.n_boot, setup.seed)
+    out["pc1_vs_bayes_entropy_within_k"] = within_k_ci(Z @ u, H_bayes, ks["normal"], setup.n_boot, setup.seed)
     out["movement"] = {}
     for c in ("normal", "shuffled", "masked"):
         score_c = ((V[c][last] - mu) / sd) @ u
-        out["movement"][c] = {**_rho_ci(ks[c].double(), score_c, setup.n_boot, setup.seed), "pc1_by_k": _by_k(score_c, ks[c])}
+        out["movement"][c] = {**rho_ci(ks[c].double(), score_c, setup.n_boot, setup.seed), "pc1_by_k": _by_k(score_c, ks[c])}
     # interventions at the cut layers, on the normal prompts
     probe = _Probe(model, tokenizer, setup, pair, items["normal"], p["normal"], V["normal"], readout, prefix)
     H_model = probe.H
@@ -620,7 +482,7 @@ def sula_geometry(model: torch.nn.Module, tokenizer: Any, setup: SulaSetup, pair
         out["axis_only"]["one_at_a_time"] = {str(l): {name: axis_only({l: axes[l]})
                                                       for name, axes in (("entropy_axis", ent), ("random_axis", rnd))}
                                              for l in layers}
-    sig = {l: float(_project(V["normal"][l], ent[l]).std()) for l in layers}
+    sig = {l: float(project(V["normal"][l], ent[l]).std()) for l in layers}
     out["shift"] = {"layers": layers, "sigma": {str(l): sig[l] for l in layers},
                     "mean_model_entropy_before": float(H_model.mean()),
                     "entropy_mae_before": float((H_model - H_bayes).abs().mean()),
