@@ -171,6 +171,7 @@ NOT_ON_A_RUN: dict[tuple[str, ...], str] = {
     ("claims",): "reads a results folder, not a run",
     ("diversity",): "reads a results folder, not a run",
     ("status",): "reads a results folder, not a run",
+    ("check",): "trains the named claims' cells in a folder of its own",
     ("llm", "signatures"): "reads a Hugging Face model",
     ("llm", "sula"): "reads a Hugging Face model",
     ("llm", "global"): "reads Hugging Face models",

@@ -146,7 +146,8 @@ def headline(judgements: dict[str, Judgement], details: str = DETAILS) -> list[s
         + (f" **Agree by construction — {len(built)}**: {_ids(built, details)} (the rule would hold whatever training "
            "did: a model that cannot see the context sits at the context-blind floor by its design)." if built else ""),
         f"- **Disagree, and the disagreement persists under controls — {len(by[DISAGREE_PERSISTS])}** "
-        f"({len(persists_sure)} against a number nothing is known against; the rest ‡): "
+        f"({len(persists_sure)} of them against a papers' number nothing is known against; the others' number is "
+        "suspect, ‡): "
         + "; ".join(f"{_named(j, details)} ({_controls_text(j)})" for j in by[DISAGREE_PERSISTS]) + ".",
         f"- **Disagree, but a control that changes one factor meets the papers' rule — {len(by[DISAGREE_CLOSES])}**: "
         + ("; ".join(f"{_named(j, details)} (closes under {j.verdict.closed_by})" for j in by[DISAGREE_CLOSES])
@@ -179,8 +180,22 @@ def glossary() -> str:
     """The verdict words and the conventions, as :mod:`~windtunnel.claims.verdicts` defines them, in one paragraph."""
     words = "; ".join(f"*{k}* — {v}" for k, v in DEFINITIONS.items())
     rules = "; ".join(f"{k} — {v}" for k, v in CONVENTIONS.items())
+    terms = "; ".join(f"*{k}* — {v}" for k, v in TERMS.items())
     return (f"Verdicts: {words}. Conventions: {rules}. Ours: the mean with each training seed's value, or the value "
-            "with its 95% interval; a rule whose threshold is ours, not the papers', is marked †.")
+            f"with its 95% interval; a rule whose threshold is ours, not the papers', is marked †. Terms: {terms}.")
+
+
+TERMS = {
+    "context-blind floor": "the error of the best answer that ignores the context (the prior at each position)",
+    "one-step filter": "the exact posterior given only the latest observation, carrying no belief along the sequence",
+    "per-position (pointwise) MLP": "the papers' MLP control, which sees one token at a time; a windowed MLP sees "
+                                    "its recent prefix",
+    "frame head": "the attention head whose removal hurts most",
+    "SULA": "Paper III's two-label in-context task, whose exact posterior is known",
+    "re-reads": "a row that judges another claim's measurement again, counted once under that claim",
+    "secondary": "a number found in summaries of the papers, not in their text",
+}
+"""The words of the tables a reader of the papers may not know, said in a line below the glossary."""
 
 
 def counts_table(judgements: dict[str, Judgement]) -> list[str]:
