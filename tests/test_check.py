@@ -65,3 +65,4 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
         p = subprocess.run([sys.executable, "-m", "windtunnel", *argv], capture_output=True, text=True, cwd=REPO)
         assert p.returncode == 2, (argv, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+        assert p.stdout == "" and not (tmp_path / "c").exists()  # refused before anything is said or written

@@ -9,18 +9,9 @@ transformers = pytest.importorskip("transformers")
 
 from windtunnel.llm import sula  # noqa: E402
 from windtunnel.llm.signatures import attention_layout  # noqa: E402
+from test_llm import word_tokenizer  # noqa: E402  (the word-level tokenizer the LLM tests share)
 
 PAIR = ("dax", "lug")
-
-
-def word_tokenizer(texts: list[str]):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    words = sorted({w for t in texts for w in t.split()})
-    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
 
 
 def sula_vocabulary() -> list[str]:

@@ -144,6 +144,7 @@ def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
     if out.resolve() == results.resolve() and args.out != args.results:
         raise UsageError(f"invalid out: {out} is the committed results; name it with --results too to check there")
     scale = check.Scale(args.steps, args.seeds)
+    check.jobs(args.claims, args.preset, scale)  # an unknown claim is refused before anything is said or written
     print(f"checking {' '.join(args.claims)} at {scale.text()} in {out}/", flush=True)
     worked, checked = check.check(args.claims, out, args.preset, scale, results, args.workers, args.threads,
                                   args.dry_run)
