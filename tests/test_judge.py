@@ -150,11 +150,15 @@ def test_the_judge_gives_every_word_at_its_boundary() -> None:
     failing = _claim(asserts_failure=True)
     assert decide(failing, agree, (_null("context_blind", A), _null("oracle", D))).kind == A
     assert decide(failing, agree, (_null("oracle", A),)).kind == verdicts.UNINFORMATIVE
-    assert decide(_claim(), Verdict(D, "x", "", controls=("budget",)), ()).kind == verdicts.DISAGREE_PERSISTS
+    from windtunnel.claims.base import Control
+
+    failed, met = Control("budget", D, cite="c/eval.json"), Control("budget", A, cite="c/eval.json")
+    assert decide(_claim(), Verdict(D, "x", "", consulted=(failed,)), ()).kind == verdicts.DISAGREE_PERSISTS
     assert decide(_claim(), Verdict(D, "x", ""), ()).kind == verdicts.DISAGREE_UNCONTROLLED
-    assert decide(_claim(), Verdict(D, "x", "", unheard=("budget",)), ()).kind == verdicts.DISAGREE_UNCONTROLLED
+    unlearned = Control("budget", D, learned=False, cite="c/eval.json")
+    assert decide(_claim(), Verdict(D, "x", "", consulted=(unlearned,)), ()).kind == verdicts.DISAGREE_UNCONTROLLED
     assert decide(_claim(), Verdict(D, "x", ""), (_null("bayes_state", D),)).kind == verdicts.UNINFORMATIVE
-    closes = Verdict(verdicts.DISAGREE_CLOSES, "x", "", control="c/eval.json", closed_by="budget")
+    closes = Verdict(D, "x", "", consulted=(met,))
     assert decide(_claim(), closes, ()).kind == verdicts.DISAGREE_CLOSES
     assert decide(_claim(), closes, (_null("untrained", A),)).kind == verdicts.UNINFORMATIVE
     assert decide(_claim(), Verdict(I, "x", ""), (_null("untrained", A),)).kind == I
@@ -172,6 +176,8 @@ def test_every_committed_verdict_is_rederived_from_its_evidence(judgements) -> N
     for cid, j in judgements.items():
         assert j.verdict.judged and j.verdict.kind in verdicts.VERDICTS
         assert decide(j.claim, j.raw, j.nulls).kind == j.kind
+        if j.kind == verdicts.DISAGREE_CLOSES:  # the control is itself a committed file, and its factor is named
+            assert (RESULTS / j.verdict.control.split(" ")[0]).is_file() and j.verdict.closed_by in j.verdict.controls
         page = (RESULTS / "claims" / f"{cid}.md").read_text()
         assert re.search(rf"- \*\*Verdict\*\*: {re.escape(j.kind)}", page), cid
 
@@ -190,7 +196,10 @@ def test_no_page_prints_an_interval_outside_its_quantitys_range(judgements) -> N
     texts = [(RESULTS / "CLAIMS.md").read_text()] + [p.read_text() for p in (RESULTS / "claims").glob("*.md")]
     pct = re.compile(r"(?<![↓↑+\-−\w])(\d+(?:\.\d+)?)% \[(-?\d+(?:\.\d+)?)%, (-?\d+(?:\.\d+)?)%\]")
     rho = re.compile(r"\|ρ\| (\d\.\d+) \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\]")
+    # a jump, a ratio or an accuracy cannot go below zero
+    nonneg = re.compile(r"(?:jump|ratio to runner-up|accuracy|responsibility|the papers' size) (\d+(?:\.\d+)?) \[(-\d[^,]*),")
     for text in texts:
+        assert not nonneg.search(text), nonneg.search(text).group(0)
         for m in pct.finditer(text):
             assert 0 <= float(m.group(2)) and float(m.group(3)) <= 100, m.group(0)
         for m in rho.finditer(text):
@@ -238,3 +247,19 @@ def test_one_rule_decides_which_controls_speak_for_closing_and_for_persisting() 
         Control("budget", verdicts.DISAGREE_PERSISTS)
     with pytest.raises(ValueError, match="unknown control variable"):
         Control("luck", D)
+    # several silent for one reason read as one line, not once each
+    many = judged(Control("positions", D, learned=False, cite="a"), Control("positions", D, learned=False, cite="b"),
+                  Control("size", D))
+    assert many.why.count("positions control") == 1 and "the positions controls have not learned their task" in many.why
+
+
+def test_a_claim_cannot_name_what_its_controls_decide() -> None:
+    """Closing, persisting and silence are the judge's words: a verdict a claim builds that sets the control that
+    closes it, the factors that persist or the unheard ones is refused, as is the word *closes* itself."""
+    for kwargs in ({"controls": ("budget",)}, {"unheard": ("budget",)}, {"control": "c/eval.json"},
+                   {"closed_by": "budget"}):
+        with pytest.raises(ValueError, match="judge"):
+            Verdict(D, "x", "", **kwargs)
+    with pytest.raises(ValueError, match="judge"):
+        Verdict(verdicts.DISAGREE_CLOSES, "x", "", control="c/eval.json", closed_by="budget")
+    assert verdicts.DISAGREE_CLOSES not in RULE_WORDS and "model" not in verdicts.CONTROL_VARIABLES

@@ -19,10 +19,11 @@ from .verdicts import (AGREE, AGREE_BY_CONSTRUCTION, CONTROL_VARIABLES, DISAGREE
                        DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, IDENTITY, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED,
                        RAW, UNINFORMATIVE, VERDICTS)
 
-RULE_WORDS = (AGREE, INCONCLUSIVE, DISAGREE, DISAGREE_CLOSES, NOT_MEASURED, NOT_MEASURABLE)
+RULE_WORDS = (AGREE, INCONCLUSIVE, DISAGREE, NOT_MEASURED, NOT_MEASURABLE)
 """What a claim's ``assess`` may return: its rule's raw outcome (or that nothing can be measured)."""
 JUDGES_WORDS = tuple(k for k in RAW if k not in RULE_WORDS)
-"""The words only the judge gives: *agree by construction*, *identity*, *persists*, *uncontrolled*, *uninformative*."""
+"""The words only the judge gives: *agree by construction*, *identity*, *closes*, *persists*, *uncontrolled*,
+*uninformative*."""
 
 PROVENANCE = {
     "paper": "the paper's own text",
@@ -72,14 +73,16 @@ class Control:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of a claim's rule: the verdict, our number (a :class:`Measure` or prose), why the
-    rule gave it, the committed control that closes a disagreement (``control``, its files, and ``closed_by``, the
-    factor it changes), the factors of every control consulted (``controls``, from :data:`CONTROL_VARIABLES`), and
-    the scale it was judged at
-    (``scale``: ``""`` lets :func:`windtunnel.claims.judge` read it from the files), and the factors of the controls
-    that were run but cannot speak to a disagreement (``unheard``: they did not learn their task, or the rule cannot
-    settle them), reported beside it and counted for nothing, and the other models that show the same outcome
-    (``replicated``: reported, never a control)."""
+    """The outcome of a claim's rule: the verdict, our number (a :class:`Measure` or prose), why the rule gave it,
+    the scale it was judged at (``scale``: ``""`` lets :func:`windtunnel.claims.judge` read it from the files), the
+    controls the claim consulted (``consulted``, each a :class:`Control`) and the other models that show the same
+    outcome (``replicated``: reported, never a control).
+
+    What the controls decide is the judge's alone, written on the judged verdict: the control that closes a
+    disagreement (``control``, its files, and ``closed_by``, the factor it changes), the factors of the controls
+    that speak (``controls``, from :data:`CONTROL_VARIABLES`) and of those that cannot (``unheard``: they did not
+    learn their task, are at another scale, or the rule cannot settle them), reported and counted for nothing.  A
+    verdict a claim builds is refused if it sets any of them."""
 
     kind: str
     ours: Measure | str | None = None
@@ -103,6 +106,9 @@ class Verdict:
             raise ValueError(f"unknown verdict {self.kind!r}")
         if self.kind in JUDGES_WORDS and not self.judged:
             raise ValueError(f"{self.kind!r} is the judge's word: a claim's rule returns one of {', '.join(RULE_WORDS)}")
+        if not self.judged and (self.control or self.controls or self.closed_by or self.unheard):
+            raise ValueError("a claim declares its controls (Verdict.consulted); which close, which persist and which "
+                             "cannot speak is the judge's to say")
         if self.kind == DISAGREE_CLOSES and not (self.control and self.closed_by):
             raise ValueError("a disagreement that closes under a control must name the control and its factor")
         unknown = set(self.controls + self.unheard + ((self.closed_by,) if self.closed_by else ())) - set(CONTROL_VARIABLES)

@@ -11,9 +11,12 @@ A claim's ``assess`` applies its rule to our number and returns a raw :class:`Ve
    no evidence: a rule it meets there is not about evidence).  The same holds of a disagreement that *closes under a
    control*: a control meeting a rule that a trivial null meets too settles nothing.  A claim that a model *fails*
    (``Claim.asserts_failure``) is meant to be met by a trivial null; its rule must instead be failed by the oracle.
-2. **A disagreement says what controls it.**  A raw *disagree* that names the controls it consulted
-   (``Verdict.controls``) *persists under controls*; one that names none is *uncontrolled*.  A control that meets
-   the rule where the claim's own cell does not has already made it *closes under a control*.
+2. **A disagreement says what controls it.**  A control that can speak (it changes one factor, learned its task, is
+   at the verdict's scale and the rule settles it) and meets the rule where the claim's own cell does not makes the
+   disagreement *close under a control*; one that can speak and fails it makes it *persist under controls*; with no
+   control that can speak it is *uncontrolled*.
+   A claim never names the outcome of its controls itself: it declares them (``Verdict.consulted``) and
+   :func:`with_controls_decided` reads them all by one rule.
    A disagreement with a rule that exact inference fails too (:data:`EXACT_NULLS`: the exact posterior taken as a
    language model's state) is *uninformative* as well: the rule asks for something exact inference does not do, so
    failing it says nothing about inference.
@@ -28,7 +31,7 @@ from typing import Mapping
 
 from ..errors import UserError
 from .base import (AGREE, AGREE_BY_CONSTRUCTION, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED,
-                   IDENTITY, NOT_MEASURABLE, NOT_MEASURED, UNINFORMATIVE, Claim, Verdict)
+                   IDENTITY, NOT_MEASURABLE, NOT_MEASURED, UNINFORMATIVE, Claim, Control, Verdict)
 from .evidence import NULLS, Evidence, NullEvidence
 
 REDUCED_SCALE = "reduced scale (≈200k-parameter models; bijection at V=10 unless the claim names V=20)"
@@ -141,13 +144,25 @@ def with_controls_decided(raw: Verdict) -> Verdict:
     factors = tuple(dict.fromkeys(c.factor for c in raw.consulted))
     if closing is not None:
         return replace(raw, kind=DISAGREE_CLOSES, control=closing.cite, closed_by=closing.factor, controls=factors,
-                       unheard=(), why=f"{raw.why}; the {closing.factor} control meets the rule and can speak: it "
+                       unheard=(), judged=True, why=f"{raw.why}; the {closing.factor} control meets the rule and can speak: it "
                                        "closes the disagreement")
     failed = tuple(dict.fromkeys(c.factor for c in speaking if c.outcome == DISAGREE))
     silent = [c for c in raw.consulted if not c.speaks and c.factor not in failed]
-    said = "; ".join(f"the {c.factor} control {c.why_silent}" for c in silent)
-    return replace(raw, controls=failed, unheard=tuple(dict.fromkeys(c.factor for c in silent)),
+    # one line per factor and reason: four position controls that did not learn read as one
+    said = "; ".join(dict.fromkeys(f"the {c.factor} control{'s' if _many(silent, c) else ''} "
+                                   f"{_plural(c.why_silent) if _many(silent, c) else c.why_silent}" for c in silent))
+    return replace(raw, controls=failed, unheard=tuple(dict.fromkeys(c.factor for c in silent)), judged=True,
                    why=raw.why + (f"; unable to speak: {said}" if said else ""))
+
+
+def _many(controls: list[Control], c: Control) -> bool:
+    """Whether more than one of ``controls`` changes ``c``'s factor and is silent for ``c``'s reason."""
+    return sum(x.factor == c.factor and x.why_silent == c.why_silent for x in controls) > 1
+
+
+def _plural(reason: str) -> str:
+    """A control's reason for silence, said of several: "has not learned" → "have not learned", "is" → "are"."""
+    return reason.replace("has not", "have not").replace("is not", "are not").replace("its task", "their task")
 
 
 def decide(claim: Claim, raw: Verdict, readings: tuple[NullReading, ...]) -> Verdict:
@@ -160,7 +175,7 @@ def decide(claim: Claim, raw: Verdict, readings: tuple[NullReading, ...]) -> Ver
       *uncontrolled*;
     * a rule met → *identity* for an identity, *agree by construction* for a rule no training could fail, else
       *agree*;
-    * *inconclusive*, *closes*, *not measured* and *not measurable here* stand as the rule gave them."""
+    * *inconclusive*, *not measured* and *not measurable here* stand as the rule gave them."""
     raw = with_controls_decided(raw)
 
     def final(kind: str, why: str = "") -> Verdict:

@@ -296,7 +296,7 @@ def detail(j: Judgement) -> str:
         lines.append("None that can speak to it." if v.unheard else "None consulted.")
     if v.unheard:
         lines.append("Run but unable to speak to the disagreement (each read under Why: it has not learned its task, "
-                     "or the rule cannot settle it), so counted for nothing: " + ", ".join(v.unheard) + ".")
+                     "is at another scale than the verdict, or the rule cannot settle it), so counted for nothing: " + ", ".join(v.unheard) + ".")
     if v.control:
         lines.append(f"The control that closes it ({v.closed_by}): `{v.control}`.")
     if v.replicated:

@@ -81,7 +81,7 @@ CONVENTIONS: dict[str, str] = {
 
 CONTROL_VARIABLES = ("budget", "data regime", "size", "model size", "task size", "head width", "initialisation",
                      "positions", "layout", "curriculum", "schedule", "state size", "architecture", "mechanism",
-                     "step size", "learning rate", "model")
+                     "step size", "learning rate")
 """The one factor a control changes, as verdicts name it."""
 
 

@@ -121,7 +121,12 @@ def _a5(ev: Evidence) -> Verdict:
     kind = A5_RULE.kind([r, w])
     said += f"; the windowed MLP, which sees its prefix: {win.value:.4f} bits, {w.value:.1f}×"
     if kind == DISAGREE and A5_RULE.rule.kind(r) == AGREE:  # only the MLP that cannot see the context misses
-        return Verdict(DISAGREE, r, said, controls=("architecture",))
+        # the windowed MLP changes one factor, the architecture's view of its prefix; it learned its task where its
+        # error is below half the context-blind floor
+        floor = ev.reference("bijection", "context_blind", "entropy_mae_curve")
+        windowed = Control("architecture", A5_RULE.rule.kind(w), floor is not None and win.value < 0.5 * floor,
+                           cite=f"{win.files[0]} (the windowed MLP's row)" if win.files else "the windowed MLP's row")
+        return Verdict(DISAGREE, r, said, consulted=(windowed,))
     return Verdict(kind, r, said)
 
 

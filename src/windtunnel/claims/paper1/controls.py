@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple
 from ...run import grid
 from ...run.grid import SEEDS
 from ..base import AGREE, DISAGREE, Control, Verdict, declared, missing
-from ..evidence import Evidence, Measure
+from ..evidence import Evidence, Measure, quantity_range
 from ..rules import Rule
 from .common import geometry_files, pct, with_files
 
@@ -396,7 +396,7 @@ def length_controls(ev: Evidence) -> dict[str, dict[str, Measure]]:
             continue
         at = ev.at(preset or ev.preset)
         row = {f"kl@{k}": at.eval_metric(column, "transformer", SEEDS, "kl", k) for k in (20, 30, 50)}
-        row["jump"] = at.cell_stat(column, "transformer", SEEDS, "eval.json", boundary_jump)
+        row["jump"] = at.cell_stat(column, "transformer", SEEDS, "eval.json", boundary_jump, quantity_range("jump"))
         if all(v is not None for v in row.values()):
             one_step = at.cell_stat(column, "transformer", SEEDS, "references.json", one_step_kl)
             if one_step is not None:  # read where written: A12's bar for learning the task

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ...run.grid import SEEDS
 from ..base import AGREE, DISAGREE, Verdict, claim, missing, reads
-from ..evidence import Evidence, Measure
+from ..evidence import Evidence, Measure, quantity_range
 from ..rules import AtLeast, AtMost
 from .common import (BY_CONSTRUCTION, FAILS, FLOOR_FRACTION, MAMBA_BELOW, REPRO, TABLE, cited, error_rule, fails, lower,
                      with_files)
@@ -57,7 +57,8 @@ def _entropy_error_reading(ev: Evidence) -> list[tuple[str, Measure]]:
     out = []
     for name, at, column in (("the column", ev, "hmm"), ("the papers' size", ev.at("paper"), DATA_COLUMN)):
         e = at.cell_stat(column, "transformer", SEEDS, "eval.json",
-                         lambda d: float(d["metrics"]["entropy_mae_curve"]["value"]))
+                         lambda d: float(d["metrics"]["entropy_mae_curve"]["value"]),
+                         quantity_range("entropy_mae_curve"))
         if e is not None:
             out.append((name, e))
     return out

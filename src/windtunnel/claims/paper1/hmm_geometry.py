@@ -3,8 +3,10 @@ its head ablations, and Mamba's clusters, manifold and selection against the LST
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Verdict, claim, missing, reads
+from ..base import AGREE, DISAGREE, Control, Verdict, claim, missing, reads
 from ..evidence import Evidence, Measure
 from ..rules import All, Compare, EachSeed, EverySeed, Ordered
 from .common import REPRO, all_seeds, lower, with_files
@@ -120,12 +122,14 @@ def _b14(ev: Evidence) -> Verdict:
     ceil = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_exact_posteriors")
     removed = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed")
     removed_un = ev.geometry("hmm", "mamba", SEEDS, "probes.cluster_ari_token_removed_untrained")
-    if ceil is not None and removed is not None and removed_un is not None and B14_RULE.kind(
-            (removed.value, 0.5 * ceil.value), [a > u for a, u in zip(removed.values, removed_un.values)]) == AGREE:
-        return Verdict(DISAGREE_CLOSES, verdict.ours, f"{verdict.why}; with each token's mean state removed the "
-                       f"clusters are the states' ({removed.text()}, untrained {removed_un.text()})",
-                       control="probes.cluster_ari_token_removed in the same geometry.json", files=verdict.files,
-                       controls=verdict.controls + ("mechanism",), closed_by="mechanism")
+    if ceil is None or removed is None or removed_un is None:
+        return verdict
+    # the mechanism control: the same states with each token's mean state (the imprint of the observation just read)
+    # removed, read by the same rule
+    outcome = B14_RULE.kind((removed.value, 0.5 * ceil.value), [a > u for a, u in zip(removed.values, removed_un.values)])
+    mechanism = Control("mechanism", outcome, cite=f"{removed.files[0]} (probes.cluster_ari_token_removed)")
+    return replace(verdict, why=f"{verdict.why}; with each token's mean state removed: ARI {removed.text()}, untrained "
+                   f"{removed_un.text()}", consulted=verdict.consulted + (mechanism,))
     return verdict
 
 

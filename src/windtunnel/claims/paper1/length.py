@@ -4,11 +4,11 @@ jump at the training boundary, judged against the length controls (:data:`~.cont
 from __future__ import annotations
 
 from ...run.grid import SEEDS
-from ..base import AGREE, DISAGREE, DISAGREE_CLOSES, Verdict, claim, missing, reads
-from ..evidence import Evidence, Measure
+from ..base import AGREE, DISAGREE, Control, Verdict, claim, missing, reads
+from ..evidence import Evidence, Measure, quantity_range
 from ..rules import All, AtMost, EverySeed
 from .common import REPRO, TABLE
-from .controls import (LENGTH_VARIABLES, PAPER_CELLS, PAPER_LENGTH_CELL, at_papers_size, boundary_jump, control_learns,
+from .controls import (PAPER_CELLS, PAPER_LENGTH_CELL, at_papers_size, boundary_jump, control_learns,
                        control_text, length_control, length_controls, length_variable, one_step_kl, quick_hmm_unlearned)
 
 
@@ -66,25 +66,16 @@ def _a11(ev: Evidence) -> Verdict:
         learn = [label for label in learn if label != PAPER_LENGTH_CELL]
         scale = PAPER_CELLS["hmm_fixed@paper"]
 
-    def variable(label: str) -> str:
-        return length_variable(label, on_paper)
-
-    # judged at the papers' size, only a control at that size can close it (a reduced one that meets it is reported)
-    meets = [label for label in learn if A11_RULE.kind(ctrl[label]["kl@30"], ctrl[label]["kl@50"]) == AGREE
-             and (not on_paper or at_papers_size(label))]
+    # every control declared to the judge, which alone decides whether one closes the disagreement: a control speaks
+    # where it learned the task (a model that does not beat the one-step filter has no filter to carry past the
+    # boundary) and, judged at the papers' size, only where it is at that size too
+    consulted = tuple(Control(length_variable(label, on_paper),
+                              A11_RULE.kind(ctrl[label]["kl@30"], ctrl[label]["kl@50"]), label in learn,
+                              not on_paper or at_papers_size(label), length_control(ev, label)) for label in ctrl)
     learning = (f"; controls with every seed below the one-step filter's K=20 KL on their own evaluation episodes, "
                 f"so learning the task: {', '.join(repr(label) for label in learn) or 'none'}") if ctrl else ""
-    if meets:  # as A12: a control that learned the task and meets the figures closes it
-        return Verdict(DISAGREE_CLOSES, m, f"{said}; {control_text(ctrl)}{learning}: the papers' figures are met under "
-                       f"{meets[0]}", control=length_control(ev, meets[0]),
-                       controls=tuple(dict.fromkeys(variable(label) for label in ctrl)),
-                       closed_by=variable(meets[0]), scale=scale)
-    tried = tuple(dict.fromkeys(variable(label) for label in learn
-                                if A11_RULE.kind(ctrl[label]["kl@30"], ctrl[label]["kl@50"]) != AGREE))
-    unheard = tuple(dict.fromkeys(variable(label) for label in ctrl
-                                  if label not in learn and variable(label) not in tried))
-    stands = f"no control closes it — {control_text(ctrl)}{learning}" if ctrl else "no other control committed"
-    return Verdict(DISAGREE, m, f"{said}; {stands}", controls=tried, unheard=unheard, scale=scale)
+    stands = f"the controls — {control_text(ctrl)}{learning}" if ctrl else "no other control committed"
+    return Verdict(DISAGREE, m, f"{said}; {stands}", scale=scale, consulted=consulted)
 
 
 A12_RULE = EverySeed(1.5, "≤", what="the ratio")
@@ -102,7 +93,7 @@ A12_RULE = EverySeed(1.5, "≤", what="the ratio")
        cells=reads("hmm", "hmm_alibi", "hmm_fixed", "hmm_fixed@paper", "hmm_fixed_rotary", "hmm_fixed_rotary@paper",
                    "hmm_k50", "hmm_long", "hmm_none", "hmm_rotary", "hmm_torch_init"))
 def _a12(ev: Evidence) -> Verdict:
-    m = ev.cell_stat("hmm", "transformer", SEEDS, "eval.json", boundary_jump)
+    m = ev.cell_stat("hmm", "transformer", SEEDS, "eval.json", boundary_jump, quantity_range("jump"))
     if m is None:
         return missing("HMM transformer cells")
     seeds = f"KL just past the boundary / just before it (learned positions); seeds {', '.join(f'{v:.3g}' for v in m.values)}"
@@ -113,18 +104,15 @@ def _a12(ev: Evidence) -> Verdict:
     files = m.files + tuple(f for r in ctrl.values() for key in ("jump", "one_step") if key in r for f in r[key].files)
     m = Measure(m.value, m.ci, m.seeds, m.values, files)
     learn = [label for label, r in ctrl.items() if control_learns(r)]
-    smooth = [label for label in learn if max(ctrl[label]["jump"].values) <= 1.5]
     named = ", ".join(f'"{label}"' for label in learn) or "none"
     bars = sorted({f"{v:.3g}" for r in ctrl.values() if "one_step" in r for v in r["one_step"].values})
     said = (f"{seeds}; {control_text(ctrl)}; every seed below the one-step filter's K=20 KL on its own evaluation "
             f"episodes ({', '.join(bars) or 'not written'}), so learning the task: {named}")
-    trained = ev.cell_stat(MECHANISM_COLUMN, "transformer", SEEDS, "eval.json", boundary_jump)
+    trained = ev.cell_stat(MECHANISM_COLUMN, "transformer", SEEDS, "eval.json", boundary_jump, quantity_range("jump"))
     if trained is not None:  # where the jump comes from; it does not say why the papers' model shows none
         kl50 = ev.eval_metric(MECHANISM_COLUMN, "transformer", SEEDS, "kl", 50)
         said += (f"; mechanism — trained at K=50 (every evaluated position trained): jump {trained.text()}, "
                  f"KL {kl50.text() if kl50 else '–'} at K=50")
-    # a control speaks only where it learned the task (a one-step filter has no use for position: no jump to show)
-    tried = tuple(dict.fromkeys(LENGTH_VARIABLES[label] for label in learn if label not in smooth))
     own = quick_hmm_unlearned(ev)
     scale = ""
     if own is not None and PAPER_LENGTH_CELL in learn:
@@ -137,17 +125,12 @@ def _a12(ev: Evidence) -> Verdict:
                 f"the one-step filter on every seed (K=20 KL {own.text()}), so its jumps cannot speak; "
                 f"reduced cell: {said}")
         m = Measure(paper.value, paper.ci, paper.seeds, paper.values, tuple(dict.fromkeys(paper.files + m.files)))
-        tried = tuple(dict.fromkeys(length_variable(label, True) for label in learn
-                                    if label != PAPER_LENGTH_CELL and label not in smooth))
-        # judged at the papers' size, only a control at that size can close it
-        smooth = [label for label in smooth if label != PAPER_LENGTH_CELL and at_papers_size(label)]
         scale = PAPER_CELLS["hmm_fixed@paper"]
     if kind != DISAGREE:
         return Verdict(kind, m, said, scale=scale)
-    if smooth:
-        return Verdict(DISAGREE_CLOSES, m, f"{said}: no jump under {smooth[0]}",
-                       control=length_control(ev, smooth[0]), controls=tried, closed_by=length_variable(smooth[0], bool(scale)),
-                       scale=scale)
-    unheard = tuple(dict.fromkeys(length_variable(label, bool(scale)) for label in ctrl
-                                  if label not in learn and length_variable(label, bool(scale)) not in tried))
-    return Verdict(DISAGREE, m, said, controls=tried, scale=scale, unheard=unheard)
+    # every control declared to the judge: it speaks where it learned the task (a one-step filter has no use for
+    # position, so no jump to show) and, judged at the papers' size, only where it is at that size too
+    consulted = tuple(Control(length_variable(label, bool(scale)), A12_RULE.kind(ctrl[label]["jump"]), label in learn,
+                              not scale or at_papers_size(label), length_control(ev, label))
+                      for label in ctrl if not (scale and label == PAPER_LENGTH_CELL))
+    return Verdict(DISAGREE, m, said, scale=scale, consulted=consulted)

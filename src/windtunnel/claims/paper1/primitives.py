@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..base import AGREE, DISAGREE, NOT_MEASURED, Verdict, claim, missing
+from ..base import AGREE, DISAGREE, NOT_MEASURED, Control, Verdict, claim, missing
 from ..evidence import Evidence
 from ..rules import All, Every, FloorShare, Near
 from .common import BY_CONSTRUCTION, FLOOR_FRACTION, LEARNED_FRACTION, TABLE, context_blind_floor, fails, learns
@@ -81,6 +81,10 @@ def _a25(ev: Evidence) -> Verdict:
                                                                   for c, x, f in windowed)
     files = ("quick/table.json", "quick/references.json")
     if kind == DISAGREE and all(k == AGREE for k in own):  # only the MLP that sees its context escapes the floor
-        return Verdict(DISAGREE, "pointwise at the floor; windowed off it", said, files=files,
-                       controls=("architecture",))
+        # the windowed MLP changes one factor, the architecture's view of its prefix; it learned a task where its error
+        # is below half that task's context-blind floor
+        windowed_kind = A25_RULE.kind([(x, f) for _, x, f in windowed])
+        control = Control("architecture", windowed_kind, any(x.value < 0.5 * f for _, x, f in windowed),
+                          cite=f"{files[0]} (the windowed MLP's rows)")
+        return Verdict(DISAGREE, "pointwise at the floor; windowed off it", said, files=files, consulted=(control,))
     return Verdict(kind, "at the floor on all four columns" if kind == AGREE else "off the floor", said, files=files)
