@@ -263,3 +263,18 @@ def test_a_claim_cannot_name_what_its_controls_decide() -> None:
     with pytest.raises(ValueError, match="judge"):
         Verdict(verdicts.DISAGREE_CLOSES, "x", "", control="c/eval.json", closed_by="budget")
     assert verdicts.DISAGREE_CLOSES not in RULE_WORDS and "model" not in verdicts.CONTROL_VARIABLES
+
+
+def test_a_null_is_scored_on_the_cell_the_verdict_is_judged_on(judgements) -> None:
+    """Which cell a verdict is judged on is a fact of the trained models: B1, judged on the papers' own cell at their
+    size, has its untrained null read there too (the mean of that cell's untrained layer-0 |cos| over its seeds), not
+    at the reduced scale whose untrained keys differ."""
+    import json
+
+    j = judgements["B1"]
+    files = [RESULTS / "paper" / "cells" / f"main_paper_size-transformer-s{s}" / "geometry.json" for s in (0, 1, 2)]
+    if not j.scale.startswith("the papers' size") or not all(f.is_file() for f in files):
+        pytest.skip("B1 is not judged at the papers' size in the committed results")
+    untrained = [json.loads(f.read_text())["key_orthogonality"]["summary"]["layer0_untrained"] for f in files]
+    reading = next(r for r in j.nulls if r.null == "untrained")
+    assert float(reading.ours.split(" ")[0]) == pytest.approx(sum(untrained) / 3, rel=5e-3)

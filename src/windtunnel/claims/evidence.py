@@ -108,6 +108,13 @@ class Evidence:
         """The keywords that make another reader of the same cells (another preset, a null)."""
         return {"steps": self.steps, "seeds": self.seeds, "fallback": self.fallback}
 
+    @property
+    def trained(self) -> "Evidence":
+        """The results as the models produced them: this reader itself, or, for a null, the results it rewrites.
+        Which cells learned their task — and so which cell a verdict is judged on — is a fact of the trained models;
+        a claim reads it here, so that a null is scored on the very cell the verdict is judged on."""
+        return self
+
     def _where(self, rel: str) -> Path:
         """Where ``rel`` is read: under ``root``, or, for a file that is not a cell's, under ``fallback`` when only
         that has it."""
@@ -393,6 +400,12 @@ class NullEvidence(Evidence):
         if preset not in self._presets:
             self._presets[preset] = NullEvidence(self.root, preset, **self.scope(), null=self.null)
         return self._presets[preset]
+
+    @property
+    def trained(self) -> "Evidence":
+        if "trained" not in self._cache:
+            self._cache["trained"] = Evidence(self.root, self.preset, **self.scope())
+        return self._cache["trained"]
 
     def text(self, rel: str) -> str | None:
         return None  # training curves are the model's own: no null has one

@@ -51,7 +51,9 @@ def learned_task(ev: Evidence, column: str, arch: str) -> bool:
     """Whether a control's cells learned their task — the column's headline error, pooled over seeds, below
     half its context-blind floor (each seed's ``references.json``), and on every seed below the filter that reads
     only the latest observation where the task has one — so that a rule it passes is not passed by a model that
-    ignores its context (ablating a head cannot hurt a model that reads nothing)."""
+    ignores its context (ablating a head cannot hurt a model that reads nothing).  Read from the trained models
+    (``Evidence.trained``) whatever ``ev`` is: a null is judged on the cells the verdict is."""
+    ev = ev.trained
     metric = grid.EXPERIMENTS[column.partition("@")[0]].metric
     m = ev.eval_metric(column, arch, SEEDS, metric)
     floor = ev.cell_stat(column, arch, SEEDS, "references.json", lambda r: r["context_blind"]["metrics"][metric])
@@ -230,7 +232,9 @@ def quick_hmm_unlearned(ev: Evidence) -> Measure | None:
     """The quick HMM transformer cell's K=20 KL (citing the filter's files too) where it has not learned the task —
     some seed not below the filter that reads only the latest observation, on its own evaluation episodes (A12's
     bar) — else ``None``, also where that filter's row is not written (no evidence that it has not learned).  Where it
-    has not, the HMM claims are judged on the papers' own cell at their size, if that cell has learned it."""
+    has not, the HMM claims are judged on the papers' own cell at their size, if that cell has learned it.  Read from
+    the trained models (``Evidence.trained``) whatever ``ev`` is."""
+    ev = ev.trained
     own = {"kl@20": ev.eval_metric("hmm", "transformer", SEEDS, "kl", 20),
            "one_step": ev.cell_stat("hmm", "transformer", SEEDS, "references.json", one_step_kl)}
     if own["kl@20"] is None or own["one_step"] is None or control_learns(own):

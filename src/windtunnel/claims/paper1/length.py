@@ -45,8 +45,9 @@ def _a11(ev: Evidence) -> Verdict:
     files = m50.files + tuple(f for r in ctrl.values() for f in r["kl@50"].files)
     m = Measure(m50.value, m50.ci, m50.seeds, (), files)
     # a control speaks only where it learned the task (as A12's): a model that does not beat the one-step filter has
-    # no filter to carry past the boundary, so its error there says nothing of length generalisation
-    learn = [label for label, r in ctrl.items() if control_learns(r)]
+    # no filter to carry past the boundary, so its error there says nothing of length generalisation.  Which learned is
+    # read from the trained models, so that a null is judged on the same cell
+    learn = [label for label, r in length_controls(ev.trained).items() if label in ctrl and control_learns(r)]
     on_paper = quick_hmm_unlearned(ev) is not None and PAPER_LENGTH_CELL in learn
     scale = ""
     if on_paper:
@@ -103,7 +104,7 @@ def _a12(ev: Evidence) -> Verdict:
         return Verdict(kind, m, seeds)
     files = m.files + tuple(f for r in ctrl.values() for key in ("jump", "one_step") if key in r for f in r[key].files)
     m = Measure(m.value, m.ci, m.seeds, m.values, files)
-    learn = [label for label, r in ctrl.items() if control_learns(r)]
+    learn = [label for label, r in length_controls(ev.trained).items() if label in ctrl and control_learns(r)]
     named = ", ".join(f'"{label}"' for label in learn) or "none"
     bars = sorted({f"{v:.3g}" for r in ctrl.values() if "one_step" in r for v in r["one_step"].values})
     said = (f"{seeds}; {control_text(ctrl)}; every seed below the one-step filter's K=20 KL on its own evaluation "
