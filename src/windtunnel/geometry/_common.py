@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
+
+from ..run import checkpoint as ckpt
 
 from ..evaluation.stats import pearson, rankdata, spearman  # noqa: F401  (shared with llm through stats)
 
@@ -89,6 +92,20 @@ def evenly_spaced(items: list[Any], most: int | None) -> list[Any]:
         return items
     keep = sorted({round(i * (len(items) - 1) / (most - 1)) for i in range(most)})
     return [items[i] for i in keep]
+
+
+def finite_checkpoints(paths: Sequence[Path], model: torch.nn.Module, skipped: list[int]) -> Iterator[Path]:
+    """Load each checkpoint of ``paths`` into ``model`` in turn and yield its path once loaded; one whose weights
+    are not finite (:class:`~windtunnel.run.checkpoint.NonFiniteWeights`) is passed over and its step appended to
+    ``skipped``: a diagnostic over training reads every checkpoint whose weights are numbers, and says which it
+    could not."""
+    for path in paths:
+        try:
+            ckpt.load(path, model)
+        except ckpt.NonFiniteWeights:
+            skipped.append(ckpt.step_of(path))
+            continue
+        yield path
 
 
 def inputs_on(part: Episodes, device: torch.device) -> dict[str, torch.Tensor]:

@@ -159,13 +159,16 @@ def bayes_lens_figure(result: dict[str, Any], path: Path) -> Path:
     fig, ax = _plot.figure(w=4.8, h=3.4)
     a = ax[0, 0]
     x = list(range(len(result["layers"])))
-    a.plot(x, result["kl_by_layer"], "o-", label="trained (logit lens)")
+    drawn = [result["kl_by_layer"]]
+    a.plot(x, _plot.loggable(drawn[-1]), "o-", label="trained (logit lens)")
     if "tuned" in result:
-        a.plot(x, result["tuned"]["kl_by_layer"], "^-", color="C2", label="trained (tuned lens, held out)")
+        drawn.append(result["tuned"]["kl_by_layer"])
+        a.plot(x, _plot.loggable(drawn[-1]), "^-", color="C2", label="trained (tuned lens, held out)")
     if "untrained" in result:
-        a.plot(x, result["untrained"]["kl_by_layer"], "s--", color="0.5", label="untrained")
+        drawn.append(result["untrained"]["kl_by_layer"])
+        a.plot(x, _plot.loggable(drawn[-1]), "s--", color="0.5", label="untrained")
     a.set_xticks(x, result["layers"])
-    a.set_yscale("log")
+    _plot.log_scale(a, *drawn)
     a.set_ylabel("KL(posterior ‖ layer readout), bits")
     a.set_title("Bayes lens: where in depth the posterior forms", fontsize=9)
     a.legend(fontsize=7)

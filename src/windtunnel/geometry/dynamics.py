@@ -16,7 +16,7 @@ from ..tasks.base import Episodes
 from . import _plot
 from .registry import Diagnostic, Reading, lacks, missing, register
 from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, inputs_on, n_layers, spearman,
-                      evenly_spaced)
+                      evenly_spaced, finite_checkpoints)
 from .readouts import pca
 
 REQUIRES = ("blocks.{l}.hook_resid_post",)
@@ -193,7 +193,6 @@ def frame_precision(
     if not paths:
         return {"applicable": False, "reason": f"no complete checkpoints in {run.checkpoints}"}
     paths = evenly_spaced(paths, max_checkpoints)
-    steps = [ckpt.step_of(p) for p in paths]
     model = models.build(record["model"])
     gap = lacks(model, REQUIRES)
     if gap is not None:
@@ -218,8 +217,9 @@ def frame_precision(
     uniform_logits = torch.zeros_like(ep.posterior, dtype=torch.float32)
     uv = M.compute(uniform_logits, ep)["values"]
     series: list[dict[str, Any]] = []
-    for step, path in zip(steps, paths):
-        ckpt.load(path, model)
+    skipped: list[int] = []
+    for path in finite_checkpoints(paths, model, skipped):
+        step = ckpt.step_of(path)
         sc = collect_scored(model, ep, [last_name])
         full = torch.zeros(ep.posterior.shape, dtype=torch.float64)
         full[ep.mask] = sc.logits
@@ -236,6 +236,7 @@ def frame_precision(
             row["js_by_head"] = [[float(x) for x in r] for r in js]
             row["js_mean"] = float(js.mean())
         series.append(row)
+    steps = [r["step"] for r in series]  # the checkpoints read: those with non-finite weights are in `skipped`
 
     def col(k: str) -> list[Any]:
         return [r.get(k) for r in series]
@@ -279,6 +280,8 @@ def frame_precision(
         "frame_before_error": frame_first(js_step, err_step),
         "frame_before_error_first10pct": (js_old < err_old) if (js_old is not None and err_old is not None) else None,
     }
+    if skipped:
+        out["skipped_non_finite_steps"] = skipped
     kls = col("kl")
     out["kl_fold_after_js_settle"] = (kls[steps.index(js_step)] / kls[-1]
                                       if js_step is not None and kls[-1] and kls[-1] > 0 else None)
@@ -316,10 +319,13 @@ def frame_precision_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_ylabel("|ρ(PC1, H_Bayes)|")
     ax.set_ylim(0, 1.02)
     ax = axes[2, 0]
-    ax.plot(steps, _plot.nan(r["entropy_mae"] for r in s), "o-", ms=3, label="entropy MAE")
-    ax.plot(steps, _plot.nan(r["kl"] for r in s), "s-", ms=3, label="KL")
-    ax.axhline(result["null"]["uniform_kl"], color="C1", ls=":", lw=1, label="uniform KL")
-    ax.set_yscale("log")
+    errors, kls = [r["entropy_mae"] for r in s], [r["kl"] for r in s]
+    ax.plot(steps, _plot.loggable(errors), "o-", ms=3, label="entropy MAE")
+    ax.plot(steps, _plot.loggable(kls), "s-", ms=3, label="KL")
+    uniform_kl = _plot.loggable([result["null"]["uniform_kl"]])[0]
+    if not math.isnan(uniform_kl):  # a level a log axis can show
+        ax.axhline(uniform_kl, color="C1", ls=":", lw=1, label="uniform KL")
+    _plot.log_scale(ax, errors, kls)
     ax.set_ylabel("bits")
     ax.legend(fontsize=7)
     for a in axes[:, 0]:

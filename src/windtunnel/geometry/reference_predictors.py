@@ -15,7 +15,7 @@ from ..evaluation.metrics import _kl_from_log
 from ..evaluation.references import predictors
 from ..run.runs import RunDir
 from . import _plot
-from ._common import GEOMETRY_SEED, clean, evenly_spaced
+from ._common import GEOMETRY_SEED, clean, evenly_spaced, finite_checkpoints
 from .registry import Diagnostic, Reading, register
 
 __all__ = ["nearest_reference", "reference_predictors", "reference_predictors_figure", "reference_path"]
@@ -91,8 +91,8 @@ def reference_predictors(
     if device is not None:
         model.to(device)
     series: list[dict[str, Any]] = []
-    for path in paths:
-        ckpt.load(path, model)
+    skipped: list[int] = []
+    for path in finite_checkpoints(paths, model, skipped):
         log_q = torch.log_softmax(predict(model, ep).double(), -1)
         kl_from = {name: _mean_kl(p, log_q, ep.mask) for name, p in probs.items()}
         series.append({"step": ckpt.step_of(path), "kl_from": kl_from, "nearest": nearest_reference(kl_from)})
@@ -113,6 +113,7 @@ def reference_predictors(
         "path": path_names,
         "first_nearest_step": {name: next(r["step"] for r in series if r["nearest"] == name) for name in path_names},
         "summary": summary,
+        **({"skipped_non_finite_steps": skipped} if skipped else {}),  # checkpoints whose weights are not numbers
     })
 
 
@@ -127,9 +128,11 @@ def reference_predictors_figure(result: dict[str, Any], path: str | Path) -> Pat
     fig, axes = _plot.figure(2, 1, w=7.0, h=2.2, sharex=True, gridspec_kw={"height_ratios": [4, 1]})
     ax, strip = axes[0, 0], axes[1, 0]
     colour = {name: f"C{i % 10}" for i, name in enumerate(names)}
-    for name in names:
-        ax.plot(steps, [max(r["kl_from"][name], 1e-12) for r in s], "o-", ms=3, color=colour[name], label=name)
-    ax.set_yscale("log")
+    # a KL of exactly 0 (the network equal to a reference) sits at the floor 1e-12; NaN and inf are left out
+    kls = [[None if r["kl_from"][name] is None else max(r["kl_from"][name], 1e-12) for r in s] for name in names]
+    for name, kl in zip(names, kls):
+        ax.plot(steps, _plot.loggable(kl), "o-", ms=3, color=colour[name], label=name)
+    _plot.log_scale(ax, *kls)
     ax.set_ylabel("KL(reference ‖ model), bits")
     ax.set_title("Which strategy the network passes through (nearest reference below)", fontsize=9)
     ax.legend(fontsize=7, ncol=2)

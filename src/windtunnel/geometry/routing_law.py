@@ -51,10 +51,11 @@ def routing_law_figure(result: dict[str, Any], path: Path) -> Path:
     fig, ax = _plot.figure(w=max(4.0, 0.5 * len(rows) + 2), h=3.4)
     a = ax[0, 0]
     x = list(range(len(rows)))
-    a.bar([i - 0.2 for i in x], [r["routing_grad_norm"] for r in rows], width=0.4, label="|∂L/∂s| (routing)")
-    a.bar([i + 0.2 for i in x], [r["value_grad_norm"] for r in rows], width=0.4, label="|∂L/∂v| (values)")
+    routing, values = [r["routing_grad_norm"] for r in rows], [r["value_grad_norm"] for r in rows]
+    a.bar([i - 0.2 for i in x], _plot.loggable(routing), width=0.4, label="|∂L/∂s| (routing)")
+    a.bar([i + 0.2 for i in x], _plot.loggable(values), width=0.4, label="|∂L/∂v| (values)")
     a.set_xticks(x, [f"L{r['layer']}H{r['head']}" for r in rows], rotation=90, fontsize=7)
-    a.set_yscale("log")
+    _plot.log_scale(a, routing, values)  # a saturated readout's gradients are 0 or NaN on every head
     a.set_title(f"routing law per head (law vs autograd: max rel. error "
                 f"{result['summary']['max_score_rel_error']:.1e})", fontsize=9)
     a.legend(fontsize=7)

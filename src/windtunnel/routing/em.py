@@ -509,16 +509,22 @@ def figure(runs: list[dict[str, Any]], setup: EMSetup, summary: dict[str, Any], 
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from ..geometry._plot import log_scale, loggable
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    medians = []
     for arm in setup.arms:
         curves = [r["gap" if setup.criterion == "bayes_gap" else "loss"] for r in runs if r["arm"] == arm]
         n = min(len(c) for c in curves)
-        y = np.array([c[:n] for c in curves])
+        y = np.array([c[:n] for c in curves], dtype=float)
         x = np.arange(n)
-        line, = ax.plot(x, np.median(y, 0), label=arm)
-        ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
-    ax.axhline(summary["threshold_bits"], color="k", lw=0.8, ls="--", label="threshold (SGD's mean final)")
-    ax.set_yscale("log")
+        medians.append(np.median(y, 0).tolist())
+        line, = ax.plot(x, loggable(medians[-1]), label=arm)
+        ax.fill_between(x, loggable(y.min(0)), loggable(y.max(0)), color=line.get_color(), alpha=0.15)
+    threshold = loggable([summary["threshold_bits"]])[0]
+    if not np.isnan(threshold):  # a level a log axis can show
+        ax.axhline(threshold, color="k", lw=0.8, ls="--", label="threshold (SGD's mean final)")
+    log_scale(ax, *medians)  # an arm that diverged has NaN or infinite gaps
     ax.set_xlabel("step (one full-batch gradient)")
     ax.set_ylabel(("Bayes gap" if setup.criterion == "bayes_gap" else "cross-entropy") + ", training sequence (bits)")
     ax.set_title(f"EM-like vs SGD, sticky chain ({setup.model}): median over seeds, band min–max")

@@ -36,6 +36,11 @@ class CheckpointError(UserError, RuntimeError):
     """A checkpoint is missing, unreadable, of another model, or holds non-finite weights."""
 
 
+class NonFiniteWeights(CheckpointError):
+    """A checkpoint whose weights hold a NaN or an infinity (training refuses to save such weights, so the file
+    was written or damaged since): what a reader of many checkpoints passes over rather than fails on."""
+
+
 def _optimizer_tensors(opt_state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Split ``optimizer.state_dict()`` into flat tensors (safetensors) and a JSON skeleton."""
     tensors: dict[str, torch.Tensor] = {}
@@ -241,7 +246,7 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
     weights = load_file(str(path / "model.safetensors"))
     bad = [k for k, v in weights.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
-        raise CheckpointError(f"checkpoint {path} holds non-finite weights ({bad[0]}): the run diverged before it")
+        raise NonFiniteWeights(f"checkpoint {path} holds non-finite weights ({bad[0]}): the run diverged before it")
     try:
         missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as exc:  # same names, other shapes: a different model size
