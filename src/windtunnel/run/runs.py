@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import checkpoint as ckpt
-from ..io import write_text_atomic
+from ..io import write_bytes_atomic, write_text_atomic
 from ..errors import UserError
 
 
@@ -204,6 +204,27 @@ class RunDir:
 
     def clear_divergence(self) -> None:
         (self.path / self.DIVERGED).unlink(missing_ok=True)
+
+    RESUME_RECORDS = (CONFIG, METRICS, DIVERGED)
+    """The records a resume rewrites before its first new checkpoint (the configuration, the training log cut
+    back to the checkpoint it resumes from, the divergence record)."""
+
+    def record_bytes(self, names: tuple[str, ...]) -> dict[str, bytes | None]:
+        """The bytes of each record of ``names`` (``None``: absent), for :meth:`put_back`."""
+        return {name: (self.path / name).read_bytes() if (self.path / name).is_file() else None for name in names}
+
+    def put_back(self, records: dict[str, bytes | None]) -> None:
+        """Make each record of ``records`` (from :meth:`record_bytes`) what it was, byte for byte: rewritten where
+        it differs, removed where it was absent."""
+        for name, data in records.items():
+            path = self.path / name
+            now = path.read_bytes() if path.is_file() else None
+            if now == data:
+                continue
+            if data is None:
+                path.unlink()
+            else:
+                write_bytes_atomic(path, data)
 
     def load(self, step: int | None = None) -> tuple[Any, Any]:
         """``(task, model)`` of the run: the task and model rebuilt from ``config.json`` with the weights of

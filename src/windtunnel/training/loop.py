@@ -154,11 +154,22 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
         run.prepare()
     with (run.lock() if main_proc else contextlib.nullcontext()), \
             Trackers(cfg.trackers if main_proc else [], run.path, cfg.to_dict()) as trackers:
+        # a diverged run resumed that diverges again before a new checkpoint gained nothing: the resume is then
+        # a refusal, and a refusal leaves the folder as it was (what it rewrote on the way is put back)
+        resuming_diverged = main_proc and resume and run.divergence() is not None
+        records_before = run.record_bytes(RunDir.RESUME_RECORDS) if resuming_diverged else {}
+        from_step = run.latest_step() if resuming_diverged else 0
         try:
             with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
                 out = _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines,
                                     trackers)
         except TrainingDiverged as exc:  # recorded, so every later command can tell it from a killed run
+            if resuming_diverged and run.latest_step() <= from_step:
+                run.put_back(records_before)
+                raise TrainingDiverged(
+                    f"{run.path} diverged again from its last good checkpoint, step {from_step} "
+                    f"({str(exc).split(';')[0]}); nothing was changed: evaluate or analyse that checkpoint as it "
+                    "stands, or train it anew with a lower learning rate") from None
             if main_proc:
                 run.record_divergence(str(exc))
             raise

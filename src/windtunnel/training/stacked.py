@@ -134,11 +134,23 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
     with ExitStack() as stack:
         for r in runs:
             stack.enter_context(r.lock())
+        # as a run alone (training.loop.train): a stack resumed with a diverged member that diverges again before
+        # any member's new checkpoint gained nothing, and leaves every member's folder as it was
+        resuming_diverged = resume and any(r.divergence() is not None for r in runs)
+        records_before = [r.record_bytes(RunDir.RESUME_RECORDS) for r in runs] if resuming_diverged else []
+        from_steps = [r.latest_step() for r in runs] if resuming_diverged else []
         try:
             with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
                 out = _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
                              log_lines, graph)
         except TrainingDiverged as exc:  # recorded in the runs that diverged; the others merely stopped with them
+            if resuming_diverged and all(r.latest_step() <= s for r, s in zip(runs, from_steps)):
+                for r, records in zip(runs, records_before):
+                    r.put_back(records)
+                raise _diverged(f"{str(exc).split(';')[0]}, again from the last good checkpoints (step "
+                                f"{', '.join(map(str, sorted(set(from_steps))))}); nothing was changed: evaluate or "
+                                "analyse those checkpoints as they stand, or train anew with a lower learning rate",
+                                list(getattr(exc, "members", range(len(runs))))) from None
             for i in getattr(exc, "members", range(len(runs))):
                 runs[i].record_divergence(str(exc))
             raise
