@@ -63,8 +63,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         cfg = TrainConfig.from_dict(fields)
         if rank == 0:
             diverged = divergence_note(run, "resuming from")  # trained on past it, it may diverge again
-            if diverged:
-                print(diverged, file=sys.stderr, flush=True)
+            if diverged:  # on standard output: a resume that diverges again is refused in one line on standard error
+                print(diverged, flush=True)
             print(f"resuming {run.path} from step {run.latest_step()} of {cfg.steps} ({cfg.arch} on {cfg.task})", flush=True)
         train_run(cfg, run, resume=True, log_lines=True)
         if rank == 0:
