@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .args import UsageError, positive_int
+from .names import REPRODUCE_TARGETS
 from .outputs import out_path
 
 SLURM_FLAGS = {"slurm_tasks": "tasks", "slurm_partition": "partition", "slurm_time": "time", "slurm_gpus": "gpus",
@@ -82,12 +83,11 @@ def array_lines(plan: dict[str, Any], opts: Any) -> list[str]:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``status``."""
     from ..run import grid
-    from ..orchestration.reproduce import TARGETS
 
     st = sub.add_parser("status", help="which cells of a reproduction are done, running (and where), failed or "
                                        "waiting, from the run folders and the scheduler")
     st.add_argument("results", nargs="?", default="results", help="the results folder (default results)")
-    st.add_argument("--target", default="all", choices=list(TARGETS), help="whose cells (default all)")
+    st.add_argument("--target", default="all", choices=list(REPRODUCE_TARGETS), help="whose cells (default all)")
     st.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (default) or paper")
     st.set_defaults(func=cmd_status)
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from .args import UsageError, positive_int
 from .cluster import add_executor_options, array_lines, slurm_from
+from .names import REPRODUCE_TARGETS
 from .outputs import out_path, writable_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``reproduce``, ``claims``, ``check`` and ``diversity``, in that order."""
     from ..run import grid
-    from ..orchestration.reproduce import TARGETS as REPRODUCE_TARGETS
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
     rep.add_argument("target", choices=list(REPRODUCE_TARGETS),

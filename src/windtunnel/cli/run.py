@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import DiagnosticFailed
 from .args import UsageError, parse_params, positive_int, seed_int
+from .names import EVAL_SEED
 from .outputs import check_out, divergence_note, out_path
 from .train import first_line, train_args
 
@@ -19,7 +20,6 @@ from .train import first_line, train_args
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run``, ``eval``, ``report`` and ``analyze``, in that order."""
     from ..run import grid
-    from ..evaluation.evaluate import EVAL_SEED
 
     r = sub.add_parser("run", help="the main job: train → evaluate → report")
     r.add_argument("task", nargs="?", help="experiment or task (default: the main job, a transformer on bijection V=10; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .args import Parser, UsageError, parse_params, seed_int
+from .names import TASKS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,21 +22,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
-    from .. import tasks
-    from ..tasks.base import entropy_bits
-
-    if args.action is None:
+    if args.action is None:  # the listing is read from plain data: it answers without importing torch
         if extra:
             raise UsageError(f"unexpected argument {extra[0]!r}")
-        for name in tasks.names():
-            cls = tasks.get(name)
-            params = ", ".join(f"{k}={v!r}" for k, v in tasks.defaults(name).items())
-            print(f"{name:22s} {cls.summary}")
+        for name, (summary, defaults) in TASKS.items():
+            params = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
+            print(f"{name:22s} {summary}")
             print(f"{'':22s}   {params}")
         return 0
-    task = tasks.make(args.name, **parse_params(extra))
-    from ..tasks.base import check_memory
+    from .. import tasks
+    from ..tasks.base import check_memory, entropy_bits
 
+    task = tasks.make(args.name, **parse_params(extra))
     check_memory(task, 1, "task size")
     ep = task.sample(1, args.seed)
     decoded = task.decode(ep, 0)

@@ -8,29 +8,27 @@ import sys
 from typing import Any
 
 from .args import UsageError, parse_params, positive_int, seed_int, seed_list
+from .names import ARCHITECTURES, TRAIN_DEFAULTS
 from .outputs import check_out, divergence_note
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``train``."""
-    from ..run.config import TrainConfig
-
-    train_defaults = TrainConfig()  # what `train` uses for every flag not given
     tr = sub.add_parser("train", help="train one model (extra --NAME VALUE pairs are task parameters)")
     tr.add_argument("--task", help="wind tunnel to train on (windtunnel tasks lists them; default bijection)")
     tr.add_argument("--config", help="TOML or JSON file of TrainConfig fields (default: none; flags override it)")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint "
                     "(default: start a new run in --out)")
     tr.add_argument("--batch-size", dest="batch_size", type=positive_int,
-                    help=f"episodes per step, global over processes (default {train_defaults.batch_size})")
-    tr.add_argument("--lr", type=float, help=f"peak learning rate of the cosine schedule (default {train_defaults.lr:g})")
+                    help=f"episodes per step, global over processes (default {TRAIN_DEFAULTS['batch_size']})")
+    tr.add_argument("--lr", type=float, help=f"peak learning rate of the cosine schedule (default {TRAIN_DEFAULTS['lr']:g})")
     tr.add_argument("--seeds", type=seed_list, help="several seeds, comma-separated (0,1,2), trained together as one "
                     "stacked model; each seed's run is its own folder OUT-sSEED, resumable and analysable alone")
     tr.add_argument("--cuda-graph", dest="cuda_graph", choices=("auto", "off"), default="auto",
                     help="with --seeds on a GPU: record the step once as a CUDA graph and replay it (auto, the default; "
                     "kept only where its replays reproduce the eager steps) or run it eagerly (off)")
     train_args(tr, "the architecture's own size, or the config file's",
-               f"{train_defaults.steps}, or the config file's")
+               f"{TRAIN_DEFAULTS['steps']}, or the config file's")
     tr.set_defaults(func=cmd_train)
 
 
@@ -141,7 +139,7 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
 
 def train_args(q: argparse.ArgumentParser, params_default: str, steps_default: str) -> None:
     """The flags `train` and `run` share: architecture, size, steps, seed, run folder, progress, trackers."""
-    q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(arch_names()))
+    q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(ARCHITECTURES))
     q.add_argument("--params", type=positive_int,
                    help=f"size the model to this many parameters, ±3%% (default: {params_default})")
     q.add_argument("--steps", type=positive_int, help=f"optimiser steps (default: {steps_default})")
@@ -155,12 +153,6 @@ def train_args(q: argparse.ArgumentParser, params_default: str, steps_default: s
     q.add_argument("--log", action="append", choices=["tensorboard", "wandb", "mlflow"], metavar="TRACKER",
                    help="also log the metrics to this experiment tracker: tensorboard, wandb or mlflow "
                         "(repeatable; default none; its package must be installed)")
-
-
-def arch_names() -> list[str]:
-    from .. import models
-
-    return models.names()
 
 
 def first_line(cfg: "Any", model: "Any", run: "Any", done: int) -> str:
