@@ -39,6 +39,14 @@ def check_task_contract(task: tasks.Task, seed: int, n: int) -> None:
     assert torch.allclose(torch.softmax(logits.double(), -1), ep.posterior, atol=1e-10)
 
 
+def tiny_task(name: str) -> tasks.Task:
+    """Registered task ``name``'s small instance — ``Task.tiny``, declared in the task's own module — the one small
+    instance every test over the task registry builds (so a new task needs no test edit)."""
+    cls = tasks.get(name)
+    assert hasattr(cls, "tiny"), f"task {name!r} declares no `tiny` (its small instance: docs/extending.md)"
+    return tasks.make(name, **cls.tiny)
+
+
 def tiny_model(arch: str, task: tasks.Task, seed: int = 0, **overrides) -> models.WindTunnelModel:
     """Registered architecture ``arch``'s tiny instance for ``task`` — ``Arch.tiny``, declared where the
     architecture is registered, with ``overrides`` on top — seeded with ``seed``, in eval mode: the one

@@ -19,36 +19,30 @@ from windtunnel import tasks
 from windtunnel.tasks import IGNORE  # noqa: F401
 from windtunnel.tasks.base import Episodes
 
-from contracts import check_task_contract
+from contracts import check_task_contract, tiny_task
 
 GOLDEN = Path(__file__).parent / "golden"
-SMALL = {
-    "bijection": {"V": 6, "L": 5},
-    "hmm": {"S": 3, "O": 4, "K": 6},
-    "recall": {"pairs": 4, "n_keys": 8, "n_values": 8, "queries": 3, "filler": 1},
-    "regression": {"d": 2, "points": 4, "C": 8},
-    "coin": {"n": 8},
-    "sticky": {"length": 6, "dim": 4},
-}
-# a task module may carry its own tiny instance (``tiny``): it joins the contract without an edit here
-SMALL.update({n: dict(tasks.get(n).tiny) for n in tasks.names() if n not in SMALL and "tiny" in vars(tasks.get(n))})
-BASE_TASKS = sorted(SMALL)
+BASE_TASKS = [name for name in tasks.names() if tasks.get(name).name == name]
+"""Every registered task (a preset such as ``recall_paper`` is its task at other sizes, so its task's entry covers it)."""
 
 
-def test_every_task_is_registered() -> None:
-    assert set(BASE_TASKS) <= set(tasks.names())
+@pytest.mark.parametrize("name", BASE_TASKS)
+def test_the_small_instance_is_small(name: str) -> None:
+    """``tiny`` is declared and small: at most 64 positions and 64 classes (docs/extending.md)."""
+    task = tiny_task(name)
+    assert task.seq_len <= 64 and task.n_classes <= 64, (name, task.seq_len, task.n_classes)
 
 
 @pytest.mark.parametrize("name", BASE_TASKS)
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**40), n=st.integers(1, 9))
 def test_contract(name: str, seed: int, n: int) -> None:
-    check_task_contract(tasks.make(name, **SMALL[name]), seed, n)
+    check_task_contract(tiny_task(name), seed, n)
 
 
 @pytest.mark.parametrize("name", BASE_TASKS)
 def test_seeds_differ(name: str) -> None:
-    task = tasks.make(name, **SMALL[name])
+    task = tiny_task(name)
     a, b = task.sample(16, 1), task.sample(16, 2)
     differ = not torch.equal(a.tokens, b.tokens) or (a.features is not None and not torch.equal(a.features, b.features))
     assert differ
@@ -62,7 +56,7 @@ def test_make_rejects_unknown_parameter(name: str) -> None:
 
 @pytest.mark.parametrize("name", BASE_TASKS)
 def test_golden_episodes(name: str) -> None:
-    task = tasks.make(name, **SMALL[name])
+    task = tiny_task(name)
     ep = task.sample(3, seed=2024)
     record = {
         "params": task.params(),
@@ -92,7 +86,7 @@ def test_golden_episodes(name: str) -> None:
 def test_the_posterior_is_computed_when_first_read_and_equals_the_eager_one(name: str) -> None:
     """A sampled batch carries its posterior unread; slicing, concatenating and moving it keep it unread; read, each
     is exactly the task's posterior of the tokens as drawn — even after the caller edits the tokens in place."""
-    task = tasks.make(name, **SMALL[name])
+    task = tiny_task(name)
     ep, other = task.sample(6, 3), task.sample(4, 4)
     derived = [ep[1:4], ep[torch.tensor([5, 0])], Episodes.cat([ep, other]), ep.to("cpu")]
     assert not ep.posterior_ready and not any(d.posterior_ready for d in derived)

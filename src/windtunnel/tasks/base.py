@@ -191,6 +191,10 @@ class Task:
     name: ClassVar[str] = ""
     #: one line on what the task measures (shown by ``windtunnel tasks``)
     summary: ClassVar[str] = ""
+    #: the parameters (over the defaults) of the task's small instance: a real instance, small enough that
+    #: every test over the registry samples it in milliseconds; each task declares its own (no default here,
+    #: so that a task without one fails the contract tests instead of being tested at full size)
+    tiny: ClassVar[dict[str, Any]]
 
     def __post_init__(self) -> None:
         self.validate()

@@ -54,6 +54,7 @@ class Bijection(Task):
 
     name = "bijection"
     summary = "fresh random bijection per episode; predict each key's value (accumulation)"
+    tiny = {"V": 6, "L": 5}
 
     V: int = 20
     L: int = 19

@@ -52,6 +52,7 @@ class Coin(Task):
 
     name = "coin"
     summary = "Beta-Bernoulli next-flip prediction, or Paper III's noisy two-label task (accumulation)"
+    tiny = {"n": 8}
 
     a: float = 1.0
     b: float = 1.0

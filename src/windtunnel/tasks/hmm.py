@@ -95,6 +95,7 @@ class HMM(Task):
 
     name = "hmm"
     summary = "fresh random HMM per episode given as a header; track p(state | observations) (transport)"
+    tiny = {"S": 3, "O": 4, "K": 6}
 
     S: int = 5
     O: int = 5

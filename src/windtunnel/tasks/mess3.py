@@ -52,7 +52,7 @@ class Mess3(Task):
     n: int = 16
 
     BOS: ClassVar[int] = S
-    tiny: ClassVar[dict[str, int]] = {"n": 6}
+    tiny = {"n": 6}
 
     def validate(self) -> None:
         check(is_real(self.x) and 0 < self.x < 0.5, "x", "a number in (0, 0.5): the probability of each move to another state")

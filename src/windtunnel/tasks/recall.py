@@ -41,6 +41,7 @@ class Recall(Task):
 
     name = "recall"
     summary = "store unique key→value pairs, then look keys up (random-access binding)"
+    tiny = {"pairs": 4, "n_keys": 8, "n_values": 8, "queries": 3, "filler": 1}
 
     pairs: int = 8
     n_keys: int = 16

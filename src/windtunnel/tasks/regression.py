@@ -109,6 +109,7 @@ class Regression(Task):
 
     name = "regression"
     summary = "Bayesian linear regression in context; predict each y's bin (continuous accumulation)"
+    tiny = {"d": 2, "points": 4, "C": 8}
 
     d: int = 8
     points: int = 32

@@ -46,6 +46,7 @@ class Sticky(Task):
 
     name = "sticky"
     summary = "sticky Markov chain observed as noisy Gaussian vectors; predict the next symbol (filtering)"
+    tiny = {"length": 6, "dim": 4}
 
     n_symbols: int = 8
     self_prob: float = 0.3
