@@ -235,13 +235,10 @@ def test_huge_sizes_are_user_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_default_run_folders_differ_by_configuration_and_are_portable() -> None:
     """``windtunnel run``'s default folder: runs/main as shipped; a seed, steps, size, task parameter,
     architecture or preset of its own gets a name of its own, with no ``:`` in it."""
-    import argparse
-
-    from windtunnel.cli.run import _default_run_folder
+    from windtunnel.orchestration.main_job import default_folder
 
     def name(task=None, seed=None, steps=None, params=None, preset="quick", arch="transformer", **tp):
-        args = argparse.Namespace(task=task, seed=seed, steps=steps, params=params, preset=preset)
-        return _default_run_folder(args, task or "bijection", arch, tp)
+        return default_folder(task, arch, preset, task_params=tp, steps=steps, seed=seed, params=params).as_posix()
 
     assert name() == "runs/main"
     assert name("hmm") == "runs/hmm"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ from typing import Any
 from ..errors import DiagnosticFailed
 from .args import UsageError, parse_params, positive_int, seed_int
 from .names import EVAL_SEED
-from .outputs import check_out, divergence_note, out_path
-from .train import first_line, train_args
+from .outputs import divergence_note, out_path
+from .train import train_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,111 +57,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
-    """The main job: train → evaluate → report.  Re-running the same command resumes it."""
-    from ..run import grid
-    from ..training.loop import TrainConfig, build
+    """The main job: train → evaluate → analyse → report (:mod:`windtunnel.orchestration.main_job`).  Re-running
+    the same command resumes it."""
+    from ..orchestration.main_job import plan_main_job, run_main_job
 
-    from ..run.runs import RunDir
-    from ..evaluation.evaluate import EVAL_SEED
-    from ..orchestration.stages import evaluate_run, train_run, write_report
-
-    arch = args.arch or grid.DEFAULT_ARCH
-    task_name = args.task if args.task is not None else grid.DEFAULT_TASK
-    overrides = parse_params(extra) if extra else {}
-    # the main job is the grid's ``main`` experiment (``main_v20`` at the papers' V=20): its own recipe
-    # (readout multiplier only for windtunnel's architectures: a Hugging Face or user model has no
-    # separate readout); bijection named as a task is the main job too
-    experiment = grid.main_job(args.task, overrides)
-    fields = grid.preset(args.preset, experiment, arch)
-    if overrides:
-        fields["task_params"] = {**fields["task_params"], **overrides}
-    if args.steps is not None:  # the preset's schedule shortened or stretched, curriculum included
-        fields = grid.with_steps(fields, args.steps)
-    if args.seed is not None:
-        fields["seed"] = args.seed
-    if args.params is not None:
-        fields["params"] = args.params
-    fields["progress"] = not args.no_progress
-    if args.log:
-        fields["trackers"] = list(dict.fromkeys(args.log))
-    cfg = TrainConfig.from_dict(fields)
-    run = RunDir(out_path(args.out) or _default_run_folder(args, task_name, arch, overrides))
-    _, model = build(cfg)  # validate before touching the folder
-    resume = False
-    if not run.is_empty():
-        if args.force:
-            check_out(run, False, True)
-        elif not run.is_run():
-            raise UsageError(f"{run.path} exists and is not a windtunnel run folder; choose another --out")
-        else:
-            if not run.holds(cfg.to_dict()):
-                raise UsageError(f"{run.path} holds a run with a different configuration; pass --force to replace it or choose another --out")
-            resume = True
-    done = run.latest_step() if resume else 0
-    n = args.n or grid.EVAL_N[args.preset]
-    if done < cfg.steps:
-        print(first_line(cfg, model, run, done), flush=True)
-        train_run(cfg, run, resume=resume, log_lines=True)
-    lengths = grid.eval_lengths(experiment, cfg.task_params)
-    current = _current_results(run, n) if done >= cfg.steps else set()
-    if current == {"eval.json", "geometry.json", "report.html"} or (args.no_analyze and "eval.json" in current
-                                                                   and "report.html" in current):
-        print(f"{run.path} already finished (step {done} of {cfg.steps}) and evaluated"
-              + ("" if args.no_analyze else " and analysed") + ": nothing to do", flush=True)
-        result = _EvalRecord(run.read_eval())
-    else:
-        if done >= cfg.steps:
-            print(f"{run.path} already trained (step {done} of {cfg.steps}); redoing only what is not current: "
-                  + ", ".join(x for x in ("eval.json", "geometry.json", "report.html")
-                              if x not in current and not (args.no_analyze and x == "geometry.json")), flush=True)
-        result = (_EvalRecord(run.read_eval()) if "eval.json" in current else
-                  evaluate_run(run, n=n, lengths=lengths, seed=EVAL_SEED))
-        if not args.no_analyze and "geometry.json" not in current:  # the mechanism beside the number
-            from ..orchestration.stages import analyze_run
-
-            analyze_run(run, report=False)
-    geometry = run.geometry_path if not args.no_analyze and run.geometry_path.is_file() else None
-    report = write_report(run)
-    t_train = run.training_seconds() or 0.0
-    print(f"\n{cfg.arch} on {cfg.task} {cfg.task_params}: {cfg.steps} steps in {t_train:.0f} s")
-    _print_metrics(result)
-    if geometry is not None:
-        _print_readings(geometry)
-    print(f"report: {report}")
+    plan = plan_main_job(args.task, args.arch, args.preset, task_params=parse_params(extra) if extra else None,
+                         steps=args.steps, seed=args.seed, params=args.params, out=out_path(args.out), eval_n=args.n,
+                         progress=not args.no_progress, trackers=tuple(args.log or ()))
+    done = run_main_job(plan, force=args.force, analyse=not args.no_analyze, log_lines=True,
+                        say=lambda line: print(line, flush=True))
+    cfg = plan.config
+    print(f"\n{cfg.arch} on {cfg.task} {cfg.task_params}: {cfg.steps} steps in {done.train_seconds:.0f} s")
+    _print_metrics(done)
+    if done.geometry is not None:
+        _print_readings(done.geometry)
+    print(f"report: {done.report}")
     return 0
-
-
-def _default_run_folder(args: argparse.Namespace, task: str, arch: str, task_params: dict[str, Any]) -> str:
-    """``runs/main`` for the main job as shipped; otherwise a portable name that differs whenever the
-    task, architecture, preset, seed, steps, size or task parameters do (so sweeps do not collide)."""
-    from ..run import grid
-
-    changed = [f"s{args.seed}" if args.seed is not None else "", f"{args.steps}steps" if args.steps is not None else "",
-               f"{args.params}p" if args.params is not None else "",
-               *(f"{k}{v}" for k, v in sorted(task_params.items()))]
-    parts = [task if args.task is not None else "main", arch, args.preset, *filter(None, changed)]
-    name = "-".join(parts) if parts[1:] != [grid.DEFAULT_ARCH, "quick"] else parts[0]
-    return "runs/" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-
-
-def _current_results(run: "Any", n: int) -> set[str]:
-    """Which of ``eval.json`` (of ``n`` sequences or more), ``geometry.json`` and ``report.html`` are current
-    (:meth:`~windtunnel.run.runs.RunDir.result_states`)."""
-    out = {name for name, state in run.result_states().items() if state == "current"}
-    if "eval.json" in out:
-        ev = run.read_eval()
-        prov = ev.get("provenance") if isinstance(ev.get("provenance"), dict) else {}
-        if prov.get("step") is None or not isinstance(ev.get("n"), int) or ev["n"] < n:
-            out.discard("eval.json")
-    return out if "eval.json" in out else set()
-
-
-class _EvalRecord:
-    """An ``eval.json`` read back where ``windtunnel run`` prints its metrics without evaluating again."""
-
-    def __init__(self, record: dict[str, Any]) -> None:
-        self.metrics = record["metrics"]
-        self.priors = record.get("priors")
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:

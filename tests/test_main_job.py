@@ -1,0 +1,60 @@
+"""The main job as a library call (:mod:`windtunnel.orchestration.main_job`): what it trains, what it redoes, and
+what it refuses — the same decisions ``windtunnel run`` prints."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from windtunnel.errors import UserError
+from windtunnel.orchestration.main_job import main_job, plan_main_job, run_main_job
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_the_main_job_runs_once_then_redoes_only_what_is_not_current(tmp_path: Path) -> None:
+    out = tmp_path / "main"
+    lines: list[str] = []
+    first = main_job(steps=4, out=out, eval_n=32, analyse=False, progress=False, say=lines.append)
+    assert (first.trained_from, first.trained_to) == (0, 4)
+    assert first.redone == ("eval.json", "report.html")
+    assert lines == first.lines and lines[0].startswith(f"training transformer ({first.plan.n_params:,} parameters)")
+    assert first.metrics["kl"]["value"] >= 0 and first.report == out / "report.html" and first.geometry is None
+    assert first.plan.config.steps == 4 and first.plan.experiment == "main"
+
+    plan = plan_main_job(steps=4, out=out, eval_n=32, progress=False)
+    again = run_main_job(plan, analyse=False)
+    assert (again.trained_from, again.trained_to, again.redone) == (4, 4, ())
+    assert again.lines == [f"{out} already finished (step 4 of 4) and evaluated: nothing to do"]
+    assert again.metrics == first.metrics  # read back, not evaluated again
+
+    (out / "report.html").unlink()
+    redone = run_main_job(plan, analyse=False)
+    assert redone.redone == ("report.html",) and redone.report.is_file()
+    assert "redoing only what is not current: report.html" in redone.lines[0]
+
+    # a larger evaluation than the one on disk is not current: it is evaluated again at the plan's size
+    bigger = run_main_job(plan_main_job(steps=4, out=out, eval_n=64, progress=False), analyse=False)
+    assert bigger.redone == ("eval.json", "report.html") and bigger.trained_from == 4  # the report reads it
+
+
+def test_a_folder_of_another_configuration_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    out = tmp_path / "main"
+    main_job(steps=2, out=out, eval_n=16, analyse=False, progress=False, say=lambda line: None)
+    before = _hashes(out)
+    with pytest.raises(UserError, match="different configuration"):
+        run_main_job(plan_main_job(steps=3, out=out, eval_n=16, progress=False), analyse=False)
+    assert _hashes(out) == before
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="not a windtunnel run folder"):
+        run_main_job(plan_main_job(steps=2, out=stray, eval_n=16, progress=False), force=True)
+    assert (stray / "notes.txt").read_text() == "mine"
+    replaced = run_main_job(plan_main_job(steps=3, out=out, eval_n=16, progress=False), force=True, analyse=False)
+    assert (replaced.trained_from, replaced.trained_to) == (0, 3)
