@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .base import (AGREE, AGREE_BY_CONSTRUCTION, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, IDENTITY,
-                   INCONCLUSIVE, NOT_CLAIMS, NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS)
+                   INCONCLUSIVE, NOT_CLAIMS, NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE, VERDICTS, Verdict)
 from .verdicts import CONVENTIONS, DEFINITIONS
 from .evidence import Measure, _g
 from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
@@ -65,16 +65,15 @@ def ours_text(ours: Measure | str | None) -> str:
 
 
 def _controls_text(j: Judgement) -> str:
-    """The factors of the controls a persisting disagreement was tried under; judged on a paper-size cell, those
-    controls are the reduced-scale cells beside it (each changes one factor from the reduced cell, not the papers')."""
-    beside = "reduced-scale controls: " if j.scale.startswith("the papers' size") else ""
-    return beside + ", ".join(j.verdict.controls)
+    """The factors of the controls a persisting disagreement was tried under (each one that can speak: at the
+    verdict's own scale)."""
+    return ", ".join(j.verdict.controls)
 
 
 def _unheard_text(j: Judgement) -> str:
     """The factors of the controls run beside a disagreement that could not speak to it."""
     said = "controls run, none that can speak: " + ", ".join(j.verdict.unheard) if j.verdict.unheard else "none run"
-    return said + (f"; replicated on {', '.join(j.verdict.replicated)}" if j.verdict.replicated else "")
+    return said + (f"; {_replicate_text(j.verdict)}" if j.verdict.replicated else "")
 
 
 def verdict_text(j: Judgement, short: bool = False) -> str:
@@ -86,8 +85,13 @@ def verdict_text(j: Judgement, short: bool = False) -> str:
     elif v.kind == DISAGREE_PERSISTS and v.controls:
         text += f" ({_controls_text(j)})"
     if v.replicated:
-        text += f"; replicated on {', '.join(v.replicated)}"
+        text += f"; {_replicate_text(v)}"
     return text
+
+
+def _replicate_text(v: Verdict) -> str:
+    """A replicate as a row names it: the same outcome on another model, which is no control."""
+    return f"the same on {', '.join(v.replicated)} (a replicate, not a control)"
 
 
 def _listed(judgements: dict[str, Judgement]) -> list[Judgement]:
@@ -227,6 +231,10 @@ def front_page(judgements: dict[str, Judgement], details: str = DETAILS) -> str:
         "## Verdicts by the source of the papers' number",
         "",
         "Sources: " + "; ".join(f"**{k}** — {v}" for k, v in PROVENANCE.items()) + ".",
+        "",
+        f"Every judged row is counted here: the {sum(j.claim.counted for j in judgements.values())} claims of the "
+        "papers and the rows judged apart (the not-a-claim and unsourced columns); the rows that re-read another "
+        "claim's measurement are counted with it, not here.",
         "",
         *counts_table(judgements),
         "",

@@ -126,7 +126,9 @@ def _a5(ev: Evidence) -> Verdict:
         floor = ev.reference("bijection", "context_blind", "entropy_mae_curve")
         windowed = Control("architecture", A5_RULE.rule.kind(w), floor is not None and win.value < 0.5 * floor,
                            cite=f"{win.files[0]} (the windowed MLP's row)" if win.files else "the windowed MLP's row")
-        return Verdict(DISAGREE, r, said, consulted=(windowed,))
+        # the row shows both ratios: the per-position MLP's alone meets the rule, the windowed one's decides it
+        both = f"{r.value:.0f}× per-position; {w.value:.1f}× windowed"
+        return Verdict(DISAGREE, both, said, files=tuple(dict.fromkeys(r.files + win.files)), consulted=(windowed,))
     return Verdict(kind, r, said)
 
 

@@ -192,9 +192,9 @@ def _b6(ev: Evidence) -> Verdict:
     # the table shows every task's count, the papers' own (bijection) included, not one task's number
     short = {"bijection_replacement": "sawtooth", "recall": "recall"}
     counts = [f"{short[column]} {sum(r[0])}/{len(r[0])}" for (column, _), (_, r) in zip(FEASIBLE_IN_CONTEXT, readings)]
-    if main is not None:
-        counts.append(f"bijection {sum(main[0])}/{len(main[0])}")
-    return Verdict(kind, "seeds progressive: " + ", ".join(counts), said, files=files)
+    beside = (f"; bijection, where no key holds a feasible value (read beside, not judged): {sum(main[0])}/{len(main[0])}"
+              if main is not None else "")
+    return Verdict(kind, "seeds progressive: " + ", ".join(counts) + beside, said, files=files)
 
 
 B7_RULE = All(EverySeed(0.5, "≥", "PC1's share of the variance"), EverySeed(0.5, "≥", "|ρ|"),
