@@ -33,6 +33,7 @@ import torch
 
 from ..evaluation.metrics import kl_bits
 from ..tasks.base import Episodes, Task, entropy_bits
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, collect_scored, episodes_for, n_layers
 from .registry import Diagnostic, Reading, missing, needs, register
@@ -160,15 +161,15 @@ def bayes_lens_figure(result: dict[str, Any], path: Path) -> Path:
     a = ax[0, 0]
     x = list(range(len(result["layers"])))
     drawn = [result["kl_by_layer"]]
-    a.plot(x, _plot.loggable(drawn[-1]), "o-", label="trained (logit lens)")
+    a.plot(x, loggable(drawn[-1]), "o-", label="trained (logit lens)")
     if "tuned" in result:
         drawn.append(result["tuned"]["kl_by_layer"])
-        a.plot(x, _plot.loggable(drawn[-1]), "^-", color="C2", label="trained (tuned lens, held out)")
+        a.plot(x, loggable(drawn[-1]), "^-", color="C2", label="trained (tuned lens, held out)")
     if "untrained" in result:
         drawn.append(result["untrained"]["kl_by_layer"])
-        a.plot(x, _plot.loggable(drawn[-1]), "s--", color="0.5", label="untrained")
+        a.plot(x, loggable(drawn[-1]), "s--", color="0.5", label="untrained")
     a.set_xticks(x, result["layers"])
-    _plot.log_scale(a, *drawn)
+    log_scale(a, *drawn)
     a.set_ylabel("KL(posterior ‖ layer readout), bits")
     a.set_title("Bayes lens: where in depth the posterior forms", fontsize=9)
     a.legend(fontsize=7)

@@ -509,7 +509,7 @@ def figure(runs: list[dict[str, Any]], setup: EMSetup, summary: dict[str, Any], 
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from ..geometry._plot import log_scale, loggable
+    from ..evaluation.log_axis import log_scale, loggable
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     medians = []
