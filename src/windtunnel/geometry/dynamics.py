@@ -13,6 +13,7 @@ from ..evaluation import metrics as M
 from .. import models, tasks
 from ..run.runs import RunDir
 from ..tasks.base import Episodes
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from .registry import Diagnostic, Reading, lacks, missing, register
 from ._common import (GEOMETRY_SEED, clean, collect_scored, device_of, eval_mode, inputs_on, n_layers, spearman,
@@ -320,12 +321,12 @@ def frame_precision_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.set_ylim(0, 1.02)
     ax = axes[2, 0]
     errors, kls = [r["entropy_mae"] for r in s], [r["kl"] for r in s]
-    ax.plot(steps, _plot.loggable(errors), "o-", ms=3, label="entropy MAE")
-    ax.plot(steps, _plot.loggable(kls), "s-", ms=3, label="KL")
-    uniform_kl = _plot.loggable([result["null"]["uniform_kl"]])[0]
+    ax.plot(steps, loggable(errors), "o-", ms=3, label="entropy MAE")
+    ax.plot(steps, loggable(kls), "s-", ms=3, label="KL")
+    uniform_kl = loggable([result["null"]["uniform_kl"]])[0]
     if not math.isnan(uniform_kl):  # a level a log axis can show
         ax.axhline(uniform_kl, color="C1", ls=":", lw=1, label="uniform KL")
-    _plot.log_scale(ax, errors, kls)
+    log_scale(ax, errors, kls)
     ax.set_ylabel("bits")
     ax.legend(fontsize=7)
     for a in axes[:, 0]:

@@ -14,6 +14,7 @@ from ..evaluation.evaluate import predict
 from ..evaluation.metrics import _kl_from_log
 from ..evaluation.references import predictors
 from ..run.runs import RunDir
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, evenly_spaced, finite_checkpoints
 from .registry import Diagnostic, Reading, register
@@ -131,8 +132,8 @@ def reference_predictors_figure(result: dict[str, Any], path: str | Path) -> Pat
     # a KL of exactly 0 (the network equal to a reference) sits at the floor 1e-12; NaN and inf are left out
     kls = [[None if r["kl_from"][name] is None else max(r["kl_from"][name], 1e-12) for r in s] for name in names]
     for name, kl in zip(names, kls):
-        ax.plot(steps, _plot.loggable(kl), "o-", ms=3, color=colour[name], label=name)
-    _plot.log_scale(ax, *kls)
+        ax.plot(steps, loggable(kl), "o-", ms=3, color=colour[name], label=name)
+    log_scale(ax, *kls)
     ax.set_ylabel("KL(reference ‖ model), bits")
     ax.set_title("Which strategy the network passes through (nearest reference below)", fontsize=9)
     ax.legend(fontsize=7, ncol=2)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from .registry import Diagnostic, Reading, needs, register
 from ._common import GEOMETRY_SEED, episodes_for, n_layers
@@ -52,10 +53,10 @@ def routing_law_figure(result: dict[str, Any], path: Path) -> Path:
     a = ax[0, 0]
     x = list(range(len(rows)))
     routing, values = [r["routing_grad_norm"] for r in rows], [r["value_grad_norm"] for r in rows]
-    a.bar([i - 0.2 for i in x], _plot.loggable(routing), width=0.4, label="|∂L/∂s| (routing)")
-    a.bar([i + 0.2 for i in x], _plot.loggable(values), width=0.4, label="|∂L/∂v| (values)")
+    a.bar([i - 0.2 for i in x], loggable(routing), width=0.4, label="|∂L/∂s| (routing)")
+    a.bar([i + 0.2 for i in x], loggable(values), width=0.4, label="|∂L/∂v| (values)")
     a.set_xticks(x, [f"L{r['layer']}H{r['head']}" for r in rows], rotation=90, fontsize=7)
-    _plot.log_scale(a, routing, values)  # a saturated readout's gradients are 0 or NaN on every head
+    log_scale(a, routing, values)  # a saturated readout's gradients are 0 or NaN on every head
     a.set_title(f"routing law per head (law vs autograd: max rel. error "
                 f"{result['summary']['max_score_rel_error']:.1e})", fontsize=9)
     a.legend(fontsize=7)

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from ..tasks.base import Episodes, Task
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, episodes_for, n_layers
 from .ablation import ablation_effects
@@ -89,10 +90,10 @@ def sublayer_ablation_figure(result: dict[str, Any], path: str | Path) -> Path:
     L = len(s["attn_fold_by_layer"])
     fig, ax = plt.subplots(figsize=(5, 3.2))
     x = range(L)
-    ax.bar([i - 0.2 for i in x], _plot.loggable(s["attn_fold_by_layer"]), width=0.4, label="attention removed")
-    ax.bar([i + 0.2 for i in x], _plot.loggable(s["mlp_fold_by_layer"]), width=0.4, label="MLP removed")
+    ax.bar([i - 0.2 for i in x], loggable(s["attn_fold_by_layer"]), width=0.4, label="attention removed")
+    ax.bar([i + 0.2 for i in x], loggable(s["mlp_fold_by_layer"]), width=0.4, label="MLP removed")
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
-    _plot.log_scale(ax, s["attn_fold_by_layer"], s["mlp_fold_by_layer"])
+    log_scale(ax, s["attn_fold_by_layer"], s["mlp_fold_by_layer"])
     ax.set_xlabel("layer")
     ax.set_ylabel(f"{result['metric']} ablated / intact")
     ax.set_title("sublayer ablation: attention vs feed-forward", fontsize=9)
