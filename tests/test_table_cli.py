@@ -90,7 +90,7 @@ def test_run_trains_the_main_job_of_the_size_it_names(tmp_path: Path) -> None:
     assert abs(record["n_params"] - recipe.params) <= 0.03 * recipe.params
 
 
-def test_table_resumes_without_redoing(tmp_path: Path) -> None:
+def test_table_resumes_without_redoing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     kw = dict(preset="quick", archs=["lstm", "mlp"], tasks=["recall"], out=tmp_path, workers=1, steps=20, eval_n=64,
               seeds=1)
     md = run_table(**kw)
@@ -107,7 +107,11 @@ def test_table_resumes_without_redoing(tmp_path: Path) -> None:
     assert abs(refs["context_blind"]["metrics"]["kl"] - 4.0) < 0.05
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")}
     assert "Training time of all cells" in text and "reused" not in text
+    capsys.readouterr()
     run_table(**kw)
+    said = capsys.readouterr().out  # a resumed table says what it resumed, cell by cell
+    assert "resuming the table: 2 of 2 cells finished earlier are reused, 0 to work" in said
+    assert said.count("  reused recall/") == 2 and "  done " not in said
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/eval.json")} == stamps
     again = json.loads((tmp_path / "table.json").read_text())["meta"]
     assert again["cells_reused"] == again["cells"] == 2

@@ -459,9 +459,13 @@ def run_table(
     for i, j in enumerate(jobs):
         if (c := committed_cell(j, out)) is not None:
             adopted[i] = c
-    reused = sum(RunDir(j["run_dir"]).read_cell() is not None for j in jobs) + len(adopted)
+    finished_before = {j["run_dir"] for j in jobs if RunDir(j["run_dir"]).read_cell() is not None}
+    reused = len(finished_before) + len(adopted)
     cells: list[dict[str, Any]] = list(adopted.values())
     n_cells = len(jobs)
+    if reused:  # a resumed table says what it resumed, not only "done" for cells it did not work
+        print(f"resuming the table: {reused} of {n_cells} cells finished earlier are reused, "
+              f"{n_cells - reused} to work", flush=True)
     jobs = [j for i, j in enumerate(jobs) if i not in adopted]
     # seed by seed (a table stopped early has whole seeds), the slowest cells first within a seed
     from ..models.catalog import step_cost
@@ -488,7 +492,8 @@ def run_table(
             held.append(f"{name} ({cell['held_by']})")
         else:
             cells.append(cell)
-            print(f"  done {name} ({len(cells)}/{n_cells})", flush=True)
+            print(f"  {'reused' if job['run_dir'] in finished_before else 'done'} {name} ({len(cells)}/{n_cells})",
+                  flush=True)
     if failed:  # a real failure before a stop (a stopped or unstarted cell is only waiting for the next run)
         failed.sort(key=lambda e: executors.what_became(e) != "failed")
         raise failed[0]
