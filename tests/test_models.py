@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
 from windtunnel import models, tasks
-from windtunnel.models import catalog
+from windtunnel.models import catalog, registry
 from windtunnel.models.scans import linear_scan, selective_scan, selective_scan_ref
 
 from contracts import tiny_model
 
 ARCHS = models.names()  # every registered architecture (models from outside the registry are not registered)
-BUILT_IN = {"transformer", "mamba", "lstm", "mlp", "mlp_pointwise"}
 TASK = tasks.make("bijection", V=5, L=5)  # T = 9
 FEATURE_TASK = SimpleNamespace(vocab_size=7, n_classes=3, n_features=2, seq_len=8)
 
@@ -47,11 +48,43 @@ def all_hooks_removed(model: torch.nn.Module) -> bool:
 
 
 def test_names():
-    """The built-in architectures are discovered, and ``names()`` is in the declared order (``Arch.order``,
-    then the name: catalog.names' documented contract), whatever else is registered."""
+    """``names()`` is in the declared order (``Arch.order``, then the name: catalog.names' documented contract),
+    whatever is registered."""
     names = models.names()
-    assert BUILT_IN <= set(names) and len(set(names)) == len(names)
+    assert len(set(names)) == len(names)
     assert names == sorted(names, key=lambda n: (catalog.get(n).order, n))
+
+
+DISCOVERED = """
+import json, sys
+from windtunnel import models
+from windtunnel.models import registry
+print(json.dumps({"names": models.names(), "modules": registry.model_modules(),
+                  "imported": sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("windtunnel.models."))}))
+"""
+
+
+def test_discovery_imports_the_modules_that_register_an_architecture_and_no_other():
+    """The package's model modules are those whose own code calls ``register_arch`` (no list to keep): in a fresh
+    interpreter the registry holds exactly the names those calls register, and a module that registers none
+    and that nothing imports on the way is not imported by discovery (the Triton scan loads where it is used)."""
+    import ast
+    import subprocess
+    import sys
+
+    folder = Path(models.__file__).parent
+    declared, declaring = set(), set()
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_arch":
+                declared.add(ast.literal_eval(node.args[0]))
+                declaring.add(path.stem)
+    fresh = json.loads(subprocess.run([sys.executable, "-c", DISCOVERED], capture_output=True, text=True, check=True,
+                                      timeout=300).stdout)
+    assert set(fresh["names"]) == declared and set(fresh["modules"]) == declaring
+    assert declaring <= set(fresh["imported"]) and "scan_triton" not in fresh["imported"]
+    assert registry.registers_an_architecture("from .catalog import register_arch\nregister_arch('x', ARCH)\n")
+    assert not registry.registers_an_architecture("def register(arch):\n    register_arch('x', arch)\n")
 
 
 # --- shapes and causality -------------------------------------------------------------------------
@@ -170,40 +203,37 @@ def test_capacity_matching_errors():
 
 
 # --- hooks ----------------------------------------------------------------------------------------
+def _mlp_hooks(c, B: int, T: int) -> dict[str, tuple[int, ...]]:
+    return {"hook_embed": (B, T, c.d_embed), "hook_window": (B, T, c.window * c.d_embed),
+            "blocks.{l}.hook_mlp_out": (B, T, c.d_model)}
+
+
+OWN_HOOKS: dict[str, Any] = {
+    "transformer": lambda c, B, T: {
+        **{f"blocks.{{l}}.attn.hook_{n}": (B, T, c.n_heads, c.head_dim) for n in ("q", "k", "v", "z")},
+        "blocks.{l}.attn.hook_scores": (B, c.n_heads, T, T), "blocks.{l}.attn.hook_pattern": (B, c.n_heads, T, T),
+        "blocks.{l}.hook_attn_out": (B, T, c.d_model), "blocks.{l}.hook_mlp_out": (B, T, c.d_model)},
+    "mamba": lambda c, B, T: {"blocks.{l}.hook_state": (B, T, c.inner, c.d_state),
+                              "blocks.{l}.hook_delta": (B, T, c.inner),
+                              "blocks.{l}.hook_B": (B, T, c.d_state), "blocks.{l}.hook_C": (B, T, c.d_state)},
+    "lstm": lambda c, B, T: {"blocks.{l}.hook_state": (B, T, c.d_model)},
+    "mlp": _mlp_hooks,
+    "mlp_pointwise": _mlp_hooks,
+}
+"""The hooks of an architecture beyond the skeleton's, with their shapes (``{l}``: every layer), for the
+architectures whose hook list this file knows whole; any other registered architecture is held to the skeleton's."""
+
+
 def expected_shapes(model: models.WindTunnelModel, B: int, T: int) -> tuple[dict[str, tuple[int, ...]], bool]:
-    """The hook points and their shapes, and whether the list is complete: complete for the built-in
-    architectures; for any other registered one, the skeleton's (embedding, residual stream, final)."""
+    """The hook points and their shapes, and whether the list is complete: complete for an architecture of
+    :data:`OWN_HOOKS`; for any other, the skeleton's (embedding, residual stream, final)."""
     c = model.config
     d, L = c.d_model, c.n_layers
-    out: dict[str, tuple[int, ...]] = {}
-    if c.arch in ("mlp", "mlp_pointwise"):
-        out["hook_embed"] = (B, T, c.d_embed)
-        out["hook_window"] = (B, T, c.window * c.d_embed)
-    else:
-        out["hook_embed"] = (B, T, d)
-    for l in range(L):
-        p = f"blocks.{l}."
-        out[p + "hook_resid_pre"] = (B, T, d)
-        if c.arch == "transformer":
-            H, dh = c.n_heads, c.head_dim
-            for n in ("q", "k", "v"):
-                out[p + f"attn.hook_{n}"] = (B, T, H, dh)
-            out[p + "attn.hook_scores"] = (B, H, T, T)
-            out[p + "attn.hook_pattern"] = (B, H, T, T)
-            out[p + "attn.hook_z"] = (B, T, H, dh)
-            out[p + "hook_attn_out"] = (B, T, d)
-            out[p + "hook_mlp_out"] = (B, T, d)
-        elif c.arch == "mamba":
-            out[p + "hook_state"] = (B, T, c.inner, c.d_state)
-            out[p + "hook_delta"] = (B, T, c.inner)
-            out[p + "hook_B"] = out[p + "hook_C"] = (B, T, c.d_state)
-        elif c.arch == "lstm":
-            out[p + "hook_state"] = (B, T, d)
-        elif c.arch in ("mlp", "mlp_pointwise"):
-            out[p + "hook_mlp_out"] = (B, T, d)
-        out[p + "hook_resid_post"] = (B, T, d)
-    out["hook_final"] = (B, T, d)
-    return out, c.arch in BUILT_IN
+    skeleton = {"hook_embed": (B, T, d), "blocks.{l}.hook_resid_pre": (B, T, d),
+                "blocks.{l}.hook_resid_post": (B, T, d), "hook_final": (B, T, d)}
+    hooks = {**skeleton, **OWN_HOOKS.get(c.arch, lambda c, B, T: {})(c, B, T)}
+    out = {name.format(l=l): shape for name, shape in hooks.items() for l in (range(L) if "{l}" in name else [0])}
+    return out, c.arch in OWN_HOOKS
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, Sequence
 
 from .base import ModelConfig, WindTunnelModel
@@ -15,17 +17,51 @@ from .external import build_external, is_external, make_external
 from .hf import build_hf, is_hf, make_hf
 from ..errors import InvalidValue, did_you_mean
 
-_NOT_MODELS = {"base", "catalog", "registry", "external", "hf", "hf_layout", "attention_layer", "sizing", "scans",
-               "contract"}
+
+def registers_an_architecture(source: str) -> bool:
+    """Whether a module's source calls ``register_arch`` in its own top-level code (not inside a function or a
+    class): what makes a module of this package a model module (docs/extending.md)."""
+    stack: list[ast.AST] = [ast.parse(source)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if called == "register_arch":
+                return True
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))
+    return False
+
+
+def model_modules() -> list[str]:
+    """The modules of this package that register an architecture (:func:`registers_an_architecture`), read from
+    their source without importing them; a module whose source cannot be read is counted in (importing it
+    registers whatever it registers).  The rest — the skeleton, the catalog, the scans, the loaders of outside
+    models — are imported only by what uses them."""
+    from .. import models
+
+    out = []
+    for info in pkgutil.iter_modules(models.__path__):
+        if info.name.startswith("_"):
+            continue
+        spec = info.module_finder.find_spec(f"{models.__name__}.{info.name}", None)  # type: ignore[call-arg]
+        origin = getattr(spec, "origin", None)
+        try:
+            source = Path(origin).read_text(encoding="utf-8") if origin and origin.endswith(".py") else None
+        except OSError:
+            source = None
+        if source is None or ("register_arch" in source and registers_an_architecture(source)):
+            out.append(info.name)
+    return out
 
 
 def discover() -> list[str]:
-    """Import every model module of this package (each registers its architecture); the names."""
+    """Import every model module of this package (:func:`model_modules`; each registers its architecture); the
+    names."""
     from .. import models
 
-    for info in pkgutil.iter_modules(models.__path__):
-        if info.name not in _NOT_MODELS and not info.name.startswith("_"):
-            importlib.import_module(f"{models.__name__}.{info.name}")
+    for name in model_modules():
+        importlib.import_module(f"{models.__name__}.{name}")
     return names()
 
 
