@@ -10,8 +10,8 @@ One module per command or group of commands, each adding its own with ``register
 the functions that run them: :mod:`.tasks`, :mod:`.train`, :mod:`.run` (run, eval, report, analyze),
 :mod:`.table`, :mod:`.routing`, :mod:`.runs` (runs, compare), :mod:`.results` (reproduce, claims,
 diversity), :mod:`.cluster` (status, and the executor options reproduce and table share), :mod:`.llm`.  :mod:`.args` holds the parser and argument types they share, :mod:`.outputs` the
-output-file policy, :mod:`.names` the registries' names and defaults the parser shows.  This module assembles the
-parser and turns errors into exit statuses.  The parser is built without torch (each command imports the heavy
+output-file policy, :mod:`.names` the tasks, architectures and defaults the parser shows (read without importing
+them).  This module assembles the parser and turns errors into exit statuses.  The parser is built without torch (each command imports the heavy
 modules in the function that runs it): ``--help``, ``windtunnel tasks`` and a refused argument answer at once.
 """
 

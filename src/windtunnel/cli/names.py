@@ -1,19 +1,25 @@
-"""What the parser and ``windtunnel tasks`` say about the package's registries, as plain data: the architectures,
-the reproduction targets, the defaults the help quotes, and each task's summary and default parameters.
+"""What the parser and ``windtunnel tasks`` say about the package, without importing torch.
 
-Each is a copy of a registry or constant that lives below torch (the models, the tasks, the training
-configuration, the evaluation, the reproduction), kept here so that ``windtunnel --help``, every command's
-``--help``, ``windtunnel tasks`` and the refusal of a bad argument answer without importing torch.
-``tests/test_quick_cli.py`` holds each equal to what it copies, so a new task or architecture fails a test
-until it is listed here too (the failure prints the line to add).
+The tasks and the architectures are read from the package's own source files, which are parsed, never imported
+(:mod:`ast`): each task module's registered classes — ``name``, ``summary`` and the parameters with their
+defaults — and presets, and each model module's ``register_arch`` names.  A new task or architecture is one file
+that these readings find as it is, with no edit here (docs/extending.md says what a task file writes as literals
+for it).  A task module they cannot read is still listed: ``windtunnel tasks`` then asks the registry, which
+imports torch.
+
+The training defaults the help quotes, the evaluation seed and the reproduction targets are plain copies of
+constants that live below torch.  ``tests/test_quick_cli.py`` holds the readings and the copies equal to the
+registries and constants they stand for.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-ARCHITECTURES: tuple[str, ...] = ("transformer", "mamba", "lstm", "mlp", "mlp_pointwise")
-"""``windtunnel.models.names()``: the architectures, in the order they are listed."""
+import ast
+import functools
+import importlib.util
+import pkgutil
+from pathlib import Path
+from typing import Any, Iterator
 
 TRAIN_DEFAULTS: dict[str, Any] = {"steps": 2000, "batch_size": 64, "lr": 1e-3}
 """The fields of ``TrainConfig()`` (:mod:`windtunnel.run.config`) that the help of ``train`` quotes."""
@@ -24,28 +30,173 @@ EVAL_SEED = 12345
 REPRODUCE_TARGETS: tuple[str, ...] = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
 """``windtunnel.orchestration.reproduce.TARGETS``: whose cells ``reproduce`` and ``status`` work or follow."""
 
-TASKS: dict[str, tuple[str, dict[str, Any]]] = {
-    "bijection": ("fresh random bijection per episode; predict each key's value (accumulation)",
-                  {"V": 20, "L": 19, "replacement": False, "key_pool": None, "pool": None, "pool_seed": 0}),
-    "bijection_query": ("bijection elimination in Paper I's layout: shared key/value tokens, a query token before each key",
-                        {"V": 20, "L": 19, "replacement": False, "key_pool": None, "pool": None, "pool_seed": 0}),
-    "coin": ("Beta-Bernoulli next-flip prediction, or Paper III's noisy two-label task (accumulation)",
-             {"a": 1.0, "b": 1.0, "n": 32, "labels": "flips", "label_noise": 0.1, "pool": None, "pool_seed": 0}),
-    "hmm": ("fresh random HMM per episode given as a header; track p(state | observations) (transport)",
-            {"S": 5, "O": 5, "K": 20, "target": "posterior", "pool": None, "pool_seed": 0}),
-    "mess3": ("a fixed 3-state hidden Markov process; predict the next symbol (its belief states form a fractal)",
-              {"x": 0.05, "alpha": 0.85, "n": 16}),
-    "recall": ("store unique key→value pairs, then look keys up (random-access binding)",
-               {"pairs": 8, "n_keys": 16, "n_values": 16, "queries": 8, "filler": 2, "gap": 0}),
-    "regression": ("Bayesian linear regression in context; predict each y's bin (continuous accumulation)",
-                   {"d": 8, "points": 32, "C": 64, "sigma_w": 1.0, "sigma": 0.5, "y_range": 4.0, "pool": None,
-                    "pool_seed": 0, "d_active": None, "paired": False}),
-    "sticky": ("sticky Markov chain observed as noisy Gaussian vectors; predict the next symbol (filtering)",
-               {"n_symbols": 8, "self_prob": 0.3, "dim": 20, "length": 32, "means_seed": 0, "noise": 1.0}),
-    "recall_paper": ("store unique key→value pairs, then look keys up (random-access binding)",
-                     {"pairs": 64, "n_keys": 256, "n_values": 256, "queries": 3, "filler": 32, "gap": 16}),
-    "sawtooth": ("fresh random bijection per episode; predict each key's value (accumulation)",
-                 {"V": 10, "L": 12, "replacement": True, "key_pool": None, "pool": None, "pool_seed": 0}),
-}
-"""``windtunnel tasks``'s listing: each name of ``windtunnel.tasks.names()``, in its order (the tasks, then the
-presets), → its summary and default parameters (``tasks.get(name).summary``, ``tasks.defaults(name)``)."""
+
+class Unreadable(Exception):
+    """A task module's declarations are not all literals that :func:`read_tasks` can read without running it."""
+
+
+def module_sources(package: str) -> Iterator[tuple[str, str | None]]:
+    """``(module name, source)`` for each module of ``package`` (``windtunnel.tasks``), found without importing
+    the package; ``None`` for a module whose source cannot be read."""
+    spec = importlib.util.find_spec(package)  # imports the parent (windtunnel), not the package itself
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for info in pkgutil.iter_modules(locations):
+        if info.name.startswith("_"):
+            continue
+        found = info.module_finder.find_spec(f"{package}.{info.name}", None)  # type: ignore[call-arg]
+        origin = getattr(found, "origin", None)
+        try:
+            source = Path(origin).read_text(encoding="utf-8") if origin and origin.endswith(".py") else None
+        except OSError:
+            source = None
+        yield info.name, source
+
+
+def _top_level_calls(tree: ast.Module, function: str) -> list[ast.Call]:
+    """The calls of ``function`` (by name, or as ``module.function``) in the module's own code, outside functions
+    and classes."""
+    calls, stack = [], list(tree.body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None) == function:
+                calls.append(node)
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)))
+    return calls
+
+
+@functools.lru_cache(maxsize=None)
+def architectures() -> tuple[str, ...]:
+    """The architectures the package's model modules register (the literal first argument of each top-level
+    ``register_arch`` call), sorted by name (read once a process: the parser asks for them twice)."""
+    out = set()
+    for _, source in module_sources("windtunnel.models"):
+        if source is None or "register_arch" not in source:
+            continue
+        for call in _top_level_calls(ast.parse(source), "register_arch"):
+            if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                out.add(call.args[0].value)
+    return tuple(sorted(out))
+
+
+def _literal(node: ast.AST | None, what: str) -> Any:
+    if node is None:
+        raise Unreadable(f"{what} has no value")
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise Unreadable(f"{what} is not a literal: {ast.unparse(node)}") from None
+
+
+def _is_classvar(annotation: ast.AST) -> bool:
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.startswith(("ClassVar", "typing.ClassVar"))
+    target = annotation.value if isinstance(annotation, ast.Subscript) else annotation
+    return (target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)) == "ClassVar"
+
+
+def _register_aliases(tree: ast.Module) -> set[str]:
+    """The names under which the module imports the task registry's ``register`` decorator."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if (node.level and module in ("", "base")) or module in ("windtunnel.tasks", "windtunnel.tasks.base"):
+                out |= {a.asname or a.name for a in node.names if a.name == "register"}
+    return out
+
+
+class _TaskClass:
+    """One class of a task module as written: its bases, class attributes and dataclass fields (unevaluated)."""
+
+    def __init__(self, node: ast.ClassDef, registered: bool) -> None:
+        self.name, self.registered = node.name, registered
+        self.bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "?") for b in node.bases]
+        self.attributes: dict[str, ast.AST | None] = {}
+        self.fields: dict[str, ast.AST | None] = {}
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if isinstance(target, ast.Name):
+                        self.attributes[target.id] = stmt.value
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                kind = self.attributes if _is_classvar(stmt.annotation) else self.fields
+                kind[stmt.target.id] = stmt.value
+
+
+def _default(value: ast.AST | None, what: str) -> Any:
+    """A dataclass field's default: its literal value, or the literal ``default=`` of ``field(...)``."""
+    if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) == "field":
+        value = next((k.value for k in value.keywords if k.arg == "default"), None)
+    return _literal(value, what)
+
+
+def read_tasks() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each task of the package and each preset, in the order of ``windtunnel.tasks.names()`` (the tasks, then the
+    presets, each sorted) → its summary and default parameters, read from the task modules' source:
+    :class:`Unreadable` where a registered task's ``name``, ``summary`` or a parameter's default is not a literal,
+    or where it derives from a class that is not in the package's task modules."""
+    classes: dict[str, _TaskClass] = {}
+    presets: dict[str, tuple[str, dict[str, Any]]] = {}
+    for module, source in module_sources("windtunnel.tasks"):
+        if source is None:
+            raise Unreadable(f"the source of windtunnel.tasks.{module} cannot be read")
+        tree = ast.parse(source)
+        register = _register_aliases(tree)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                decorated = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", None) for d in node.decorator_list}
+                if node.name in classes:
+                    raise Unreadable(f"two task modules define a class {node.name}")
+                classes[node.name] = _TaskClass(node, bool(decorated & (register | {"register"})))
+        for call in _top_level_calls(tree, "register_preset"):
+            preset, task = (_literal(a, f"register_preset's argument in {module}") for a in call.args[:2])
+            presets[preset] = (task, {k.arg: _literal(k.value, f"preset {preset}'s {k.arg}") for k in call.keywords
+                                      if k.arg is not None})
+
+    def lookup(cls: _TaskClass, attribute: str) -> Any:
+        if attribute in cls.attributes:
+            return _literal(cls.attributes[attribute], f"{cls.name}.{attribute}")
+        for base in cls.bases:
+            if base in classes:
+                found = lookup(classes[base], attribute)
+                if found is not None:
+                    return found
+        return None
+
+    def parameters(cls: _TaskClass) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for base in reversed(cls.bases):  # a dataclass's fields: its bases' (in reverse order), then its own
+            if base not in classes:
+                raise Unreadable(f"task class {cls.name} derives from {base}, which no task module defines")
+            out.update(parameters(classes[base]))
+        out.update({name: _default(value, f"{cls.name}.{name}") for name, value in cls.fields.items()})
+        return out
+
+    tasks = {}
+    for cls in classes.values():
+        if cls.registered:
+            name = lookup(cls, "name")
+            if not isinstance(name, str) or not name:
+                raise Unreadable(f"task class {cls.name} names no task")
+            tasks[name] = (lookup(cls, "summary") or "", parameters(cls))
+    listing = {name: tasks[name] for name in sorted(tasks)}
+    for preset in sorted(presets):
+        task, params = presets[preset]
+        if task not in tasks:
+            raise Unreadable(f"preset {preset} names task {task!r}, which no task module registers")
+        listing[preset] = (tasks[task][0], {**tasks[task][1], **params})
+    return listing
+
+
+def task_listing() -> dict[str, tuple[str, dict[str, Any]]]:
+    """What ``windtunnel tasks`` lists: :func:`read_tasks`, or — where a task module cannot be read that way — the
+    same from the registry (which imports torch)."""
+    try:
+        return read_tasks()
+    except Unreadable:
+        from .. import tasks
+
+        return {name: (tasks.get(name).summary, tasks.defaults(name)) for name in tasks.names()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .args import Parser, UsageError, parse_params, seed_int
-from .names import TASKS
+from .names import task_listing
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,10 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tasks(args: argparse.Namespace, extra: list[str]) -> int:
-    if args.action is None:  # the listing is read from plain data: it answers without importing torch
+    if args.action is None:  # the listing is read from the task modules' source: it answers without importing torch
         if extra:
             raise UsageError(f"unexpected argument {extra[0]!r}")
-        for name, (summary, defaults) in TASKS.items():
+        for name, (summary, defaults) in task_listing().items():
             params = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
             print(f"{name:22s} {summary}")
             print(f"{'':22s}   {params}")

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .args import UsageError, parse_params, positive_int, seed_int, seed_list
-from .names import ARCHITECTURES, TRAIN_DEFAULTS
+from .names import TRAIN_DEFAULTS, architectures
 from .outputs import check_out, divergence_note
 
 
@@ -27,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--cuda-graph", dest="cuda_graph", choices=("auto", "off"), default="auto",
                     help="with --seeds on a GPU: record the step once as a CUDA graph and replay it (auto, the default; "
                     "kept only where its replays reproduce the eager steps) or run it eagerly (off)")
-    train_args(tr, "the architecture's own size, or the config file's",
+    train_args(tr, "each architecture's own default dimensions, not matched across architectures — the "
+               "transformer's are the papers' model; `windtunnel run` trains the 200k quick recipe instead — or the "
+               "config file's",
                f"{TRAIN_DEFAULTS['steps']}, or the config file's")
     tr.set_defaults(func=cmd_train)
 
@@ -139,7 +141,7 @@ def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":
 
 def train_args(q: argparse.ArgumentParser, params_default: str, steps_default: str) -> None:
     """The flags `train` and `run` share: architecture, size, steps, seed, run folder, progress, trackers."""
-    q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(ARCHITECTURES))
+    q.add_argument("--arch", help="architecture (default transformer): " + ", ".join(architectures()))
     q.add_argument("--params", type=positive_int,
                    help=f"size the model to this many parameters, ±3%% (default: {params_default})")
     q.add_argument("--steps", type=positive_int, help=f"optimiser steps (default: {steps_default})")
