@@ -196,6 +196,10 @@ class Diagnostic:
         object.__setattr__(self, "requires", tuple(self.requires) or declared)
         for r in self.requires:
             check_requirement(r)
+        if self.requires and not declared and not self.checkpoints:
+            # declared here rather than with @needs: the registered compute is gated all the same, so that a
+            # caller without `diagnose`'s gate also gets "not applicable" on a model that lacks a part
+            object.__setattr__(self, "compute", needs(*self.requires)(self.compute))
 
     def missing(self, model: Any) -> list[str]:
         """The requirements ``model`` does not meet (empty: the diagnostic applies)."""
