@@ -14,7 +14,9 @@ from windtunnel.evaluation import metrics
 from windtunnel.evaluation import references as R
 from windtunnel import tasks
 from windtunnel.geometry.reference_predictors import nearest_reference, reference_path, reference_predictors
-from windtunnel.tasks.base import ConditionalMean
+from windtunnel.tasks.base import ConditionalMean, Task
+
+from contracts import tiny_task
 
 
 def _bijection_enumerated(task, tokens: torch.Tensor, window: int) -> torch.Tensor:
@@ -217,10 +219,16 @@ def test_the_diagnostic_over_a_real_runs_checkpoints(tmp_path: Path) -> None:
 
 
 # --- counterfactual edits and patching --------------------------------------------------------------
-@pytest.mark.parametrize("name,params", [("bijection", {"V": 7, "L": 5}), ("bijection_query", {"V": 7, "L": 5}),
-                                         ("hmm", {"S": 3, "O": 4, "K": 6}), ("recall", {})])
-def test_counterfactual_edits_change_one_token_into_a_valid_episode(name: str, params: dict) -> None:
-    task = tasks.make(name, **params)
+EDITING = [name for name in tasks.names()
+           if tasks.get(name).name == name and tasks.get(name).counterfactual_edit is not Task.counterfactual_edit]
+"""Every registered task that defines a counterfactual edit (``Task.counterfactual_edit``)."""
+
+
+@pytest.mark.parametrize("name", EDITING)
+def test_counterfactual_edits_change_one_token_into_a_valid_episode(name: str) -> None:
+    """On its small instance, each task that defines the edit changes one token, at ``position``, into two
+    different values, each a valid episode whose exact posterior moves at a later scored position."""
+    task = tiny_task(name)
     ep = task.sample(64, 5)
     edited, other, pos = task.counterfactual_edit(ep.tokens, 9)
     rows = torch.arange(64)

@@ -84,12 +84,15 @@ def test_golden_episodes(name: str) -> None:
 
 @pytest.mark.parametrize("name", BASE_TASKS)
 def test_the_posterior_is_computed_when_first_read_and_equals_the_eager_one(name: str) -> None:
-    """A sampled batch carries its posterior unread; slicing, concatenating and moving it keep it unread; read, each
-    is exactly the task's posterior of the tokens as drawn — even after the caller edits the tokens in place."""
+    """A batch sampled with its posterior given lazily (``Task.lazy_posterior``, as the package's tasks give it; a
+    tensor is the other choice docs/extending.md allows) carries it unread; slicing, concatenating and moving it
+    keep it unread; read, each is exactly the task's posterior of the tokens as drawn — even after the caller edits
+    the tokens in place."""
     task = tiny_task(name)
     ep, other = task.sample(6, 3), task.sample(4, 4)
+    lazy = not ep.posterior_ready
     derived = [ep[1:4], ep[torch.tensor([5, 0])], Episodes.cat([ep, other]), ep.to("cpu")]
-    assert not ep.posterior_ready and not any(d.posterior_ready for d in derived)
+    assert all(d.posterior_ready is not lazy for d in derived)
     want = task.posterior(ep.tokens, ep.features)
     ep.tokens[:, -1] = 0  # an in-place edit after sampling changes nothing already drawn
     assert torch.equal(ep.posterior, want) and ep.posterior_ready and ep.posterior.dtype == torch.float64

@@ -35,28 +35,46 @@ def weights(run: Path) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("arch", ["transformer", "mamba", "lstm", "mlp"])
+def sees_its_context(model: torch.nn.Module, task: tasks.Task) -> bool:
+    """Whether ``model``'s answer at a later position moves when the first token changes: false for a model with
+    no mixing across positions (``mlp_pointwise``), whose best is the context-blind optimum."""
+    tokens = task.sample(4, 0).tokens
+    moved = tokens.clone()
+    moved[:, 0] = (moved[:, 0] + 1) % task.vocab_size
+    with torch.no_grad():
+        return not torch.allclose(model(tokens)[:, 1:], model(moved)[:, 1:])
+
+
+@pytest.mark.parametrize("arch", models.names())
 def test_every_architecture_learns_bijection(tmp_path: Path, arch: str) -> None:
-    """After 300 steps the Bayes gap (KL to the posterior, bits) is under 10% of the untrained one.
+    """After 300 steps the KL to the best the architecture can reach is under 10% of the untrained KL: the best is
+    the exact posterior (KL 0) for a model that sees its context, the context-blind optimum for one that does not
+    (``mlp_pointwise``).  Each registered architecture has its tiny instance's layers and heads, its own widths
+    sized to 20k parameters.
 
     Measured (V=5, L=5, 20k parameters, batch 32, 300 steps): untrained ≈0.95 bits for every
-    architecture; trained 0.028 (transformer), 0.021 (mamba), 0.019 (lstm), 0.020 (mlp, whose
-    window covers the whole 9-token prefix) — ratios 0.02-0.03, so the bar 0.1 leaves a 3× margin.
+    architecture; trained 0.038 (transformer, 3 heads), 0.021 (mamba), 0.019 (lstm), 0.020 (mlp, whose
+    window covers the whole 9-token prefix) — ratios 0.02-0.04, so the bar 0.1 leaves a 2.5× margin;
+    mlp_pointwise 0.941 against its optimum's 0.940.
     """
+    from windtunnel.evaluation.metrics import compute
+    from windtunnel.models import catalog
+
     steps, bar = 300, 0.1
-    cfg = tiny(arch=arch, steps=steps, batch_size=32, eval_every=steps, ckpt_every=steps,
-               model={"n_layers": 2, "n_heads": 2} if arch == "transformer" else {"n_layers": 2})
+    depth = {k: v for k, v in catalog.get(arch).tiny.items() if k in ("n_layers", "n_heads")}
+    cfg = tiny(arch=arch, steps=steps, batch_size=32, eval_every=steps, ckpt_every=steps, model=depth)
     train(cfg, tmp_path / arch)
     task, model = load(tmp_path / arch)
     ep = task.sample(512, 999)
-    untrained = models.build(json.loads((tmp_path / arch / "config.json").read_text())["model"])
-    from windtunnel.evaluation.metrics import compute
-
+    untrained = models.build(json.loads((tmp_path / arch / "config.json").read_text())["model"]).eval()
     with torch.no_grad():
         kl_after = compute(model(**ep.inputs), ep)["values"]["kl"]
         kl_before = compute(untrained(**ep.inputs), ep)["values"]["kl"]
-    print(f"{arch}: KL {kl_before:.3f} -> {kl_after:.3f} bits (ratio {kl_after / kl_before:.3f})")
-    assert kl_after < bar * kl_before, (arch, kl_after, kl_before)
+        sees = sees_its_context(untrained, task)
+        best = 0.0 if sees else compute(tasks.context_blind(task)(**ep.inputs), ep)["values"]["kl"]
+    print(f"{arch}: KL {kl_before:.3f} -> {kl_after:.3f} bits, best reachable {best:.3f} "
+          f"(ratio {(kl_after - best) / kl_before:.3f})")
+    assert kl_after - best < bar * kl_before, (arch, kl_after, kl_before, best)
 
 
 def test_resume_is_bitwise_exact(tmp_path: Path) -> None:
