@@ -257,7 +257,7 @@ def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, mon
     monkeypatch.setattr(reproduce, "_work_claimed", real)
     with _held_by_another_process(reproduce.run_dir(results, plan("paper1")[2].cell)) as child:
         capsys.readouterr()
-        assert main(["status", str(results), "--target", "paper1"]) == 1
+        assert main(["status", "--results", str(results), "--target", "paper1"]) == 1
     out = capsys.readouterr().out
     assert "main-transformer-s1: failed (RuntimeError: out of disk; on " in out
     assert f"main-transformer-s2: running (process {child.pid} on " in out
@@ -265,8 +265,9 @@ def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, mon
     assert "paper1 (quick): 4 cells — done 1, running 1, failed 1, waiting 1" in out
     reproduce.reproduce("paper1", results=results, workers=1)  # the failed one worked again: its record goes
     assert not reproduce.failure_path(reproduce.run_dir(results, broken.cell)).exists()
-    assert main(["status", str(results), "--target", "paper1"]) == 0
-    assert main(["status", str(tmp_path / "none")]) == 2
+    assert main(["status", "--results", str(results), "--target", "paper1"]) == 0
+    assert main(["status", "--results", str(tmp_path / "none")]) == 2
+    assert main(["status", str(results)]) == 2  # the results folder is named as reproduce names it: --results
 
 
 def test_a_task_that_ended_without_a_result_is_reported_not_waited_on(tmp_path: Path) -> None:

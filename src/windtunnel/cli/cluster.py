@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     st = sub.add_parser("status", help="which cells of a reproduction are done, running (and where), failed or "
                                        "waiting, from the run folders and the scheduler")
-    st.add_argument("results", nargs="?", default="results", help="the results folder (default results)")
+    st.add_argument("--results", default="results", help="the results folder (default results), as reproduce names it")
     st.add_argument("--target", default="all", choices=list(REPRODUCE_TARGETS), help="whose cells (default all)")
     st.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (default) or paper")
     st.set_defaults(func=cmd_status)
