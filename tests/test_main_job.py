@@ -26,6 +26,9 @@ def test_the_main_job_runs_once_then_redoes_only_what_is_not_current(tmp_path: P
     assert lines == first.lines and lines[0].startswith(f"training transformer ({first.plan.n_params:,} parameters)")
     assert first.metrics["kl"]["value"] >= 0 and first.report == out / "report.html" and first.geometry is None
     assert first.plan.config.steps == 4 and first.plan.experiment == "main"
+    # the run folder's evaluation read back as the object evaluate returns
+    assert first.run.evaluation().metrics["kl"]["value"] == first.metrics["kl"]["value"]
+    assert first.run.evaluation().n == 32
 
     plan = plan_main_job(steps=4, out=out, eval_n=32, progress=False)
     again = run_main_job(plan, analyse=False)

@@ -419,6 +419,14 @@ class RunDir:
             raise RunError(f"{self.eval_path} is damaged: {damage}; remove it and re-run `windtunnel eval`")
         return ev
 
+    def evaluation(self) -> Any:
+        """``eval.json`` as the object :func:`windtunnel.evaluate` returns (an
+        :class:`~windtunnel.evaluation.evaluate.EvalResult`: ``.metrics``, ``.curves``, ``.oracle``, ``.lengths``);
+        :meth:`read_eval` is the same record as plain JSON."""
+        from ..evaluation.evaluate import EvalResult  # the evaluation imports torch; reading a folder need not
+
+        return EvalResult.from_dict(self.read_eval())
+
     def read_geometry(self) -> dict[str, Any] | None:
         """``geometry.json`` (``None`` where the run was not analysed); :class:`RunError` if it is not the
         diagnostics' record (an object with a ``summary`` table, and a ``meta`` table where it has one)."""
