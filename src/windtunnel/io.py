@@ -1,12 +1,16 @@
 """Durable file writes: a file replaced atomically (temp file in the same folder, fsynced, then
 renamed), so that a reader, or a process killed at any instant, sees the old file or the new one,
 never half of one.  Every artifact the package writes goes through here: run folders, checkpoints,
-tables, claims pages, results."""
+tables, claims pages, results.  And the one read of the package's own files as text: a package's module sources,
+found without importing it (what the command line and the model registry learn from the files alone)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pkgutil
 from pathlib import Path
+from typing import Iterator
 
 
 def fsync_dir(path: Path) -> None:
@@ -48,3 +52,20 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     write_bytes_synced(tmp, data)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def module_sources(package: str) -> Iterator[tuple[str, str | None]]:
+    """``(module name, source)`` for each module of ``package`` (``windtunnel.tasks``), found without importing
+    the package; ``None`` for a module whose source cannot be read."""
+    spec = importlib.util.find_spec(package)  # imports the parent (windtunnel), not the package itself
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for info in pkgutil.iter_modules(locations):
+        if info.name.startswith("_"):
+            continue
+        found = info.module_finder.find_spec(f"{package}.{info.name}", None)  # type: ignore[call-arg]
+        origin = getattr(found, "origin", None)
+        try:
+            source = Path(origin).read_text(encoding="utf-8") if origin and origin.endswith(".py") else None
+        except OSError:
+            source = None
+        yield info.name, source

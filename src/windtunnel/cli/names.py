@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
-import pkgutil
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from ..io import module_sources
 
 TRAIN_DEFAULTS: dict[str, Any] = {"steps": 2000, "batch_size": 64, "lr": 1e-3}
 """The fields of ``TrainConfig()`` (:mod:`windtunnel.run.config`) that the help of ``train`` quotes."""
@@ -33,23 +32,6 @@ REPRODUCE_TARGETS: tuple[str, ...] = ("paper1", "paper2", "paper3", "beyond", "s
 
 class Unreadable(Exception):
     """A task module's declarations are not all literals that :func:`read_tasks` can read without running it."""
-
-
-def module_sources(package: str) -> Iterator[tuple[str, str | None]]:
-    """``(module name, source)`` for each module of ``package`` (``windtunnel.tasks``), found without importing
-    the package; ``None`` for a module whose source cannot be read."""
-    spec = importlib.util.find_spec(package)  # imports the parent (windtunnel), not the package itself
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for info in pkgutil.iter_modules(locations):
-        if info.name.startswith("_"):
-            continue
-        found = info.module_finder.find_spec(f"{package}.{info.name}", None)  # type: ignore[call-arg]
-        origin = getattr(found, "origin", None)
-        try:
-            source = Path(origin).read_text(encoding="utf-8") if origin and origin.endswith(".py") else None
-        except OSError:
-            source = None
-        yield info.name, source
 
 
 def _top_level_calls(tree: ast.Module, function: str) -> list[ast.Call]:

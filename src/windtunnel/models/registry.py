@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
-import pkgutil
 from dataclasses import fields
-from pathlib import Path
 from typing import Any, Sequence
 
 from .base import ModelConfig, WindTunnelModel
@@ -16,6 +14,7 @@ from .catalog import get as _arch, names
 from .external import build_external, is_external, make_external
 from .hf import build_hf, is_hf, make_hf
 from ..errors import InvalidValue, did_you_mean
+from ..io import module_sources
 
 
 def registers_an_architecture(source: str) -> bool:
@@ -38,21 +37,8 @@ def model_modules() -> list[str]:
     their source without importing them; a module whose source cannot be read is counted in (importing it
     registers whatever it registers).  The rest — the skeleton, the catalog, the scans, the loaders of outside
     models — are imported only by what uses them."""
-    from .. import models
-
-    out = []
-    for info in pkgutil.iter_modules(models.__path__):
-        if info.name.startswith("_"):
-            continue
-        spec = info.module_finder.find_spec(f"{models.__name__}.{info.name}", None)  # type: ignore[call-arg]
-        origin = getattr(spec, "origin", None)
-        try:
-            source = Path(origin).read_text(encoding="utf-8") if origin and origin.endswith(".py") else None
-        except OSError:
-            source = None
-        if source is None or ("register_arch" in source and registers_an_architecture(source)):
-            out.append(info.name)
-    return out
+    return [name for name, source in module_sources(__package__)
+            if source is None or ("register_arch" in source and registers_an_architecture(source))]
 
 
 def discover() -> list[str]:
