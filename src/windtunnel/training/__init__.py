@@ -2,6 +2,7 @@
 
 * :mod:`.loop` — the training loop, top to bottom (``train``, ``load``, ``build``);
 * :mod:`.stacked` — several same-shaped runs trained as one batched model;
+* :mod:`.checkpointing` — the checkpoint-and-stop policy both loops follow;
 * :mod:`.streams` — fresh data per step, shards, the curriculum;
 * :mod:`.optim` — the schedule, parameter groups and loss.
 

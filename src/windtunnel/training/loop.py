@@ -13,14 +13,15 @@
    the same batch, the excess cross-entropy over the Bayes oracle — to ``metrics.jsonl``, the
    progress bar and any experiment trackers (``run/trackers.py``);
 6. evaluates on a fixed held-out batch every ``eval_every`` steps;
-7. checkpoints atomically (``run/checkpoint.py``) every ``ckpt_every`` steps and at log-spaced steps
-   (kept for the training-dynamics analyses), and after ``ckpt_minutes`` of training without one (a killed
-   run loses at most that much); a checkpoint off that schedule (timed, or where ``until`` stopped) is removed
-   once a newer one is whole and never counts among the ``keep_last``; a NaN/Inf loss stops the run with a clear message
-   and leaves the last good checkpoint in place — watched on the device (``optim.FiniteWatch``) and read back only
-   at a log, evaluation, checkpoint or stop, so no step waits on the GPU;
+7. checkpoints atomically (``run/checkpoint.py``) every ``ckpt_every`` steps, at log-spaced steps (kept for the
+   training-dynamics analyses) and after ``ckpt_minutes`` of training without one; a NaN/Inf loss stops the run with a
+   clear message and leaves the last good checkpoint in place — watched on the device (``optim.FiniteWatch``) and read
+   back only at a log, evaluation, checkpoint or stop, so no step waits on the GPU;
 8. a stop request (SIGTERM, SLURM's time-limit warning SIGUSR2, Ctrl-C: ``run/stopping.py``) checkpoints the step
    reached and raises ``TrainingStopped``: resuming continues from exactly there.
+
+When to checkpoint, what is checked before, what is kept, what a stop and a divergence do is
+``training/checkpointing.py`` (``CheckpointPolicy``, ``divergence_recorded``), the same for the stacked loop.
 
 What a run is lives in ``run/config.py`` (and the device it trains on); the data and its shards in
 ``training/streams.py``; the schedule, parameter groups and loss in ``training/optim.py``.
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,13 +44,11 @@ from typing import Any
 
 import torch
 
-from ..run import checkpoint as ckpt
-from ..run import stopping
 from .. import models, tasks
-from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
-from .optim import FiniteWatch, log_spaced_steps, loss_fn, lr_at, param_groups
+from .checkpointing import CheckpointedModel, CheckpointPolicy, TrainingDiverged, divergence_recorded, first_checkpoint_step
+from .optim import FiniteWatch, loss_fn, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import _global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch, stream_seed
@@ -65,10 +63,6 @@ __all__ = ["ConfigError", "TrainConfig", "TrainingDiverged", "build", "curriculu
 LOG2E = 1.0 / math.log(2.0)
 LINE_SECONDS = 30.0
 """Without a progress bar (no terminal), a progress line at least this often (at the next log step)."""
-
-
-class TrainingDiverged(UserError, RuntimeError):
-    """The loss or the weights became NaN or infinite (no checkpoint of that state is written)."""
 
 
 def compile_fresh(fn: Any, **options: Any) -> Any:
@@ -94,6 +88,21 @@ def backward_compiled_with_forward() -> Any:
 def first_line(exc: BaseException) -> str:
     """An exception's first non-empty line, cut to 120 characters: what a progress line says of a fallback."""
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:120]
+
+
+def forward(net: torch.nn.Module, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+            may_fall_back: bool) -> tuple[torch.Tensor, torch.nn.Module]:
+    """The logits of ``net`` (``model`` compiled, or wrapped for DDP, or ``model`` itself) on ``inputs``, and the module
+    to call from now on: ``model`` itself where the compiler refused ``net`` (no C++ compiler, no Triton) and
+    ``may_fall_back`` — said once on standard error — else ``net``."""
+    try:
+        with backward_compiled_with_forward() if net is not model else contextlib.nullcontext():
+            return net(**inputs), net
+    except Exception as exc:  # noqa: BLE001 - whatever the compiler refuses, the uncompiled model computes
+        if not may_fall_back or net is model:
+            raise
+        print(f"not compiled ({type(exc).__name__}: {first_line(exc)}): training uncompiled", file=sys.stderr, flush=True)
+        return model(**inputs), model
 
 
 def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
@@ -152,30 +161,17 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
     shards = resolve_shards(cfg, run, resume, world)
     if main_proc:
         run.prepare()
+
+    def diverged_again(exc: TrainingDiverged, from_steps: list[int]) -> TrainingDiverged:
+        return TrainingDiverged(
+            f"{run.path} diverged again from its last good checkpoint, step {from_steps[0]} "
+            f"({str(exc).split(';')[0]}); nothing was changed: evaluate or analyse that checkpoint as it "
+            "stands, or train it anew with a lower learning rate")
+
     with (run.lock() if main_proc else contextlib.nullcontext()), \
-            Trackers(cfg.trackers if main_proc else [], run.path, cfg.to_dict()) as trackers:
-        # a diverged run resumed that diverges again before a new checkpoint gained nothing: the resume is then
-        # a refusal, and a refusal leaves the folder as it was (what it rewrote on the way is put back)
-        resuming_diverged = main_proc and resume and run.divergence() is not None
-        records_before = run.record_bytes(RunDir.RESUME_RECORDS) if resuming_diverged else {}
-        from_step = run.latest_step() if resuming_diverged else 0
-        try:
-            with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
-                out = _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines,
-                                    trackers)
-        except TrainingDiverged as exc:  # recorded, so every later command can tell it from a killed run
-            if resuming_diverged and run.latest_step() <= from_step:
-                run.put_back(records_before)
-                raise TrainingDiverged(
-                    f"{run.path} diverged again from its last good checkpoint, step {from_step} "
-                    f"({str(exc).split(';')[0]}); nothing was changed: evaluate or analyse that checkpoint as it "
-                    "stands, or train it anew with a lower learning rate") from None
-            if main_proc:
-                run.record_divergence(str(exc))
-            raise
-        if main_proc:
-            run.clear_divergence()  # trained on past it since
-        return out
+            Trackers(cfg.trackers if main_proc else [], run.path, cfg.to_dict()) as trackers, \
+            divergence_recorded([run] if main_proc else [], resume, diverged_again):
+        return _train_locked(cfg, run, task, model, device, resume, until, shards, rank, world, log_lines, trackers)
 
 
 def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Module, device: torch.device,
@@ -192,10 +188,8 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(0.9, cfg.beta2))
 
     start, elapsed = 0, 0.0
-    ckpt_root = run.checkpoints
     if resume:  # the newest whole checkpoint (a damaged newer one is said and trained again)
-        start, elapsed = run.restore(model, optimizer, first_checkpoint=0 if cfg.log_checkpoints else min(cfg.ckpt_every, cfg.steps),
-                                     say=main_proc)
+        start, elapsed = run.restore(model, optimizer, first_checkpoint=first_checkpoint_step(cfg), say=main_proc)
         if main_proc:
             run.truncate_metrics(start)  # also drops lines logged before a kill that preceded any checkpoint
     if main_proc:
@@ -212,36 +206,7 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     if ddp:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
-
     eval_batch = task.sample(cfg.eval_n, eval_seed(cfg.seed)).to(device)
-    keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
-
-    def on_schedule(step: int) -> bool:
-        return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
-
-    def save(step: int, timed: bool = False) -> None:
-        bad = next((n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
-        if bad is not None:  # never let `latest` point at weights that diverged
-            if timed:
-                return  # rank 0 alone takes a timed checkpoint: skip it; the loss check stops every process
-            raise TrainingDiverged(
-                f"weights became non-finite ({bad}) by step {step}; stopped, last good checkpoint kept in {ckpt_root}"
-            )
-        if main_proc:
-            ckpt.save(ckpt_root, step, model, optimizer,
-                      {"elapsed": elapsed, "config": cfg.to_dict(), "data_shards": shards})
-            # a checkpoint off the step schedule (a timed one, or where `until` stopped) is only a place to
-            # resume from: once a newer one is whole it goes, and it never takes one of the `keep_last`
-            # places of the scheduled ones, so the checkpoints a finished run keeps (which the
-            # training-dynamics diagnostics read) do not depend on how fast it trained or where it stopped
-            for p in ckpt.list_checkpoints(ckpt_root):
-                if ckpt.step_of(p) < step and not on_schedule(ckpt.step_of(p)):
-                    shutil.rmtree(p, ignore_errors=True)
-            if on_schedule(step):
-                ckpt.prune(ckpt_root, cfg.keep_last, keep_steps)
-
-    if start == 0 and main_proc and cfg.log_checkpoints and run.latest_checkpoint() is None:
-        save(0)  # the untrained model: the origin of every training-dynamics curve
 
     bar = None
     if cfg.progress and main_proc and (sys.stderr.isatty() or not log_lines):
@@ -253,104 +218,88 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     last_line = time.perf_counter()  # without a terminal a line at least every LINE_SECONDS, not only per evaluation
 
     watch = FiniteWatch(1, device)
+    done = start  # the steps taken: named where only another process saw the loss go non-finite
 
     def diverged(across_processes: bool = False) -> None:
         """Stop if the loss went non-finite since the last look (the one read of :class:`FiniteWatch`)."""
         bad = watch.first_bad(across_processes)
         if bad:
-            if bar is not None:
-                bar.close()
             _, at, value = bad[0]
             said = f"loss became {value} at step {at}" if at >= 0 else f"loss became non-finite in another process by step {done}"
-            raise TrainingDiverged(f"{said}; stopped, last good checkpoint kept in {ckpt_root}")
+            raise TrainingDiverged(f"{said}; stopped, last good checkpoint kept in {run.checkpoints}")
+
+    def weights_diverged(member: int, parameter: str, step: int) -> TrainingDiverged:
+        return TrainingDiverged(f"weights became non-finite ({parameter}) by step {step}; stopped, last good "
+                                f"checkpoint kept in {run.checkpoints}")
+
+    stop = cfg.steps if until is None else min(cfg.steps, until)
+    checkpoints = CheckpointPolicy(
+        cfg, stop, [CheckpointedModel(model, optimizer, run.checkpoints, {"config": cfg.to_dict(), "data_shards": shards})],
+        check_loss=diverged, weights_diverged=weights_diverged, writer=main_proc, elapsed=elapsed)
+    checkpoints.save_origin(start)
 
     model.train()
-    t0 = last_save = time.perf_counter()
-    stop = cfg.steps if until is None else min(cfg.steps, until)
-    for step in range(start, stop):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
-        batch = step_batch(cfg, task, step, shards, rank, world).to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-            try:
-                with backward_compiled_with_forward() if net is not model else contextlib.nullcontext():
-                    logits = net(**batch.inputs)
-            except Exception as exc:  # noqa: BLE001 - a model the compiler refuses (no C++ compiler, no Triton)
-                if not cfg.compile or ddp or net is model:
-                    raise
-                print(f"not compiled ({type(exc).__name__}: {first_line(exc)}): training uncompiled", file=sys.stderr,
-                      flush=True)
-                net = model
-                logits = net(**batch.inputs)
-        n_scored = None
-        if ddp:  # DDP averages gradients over processes: dividing by N/W makes the average Σ/N
-            n_scored = batch.mask.sum().to(torch.float32)
-            torch.distributed.all_reduce(n_scored)
-            n_scored = n_scored / world
-        loss = loss_fn(logits, batch, soft, n_scored)
-        watch.record(step, loss)  # read back only where the host needs it (below): no synchronisation here
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        done = step + 1
-        scheduled = on_schedule(done) or done == stop  # every process saves here together
-        if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
-            diverged(across_processes=ddp)
+    try:
+        for step in range(start, stop):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
+            batch = step_batch(cfg, task, step, shards, rank, world).to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                logits, net = forward(net, model, batch.inputs, may_fall_back=cfg.compile and not ddp)
+            n_scored = None
+            if ddp:  # DDP averages gradients over processes: dividing by N/W makes the average Σ/N
+                n_scored = batch.mask.sum().to(torch.float32)
+                torch.distributed.all_reduce(n_scored)
+                n_scored = n_scored / world
+            loss = loss_fn(logits, batch, soft, n_scored)
+            watch.record(step, loss)  # read back only where the host needs it (below): no synchronisation here
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            done = step + 1
+            if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or checkpoints.scheduled(done):
+                diverged(across_processes=ddp)  # before anything is written
 
-        if done % cfg.log_every == 0 or done == cfg.steps:
-            loss_now, gap = float(loss.detach()), bayes_gap(logits.detach(), batch)
-            if ddp:  # every process joins; rank 0 logs the global batch's means
-                count = float(batch.mask.sum())
-                loss_now, gap = _global_means([loss_now * float(n_scored) / count, gap], count, device)
-        if main_proc and (done % cfg.log_every == 0 or done == cfg.steps):
-            record = {
-                "step": done,
-                "loss": loss_now * LOG2E,  # bits
-                "bayes_gap": gap,
-                "lr": lr_at(step, cfg),
-                "grad_norm": float(grad_norm),
-                "time": elapsed + time.perf_counter() - t0,
-            }
-            run.append_metrics(record)
-            trackers.log(record)
-            last_loss.update(loss=record["loss"], gap=gap)
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                loss_now, gap = float(loss.detach()), bayes_gap(logits.detach(), batch)
+                if ddp:  # every process joins; rank 0 logs the global batch's means
+                    count = float(batch.mask.sum())
+                    loss_now, gap = _global_means([loss_now * float(n_scored) / count, gap], count, device)
+            if main_proc and (done % cfg.log_every == 0 or done == cfg.steps):
+                record = {
+                    "step": done,
+                    "loss": loss_now * LOG2E,  # bits
+                    "bayes_gap": gap,
+                    "lr": lr_at(step, cfg),
+                    "grad_norm": float(grad_norm),
+                    "time": checkpoints.seconds(),
+                }
+                run.append_metrics(record)
+                trackers.log(record)
+                last_loss.update(loss=record["loss"], gap=gap)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
+                if lines and time.perf_counter() - last_line >= LINE_SECONDS and done % cfg.eval_every:
+                    print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {record['loss']:.4f} bits, Bayes gap "
+                          f"{gap:.3g} bits, {record['time']:.0f} s", flush=True)
+                    last_line = time.perf_counter()
+            if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
+                held_out = held_out_metrics(model, eval_batch)
+                run.append_metrics({"step": done, "eval": held_out})
+                trackers.log({"step": done, "eval": held_out})
+                model.train()
+                if lines:
+                    print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss "
+                          f"{last_loss.get('loss', float('nan')):.4f} bits, held-out KL "
+                          f"{held_out.get('kl', float('nan')):.3g} bits, {checkpoints.seconds():.0f} s", flush=True)
+                    last_line = time.perf_counter()
             if bar is not None:
-                bar.set_postfix(loss=f"{record['loss']:.4f}", gap=f"{gap:.2e}")
-            if lines and time.perf_counter() - last_line >= LINE_SECONDS and done % cfg.eval_every:
-                print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {record['loss']:.4f} bits, Bayes gap "
-                      f"{gap:.3g} bits, {record['time']:.0f} s", flush=True)
-                last_line = time.perf_counter()
-        if main_proc and (done % cfg.eval_every == 0 or done == cfg.steps):
-            held_out = held_out_metrics(model, eval_batch)
-            run.append_metrics({"step": done, "eval": held_out})
-            trackers.log({"step": done, "eval": held_out})
-            model.train()
-            if lines:
-                print(f"{cfg.arch}/{task.name} step {done}/{cfg.steps}: loss {last_loss.get('loss', float('nan')):.4f} bits, "
-                      f"held-out KL {held_out.get('kl', float('nan')):.3g} bits, "
-                      f"{elapsed + time.perf_counter() - t0:.0f} s", flush=True)
-                last_line = time.perf_counter()
-        timed = main_proc and cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
-        if timed and not scheduled:
-            diverged()  # rank 0 alone: its own losses (the weights' own check in save() covers the others')
-        if scheduled or timed:
-            elapsed_now = elapsed + time.perf_counter() - t0
-            elapsed, t0 = elapsed_now, time.perf_counter()
-            save(done, timed=not scheduled)
-            last_save = time.perf_counter()
+                bar.update(1)
+            checkpoints.after_step(done)  # scheduled or timed; on a stop request: checkpoint, then TrainingStopped
+    finally:
         if bar is not None:
-            bar.update(1)
-        if stopping.requested() and done < stop:
-            diverged()
-            if not scheduled:  # where it stands now: nothing trained is lost
-                elapsed, t0 = elapsed + time.perf_counter() - t0, time.perf_counter()
-                save(done)
-            if bar is not None:
-                bar.close()
-            raise stopping.stopped(done, cfg.steps, str(ckpt_root))
-    if bar is not None:
-        bar.close()
+            bar.close()
     if ddp:
         # drop the DDP wrapper (its reducer holds gradient-bucket work on the group) before the group
         # is torn down, then let every process arrive: a process group destroyed under pending work

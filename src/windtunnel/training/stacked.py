@@ -31,25 +31,22 @@ from __future__ import annotations
 
 import functools
 import json
-import shutil
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from ..run import checkpoint as ckpt
-from ..run import stopping
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
-from .optim import log_spaced_steps, lr_at, param_groups
+from .checkpointing import CheckpointedModel, CheckpointPolicy, TrainingDiverged, divergence_recorded, first_checkpoint_step
+from .optim import lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import eval_seed, resolve_shards, step_batch
-from .loop import LOG2E, TrainingDiverged, backward_compiled_with_forward, build, compile_fresh, first_line
+from .loop import LOG2E, backward_compiled_with_forward, build, compile_fresh, first_line
 from .step import MemberAdamW, StackedStep
 from ..run.config import ConfigError, TrainConfig, recipe
 
@@ -136,27 +133,15 @@ def train_stacked(configs: Sequence[TrainConfig], run_dirs: Sequence[str | Path 
             stack.enter_context(r.lock())
         # as a run alone (training.loop.train): a stack resumed with a diverged member that diverges again before
         # any member's new checkpoint gained nothing, and leaves every member's folder as it was
-        resuming_diverged = resume and any(r.divergence() is not None for r in runs)
-        records_before = [r.record_bytes(RunDir.RESUME_RECORDS) for r in runs] if resuming_diverged else []
-        from_steps = [r.latest_step() for r in runs] if resuming_diverged else []
-        try:
-            with stopping.catching():  # SIGTERM, SIGUSR2, Ctrl-C: checkpoint the step reached, then stop
-                out = _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
-                             log_lines, graph)
-        except TrainingDiverged as exc:  # recorded in the runs that diverged; the others merely stopped with them
-            if resuming_diverged and all(r.latest_step() <= s for r, s in zip(runs, from_steps)):
-                for r, records in zip(runs, records_before):
-                    r.put_back(records)
-                raise _diverged(f"{str(exc).split(';')[0]}, again from the last good checkpoints (step "
-                                f"{', '.join(map(str, sorted(set(from_steps))))}); nothing was changed: evaluate or "
-                                "analyse those checkpoints as they stand, or train anew with a lower learning rate",
-                                list(getattr(exc, "members", range(len(runs))))) from None
-            for i in getattr(exc, "members", range(len(runs))):
-                runs[i].record_divergence(str(exc))
-            raise
-        for r in runs:
-            r.clear_divergence()  # trained on past it since
-        return out
+        def diverged_again(exc: TrainingDiverged, from_steps: list[int]) -> TrainingDiverged:
+            return _diverged(f"{str(exc).split(';')[0]}, again from the last good checkpoints (step "
+                             f"{', '.join(map(str, sorted(set(from_steps))))}); nothing was changed: evaluate or "
+                             "analyse those checkpoints as they stand, or train anew with a lower learning rate",
+                             list(getattr(exc, "members", range(len(runs)))))
+
+        with divergence_recorded(runs, resume, diverged_again):  # recorded in the runs that diverged
+            return _train(list(configs), runs, [t for t, _ in built], [m for _, m in built], shards, resume, until,
+                          log_lines, graph)
 
 
 def _diverged(message: str, members: list[int]) -> TrainingDiverged:
@@ -197,8 +182,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     optimizers = [torch.optim.AdamW(param_groups(m, c), lr=c.lr, betas=(0.9, c.beta2)) for m, c in zip(members, cfgs)]
     starts = []
     for m, o, r in zip(members, optimizers, runs):
-        step, elapsed = (r.restore(m, o, first_checkpoint=0 if cfg.log_checkpoints else min(cfg.ckpt_every, cfg.steps))
-                         if resume else (0, 0.0))
+        step, elapsed = r.restore(m, o, first_checkpoint=first_checkpoint_step(cfg)) if resume else (0, 0.0)
         starts.append((step, elapsed))
         if resume:
             r.truncate_metrics(step)
@@ -253,10 +237,6 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     use_bf16 = cfg.bf16 == "on" or (cfg.bf16 == "auto" and device.type == "cuda")
     program = StackedStep(forward, params, optimizer, cfgs, soft, use_bf16, device, start, graph)
     eval_batches = [t.sample(c.eval_n, eval_seed(c.seed)).to(device) for t, c in zip(task_list, cfgs)]
-    keep_steps = (log_spaced_steps(cfg.steps) | {0}) if cfg.log_checkpoints else set()
-
-    def on_schedule(step: int) -> bool:
-        return step % cfg.ckpt_every == 0 or step == cfg.steps or step in keep_steps
 
     def unstack(step: int) -> None:
         """Each member model and optimizer holds its slice of the stacked state (and the rates it would have saved)."""
@@ -271,26 +251,6 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
             for g in o.param_groups:
                 g["lr"] = lr_at(step, c) * g.get("lr_mult", 1.0)
 
-    def save(step: int, now: float, timed: bool = False) -> None:
-        unstack(max(step - 1, 0))
-        for i, (m, c) in enumerate(zip(members, cfgs)):
-            bad = next((n for n, p in m.named_parameters() if not bool(torch.isfinite(p).all())), None)
-            if bad is not None:
-                if timed:
-                    return
-                raise _diverged(f"weights of seed {c.seed} became non-finite ({bad}) by step {step}; stopped, "
-                                f"last good checkpoints kept in {', '.join(str(x.checkpoints) for x in runs)}", [i])
-        for i, (m, o, r, c) in enumerate(zip(members, optimizers, runs, cfgs)):
-            ckpt.save(r.checkpoints, step, m, o, {"elapsed": now, "config": c.to_dict(), "data_shards": shards[i]})
-            for p in ckpt.list_checkpoints(r.checkpoints):
-                if ckpt.step_of(p) < step and not on_schedule(ckpt.step_of(p)):
-                    shutil.rmtree(p, ignore_errors=True)
-            if on_schedule(step):
-                ckpt.prune(r.checkpoints, c.keep_last, keep_steps)
-
-    if start == 0 and cfg.log_checkpoints and all(r.latest_checkpoint() is None for r in runs):
-        save(0, 0.0)
-
     def diverged() -> None:
         """Stop if a member's loss went non-finite since the last look (the one read of the program's watch)."""
         bad = program.watch.first_bad()
@@ -300,11 +260,21 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                             f"{[cfgs[i].seed for i, s, _ in bad if s == at]}; stopped, last good checkpoints kept",
                             [i for i, _, _ in bad])
 
+    def weights_diverged(member: int, parameter: str, step: int) -> TrainingDiverged:
+        return _diverged(f"weights of seed {cfgs[member].seed} became non-finite ({parameter}) by step {step}; "
+                         f"stopped, last good checkpoints kept in {', '.join(str(r.checkpoints) for r in runs)}", [member])
+
+    stop = cfg.steps if until is None else min(cfg.steps, until)
+    checkpoints = CheckpointPolicy(
+        cfg, stop, [CheckpointedModel(m, o, r.checkpoints, {"config": c.to_dict(), "data_shards": n})
+                    for m, o, r, c, n in zip(members, optimizers, runs, cfgs, shards)],
+        check_loss=diverged, weights_diverged=weights_diverged, elapsed=elapsed,
+        before_save=lambda step: unstack(max(step - 1, 0)))  # with the rate of the step that led to the checkpoint
+    checkpoints.save_origin(start)
+
     for m in members:
         m.train()
     tasks_said = "+".join(dict.fromkeys(t.name for t in task_list))  # a stack across columns names each task once
-    t0 = last_save = time.perf_counter()
-    stop = cfg.steps if until is None else min(cfg.steps, until)
     lines = log_lines or not sys.stderr.isatty()
     said_forward = ""
     for step in range(start, stop):
@@ -318,10 +288,9 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         if lines and forward_said[0] != said_forward:  # at the first step, and again if it falls back later
             said_forward = forward_said[0]
             print(f"{cfg.arch}/{tasks_said} stacked forward: {said_forward}", flush=True)
-        scheduled = on_schedule(done) or done == stop
-        if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or scheduled:  # before anything is written
+        if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or checkpoints.scheduled(done):  # before anything is written
             diverged()  # (a read from the device: the time below then includes every step queued so far)
-        now = elapsed + time.perf_counter() - t0
+        now = checkpoints.seconds()
         if done % cfg.log_every == 0 or done == cfg.steps:
             losses, norms = program.losses.tolist(), program.norms.tolist()
             for i, (r, b, c) in enumerate(zip(runs, batches, cfgs)):
@@ -336,18 +305,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
             if lines:
                 print(f"{cfg.arch}/{tasks_said} seeds {[c.seed for c in cfgs]} step {done}/{cfg.steps}: loss "
                       f"{', '.join(f'{x * LOG2E:.4f}' for x in program.losses.tolist())} bits, {now:.0f} s", flush=True)
-        timed = cfg.ckpt_minutes > 0 and time.perf_counter() - last_save >= 60 * cfg.ckpt_minutes
-        if timed and not scheduled:
-            diverged()
-        if scheduled or timed:
-            elapsed, t0 = now, time.perf_counter()
-            save(done, now, timed=not scheduled)
-            last_save = time.perf_counter()
-        if stopping.requested() and done < stop:
-            diverged()
-            if not scheduled:  # where they stand now: nothing trained is lost
-                elapsed, t0 = now, time.perf_counter()
-                save(done, now)
-            raise stopping.stopped(done, cfg.steps, ", ".join(str(r.checkpoints) for r in runs))
+        # the checkpoint records the seconds read above: a checkpoint step's logging and evaluation are not counted
+        checkpoints.after_step(done, seconds=now)  # scheduled or timed; on a stop request: checkpoint, then stop
     return [r.path for r in runs]
 
