@@ -6,6 +6,9 @@ r"""The statistics every stage shares: resampling, intervals, seeds, JSON-safe n
 * :func:`mean_std` — mean, sample standard deviation and Student-t 95% interval over independent
   replicates (training seeds), used by the table and the Paper II experiments;
   :func:`paired` does the same for per-seed differences (the paired comparison);
+* :func:`bootstrap_mean`, :func:`sign_flip_p` and :func:`paired_effect` — the statistics of every intervention
+  (steering, patching, ablation): a bootstrap interval over episodes and a paired sign-flip p-value against
+  the matched control;
 * :func:`finite` and :func:`json_safe` — plain Python numbers with NaN/inf as ``None``
   (JSON has no NaN), so every record on disk is strict JSON.
 """
@@ -146,3 +149,97 @@ def spearman(x: torch.Tensor, y: torch.Tensor) -> float | None:
     if len(x) < 3:
         return None
     return pearson(rankdata(x), rankdata(y))
+
+
+# --- interventions: a bootstrap interval over episodes and a paired sign-flip test -------------------
+N_PERM = 2000
+"""Random sign flips of the paired test (:func:`sign_flip_p`) when the ``2^n`` flips are too many to enumerate."""
+
+
+def _sums_counts(values: Any, counts: Any | None) -> tuple[torch.Tensor, torch.Tensor]:
+    v = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    c = torch.ones_like(v) if counts is None else torch.as_tensor(counts, dtype=torch.float64).reshape(-1)
+    if c.shape != v.shape:
+        raise ValueError(f"values and counts differ in length: {tuple(v.shape)} vs {tuple(c.shape)}")
+    return v, c
+
+
+def pooled_mean(sums: Any, counts: Any | None = None) -> float | None:
+    r"""The pooled mean :math:`\bar x = \sum_i s_i / \sum_i c_i` of per-episode sums ``s_i`` over ``c_i`` scored
+    positions (``counts=None``: one value per episode, the plain mean); ``None`` with no position."""
+    s, c = _sums_counts(sums, counts)
+    return float(s.sum() / c.sum()) if float(c.sum()) > 0 else None
+
+
+def bootstrap_mean(sums: Any, counts: Any | None = None, *, n_boot: int = 1000, seed: int = 0,
+                   level: float = LEVEL) -> dict[str, Any]:
+    r"""The pooled mean of per-episode sums ``s_i`` over counts ``c_i`` (:func:`pooled_mean`) with its
+    nonparametric bootstrap interval over *episodes*: resample ``r`` draws the ``n`` episodes with replacement
+    (counts ``w_{ri}``, :func:`resample_weights`) and gives :math:`\bar x_r = \sum_i w_{ri} s_i / \sum_i w_{ri}
+    c_i`; the interval is the percentile interval of the :math:`\bar x_r` (:func:`finite_ci`; a resample with no
+    position is left out).  Episodes, not positions, are the independent draws: positions of one episode share
+    its latent.  Returns ``{"mean", "ci", "n"}``."""
+    s, c = _sums_counts(sums, counts)
+    n = len(s)
+    if n == 0:
+        return {"mean": None, "ci": [None, None], "n": 0}
+    W = resample_weights(n, n_boot, seed)
+    den = W @ c
+    boot = torch.where(den > 0, (W @ s) / den.clamp_min(1e-300), torch.full_like(den, math.nan))
+    return {"mean": pooled_mean(s, c), "ci": finite_ci(boot, level), "n": n}
+
+
+def sign_flip_p(diffs: Any, counts: Any | None = None, *, n_perm: int = N_PERM, seed: int = 0,
+                alternative: str = "two-sided") -> float | None:
+    r"""Paired permutation test of "no difference" on per-episode paired differences ``d_i`` (the sum, over the
+    episode's ``c_i`` scored positions, of condition minus control; ``counts=None``: one difference each).
+
+    Under the null the two conditions are exchangeable within an episode, so each ``d_i`` is as likely to have
+    either sign.  The statistic is the pooled mean :math:`T = \sum_i d_i / \sum_i c_i`; its null distribution is
+    :math:`T^{(\epsilon)} = \sum_i \epsilon_i d_i / \sum_i c_i` over signs :math:`\epsilon \in \{\pm1\}^n` — all
+    :math:`2^n` of them when :math:`2^n \le` ``n_perm`` (the exact p-value), else ``n_perm`` random ones with the
+    observed signs counted once (:math:`p = (1 + \#\{T^{(\epsilon)} \succeq T\}) / (1 + n_{perm})`, never 0).
+    ``alternative``: ``"two-sided"`` (:math:`|T^{(\epsilon)}| \ge |T|`), ``"greater"`` (:math:`T^{(\epsilon)} \ge
+    T`: the condition exceeds the control), ``"less"``.  Identical conditions (every ``d_i = 0``) give ``p = 1``;
+    ``None`` with no episode.  Comparisons are made with a relative tolerance of ``1e-12``, so ties from
+    floating-point rounding count as ties."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
+    d, c = _sums_counts(diffs, counts)
+    ok = torch.isfinite(d)
+    d, c = d[ok], c[ok]
+    n = len(d)
+    if n == 0 or float(c.sum()) <= 0:
+        return None
+    den = float(c.sum())
+    exact = n <= 20 and 2**n <= n_perm
+    if exact:
+        codes = torch.arange(2**n)[:, None]
+        signs = 1.0 - 2.0 * ((codes >> torch.arange(n)[None, :]) & 1).double()
+    else:
+        g = torch.Generator().manual_seed(int(seed))
+        signs = 1.0 - 2.0 * torch.randint(0, 2, (n_perm, n), generator=g).double()
+    t = float(d.sum()) / den
+    null = (signs @ d) / den
+    tol = 1e-12 * max(1.0, float(d.abs().sum()) / den)
+    if alternative == "two-sided":
+        hits = int((null.abs() >= abs(t) - tol).sum())
+    elif alternative == "greater":
+        hits = int((null >= t - tol).sum())
+    else:
+        hits = int((null <= t + tol).sum())
+    return hits / len(null) if exact else (1 + hits) / (1 + n_perm)
+
+
+def paired_effect(condition: Any, control: Any, counts: Any | None = None, *, n_boot: int = 1000, seed: int = 0,
+                  n_perm: int = N_PERM, level: float = LEVEL) -> dict[str, Any]:
+    r"""A condition against its matched control on the same episodes: per-episode sums ``a_i`` (condition) and
+    ``b_i`` (control) over the same ``c_i`` positions.  Returns the pooled difference ``diff`` = :math:`\sum (a_i
+    - b_i) / \sum c_i` with its paired bootstrap interval over episodes (``diff_ci``: both arms resampled
+    together, :func:`bootstrap_mean` of the differences) and the two-sided sign-flip p-value (``p_value``,
+    :func:`sign_flip_p`)."""
+    a, c = _sums_counts(condition, counts)
+    b, _ = _sums_counts(control, counts)
+    d = a - b
+    boot = bootstrap_mean(d, c, n_boot=n_boot, seed=seed, level=level)
+    return {"diff": boot["mean"], "diff_ci": boot["ci"], "p_value": sign_flip_p(d, c, n_perm=n_perm, seed=seed + 1)}
