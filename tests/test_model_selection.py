@@ -100,6 +100,8 @@ CASES = [
     dict(n=7, classes="rotation,multiplication", L=6, symbols="opaque", query_zero=False),
     dict(n=3, classes="three_cycle,rotation,multiplication", L=3, symbols="opaque"),
     dict(n=6, classes="three_cycle,rotation,involution", L=6, symbols="integer"),
+    dict(n=5, classes="rotation,multiplication", L=4, symbols="opaque", query_zero=False, facts_in_context=True),
+    dict(n=6, classes="involution,rotation", L=5, symbols="fixed", facts_in_context=True),
 ]
 
 
@@ -307,6 +309,8 @@ def test_queries_are_distinct_or_not_and_avoid_zero_when_asked() -> None:
     (dict(L=13), "L"),                                        # 12 distinct points
     (dict(n=7, classes="rotation", query_zero=False, L=7), "L"),
     (dict(replacement=1), "replacement"),
+    (dict(facts_in_context=True), "facts_in_context"),        # no arithmetic class: no table to write
+    (dict(n=67, classes="rotation", L=4, facts_in_context=True), "facts_in_context"),
 ])
 def test_bad_parameters_are_refused_naming_the_parameter(params: dict, field: str) -> None:
     with pytest.raises(InvalidValue, match=rf"invalid {field}\b"):
@@ -316,3 +320,38 @@ def test_bad_parameters_are_refused_naming_the_parameter(params: dict, field: st
 def test_classes_may_be_given_as_a_tuple() -> None:
     task = tasks.make("model_selection", classes=("three_cycle", "involution"))
     assert task.classes == "three_cycle,involution" and task.class_names == ("three_cycle", "involution")
+
+
+def test_facts_in_context_are_the_operation_tables_in_the_episodes_symbols() -> None:
+    """With ``facts_in_context``: between the header and the queries, every fact ``a + b`` and ``a·b`` mod n (all
+    n² of each table, each once) in the episode's symbols, true under the header's π, in an order that changes
+    between episodes; the episode, its targets and its posterior at the queries are those drawn without facts."""
+    n = 5
+    with_facts = tasks.make("model_selection", n=n, classes="rotation,multiplication", L=4, symbols="opaque",
+                            query_zero=False, facts_in_context=True)
+    plain = with_facts.replace(facts_in_context=False)
+    ep, ref = with_facts.sample(30, 4), plain.sample(30, 4)
+    assert with_facts.n_facts == 2 * n * n and with_facts.seq_len == plain.seq_len + 4 * 2 * n * n
+    assert with_facts.vocab_size == 2 * n + 4 and int(ep.tokens.max()) < with_facts.vocab_size
+    for k in ("cls", "f", "x", "relabel"):
+        assert torch.equal(ep.latent[k], ref.latent[k])
+    start = with_facts.body_start
+    assert torch.equal(ep.tokens[:, start:], ref.tokens[:, plain.body_start:])
+    assert torch.equal(ep.targets[:, start:], ref.targets[:, plain.body_start:])
+    assert torch.allclose(ep.posterior[:, start:], ref.posterior[:, plain.body_start:], rtol=0, atol=0)
+    orders = set()
+    for b in range(30):
+        relabel = ep.latent["relabel"][b].tolist()
+        value = {relabel[v] + n: v for v in range(n)}  # opaque token → value
+        block = ep.tokens[b, with_facts.facts_start : start].view(-1, 4).tolist()
+        seen = {"+": set(), "×": set()}
+        for a, op, c_b, c in block:
+            name = {2 * n + 2: "+", 2 * n + 3: "×"}[op]
+            x, y, z = value[a], value[c_b], value[c]
+            assert z == ((x + y) % n if name == "+" else (x * y) % n)
+            seen[name].add((x, y))
+        assert all(len(v) == n * n for v in seen.values())
+        orders.add(tuple(map(tuple, block)))
+    assert len(orders) == 30
+    shown = with_facts.decode(ep, 0)[with_facts.facts_start : start]
+    assert all(w in ("+", "×") for w in shown[1::4]) and all(w.startswith("=s") for w in shown[3::4])

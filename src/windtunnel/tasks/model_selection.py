@@ -25,7 +25,7 @@ function in two classes is counted in each.
 ``x_1, …, x_L``, distinct (``replacement = false``, the default: each pair is new evidence) or drawn with
 replacement (a repeated point is then a lookup).
 
-**Layout** (the same in every regime, ``T = n + 2L + 1``)::
+**Layout** (the same in every regime, ``T = n + 2L + 1`` without facts)::
 
     ORD h_0 h_1 … h_{n−1} SEP  s(x_1) s(y_1)  s(x_2) s(y_2)  …  s(x_L)
 
@@ -42,6 +42,15 @@ position of ``s(x_t)``, the symbol of ``f(x_t)`` (scored; the last ``y`` is not 
   for per-episode relabelling, ``[ORD, π(0), …, π(n−1), SEP]`` before opaque tokens ``n + π(v)``);
 * ``symbols = "fixed"`` — the same layout with one relabelling fixed for the task (the same header in every
   episode, drawn once from a constant seed per ``n``): the control where the opaque symbols have a stable meaning.
+
+``facts_in_context = true`` (a control: the arithmetic given as relations between symbols, as *In-Context
+Algebra* gives a group's facts, instead of to be worked out from the integers the header names): between the
+header and the first query, every fact ``a ∘ b = c`` of the operation of each arithmetic class present (``+`` for
+rotations, ``×`` for multiplications, all ``a, b ∈ Z_n``: ``n²`` facts a table), written as the four tokens
+``s(a) OP s(b) s(c)`` with ``OP`` the token ``2n + 2`` (``+``) or ``2n + 3`` (``×``), in an order drawn per
+episode.  The header stays; the facts hold for every function of every class, so the posterior is unchanged.
+A rotation's answer is then two look-ups (``x_1 + c = y_1`` names ``c``, ``x + c`` is the answer), a
+multiplication's the same in the other table.
 
 The class a position predicts is the symbol index: ``c = v`` (integer) or ``c = π(v)`` (opaque, fixed), so
 ``n_classes = n`` and the exact posterior over ``c`` is the value posterior mapped through ``π``.
@@ -91,6 +100,12 @@ CLASS_NAMES: tuple[str, ...] = ("involution", "three_cycle", "rotation", "multip
 
 SYMBOL_REGIMES: tuple[str, ...] = ("integer", "opaque", "fixed")
 """How values are written: the integers themselves, symbols relabelled every episode, or one fixed relabelling."""
+
+FACT_OPS: tuple[str, ...] = ("rotation", "multiplication")
+"""The classes whose operation (``+``, ``×`` mod ``n``) ``facts_in_context`` writes as a table of facts."""
+
+MAX_FACTS_N = 64
+"""The largest ``n`` with ``facts_in_context`` (each table is ``n²`` facts of four tokens)."""
 
 FIXED_RELABEL_SEED = 0x5E1EC7_0000
 """The generator seed (plus ``n``) of the one relabelling of ``symbols = "fixed"``."""
@@ -379,6 +394,7 @@ class ModelSelection(Task):
     symbols: str = "integer"
     replacement: bool = False
     query_zero: bool = True
+    facts_in_context: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.classes, (tuple, list)) and all(isinstance(c, str) for c in self.classes):
@@ -398,6 +414,10 @@ class ModelSelection(Task):
         check(self.symbols in SYMBOL_REGIMES, "symbols", f"one of {', '.join(SYMBOL_REGIMES)}")
         check(isinstance(self.replacement, bool), "replacement", "true or false")
         check(isinstance(self.query_zero, bool), "query_zero", "true or false")
+        check(isinstance(self.facts_in_context, bool) and (not self.facts_in_context or (
+            any(c in FACT_OPS for c in self.class_names) and self.n <= MAX_FACTS_N)), "facts_in_context",
+              f"true or false; true only with rotation or multiplication among the classes and n ≤ {MAX_FACTS_N} "
+              "(the facts are their operation tables, n² each)")
         hi = 4096 if self.replacement else self.n_points
         check(is_int(self.L) and 1 <= self.L <= hi, "L", f"an integer in [1, {hi}]"
               + ("" if self.replacement else " (distinct query points)"))
@@ -429,9 +449,29 @@ class ModelSelection(Task):
         return 0 if self.symbols == "integer" else self.n
 
     @property
-    def body_start(self) -> int:
-        """The position of the first query, ``n + 2``."""
+    def fact_classes(self) -> tuple[str, ...]:
+        """The classes whose operation table is written as facts (none unless ``facts_in_context``)."""
+        return tuple(c for c in self.class_names if c in FACT_OPS) if self.facts_in_context else ()
+
+    @property
+    def n_facts(self) -> int:
+        """How many facts ``a ∘ b = c`` the facts block holds: ``n²`` per table."""
+        return len(self.fact_classes) * self.n**2
+
+    @property
+    def facts_start(self) -> int:
+        """The position of the first fact, ``n + 2`` (right after the header)."""
         return self.n + 2
+
+    @property
+    def body_start(self) -> int:
+        """The position of the first query: ``n + 2``, after the facts ``n + 2 + 4·n_facts``."""
+        return self.facts_start + 4 * self.n_facts
+
+    def op_token(self, name: str) -> int:
+        """The token of a class's operation in the facts: ``+`` (rotation) ``2n + 2``, ``×`` (multiplication)
+        ``2n + 3``."""
+        return 2 * self.n + 2 + FACT_OPS.index(name)
 
     @property
     def n_classes(self) -> int:
@@ -439,11 +479,11 @@ class ModelSelection(Task):
 
     @property
     def vocab_size(self) -> int:
-        return 2 * self.n + 2
+        return 2 * self.n + (4 if self.facts_in_context else 2)
 
     @property
     def seq_len(self) -> int:
-        return self.n + 2 * self.L + 1
+        return self.body_start + 2 * self.L - 1
 
     @property
     def length_param(self) -> str:
@@ -493,6 +533,8 @@ class ModelSelection(Task):
         tokens[:, 0] = self.ORD
         tokens[:, 1 : N + 1] = relabel
         tokens[:, N + 1] = self.SEP
+        if self.n_facts:
+            tokens[:, self.facts_start : self.body_start] = self.facts(relabel, seed)
         body = torch.empty(B, 2 * L, dtype=torch.long)
         body[:, 0::2] = relabel.gather(1, x) + self.offset
         body[:, 1::2] = relabel.gather(1, y) + self.offset
@@ -501,6 +543,24 @@ class ModelSelection(Task):
         targets[:, self.query_positions()] = relabel.gather(1, y)
         return Episodes(tokens=tokens, targets=targets, posterior=self.lazy_posterior(tokens),
                         mask=self.scored_mask(tokens), latent=lat)
+
+    def facts(self, relabel: torch.Tensor, seed: int) -> torch.Tensor:
+        """The facts block ``[B, 4·n_facts]``: every fact ``a ∘ b = c`` of each table of :attr:`fact_classes`
+        (``c = a + b`` or ``a·b`` mod ``n``, for all ``a, b ∈ Z_n``), written ``s(a) OP s(b) s(c)`` in the episode's
+        symbols, in an order drawn per episode (from a stream of its own, so the episode is the one drawn without
+        facts).  The facts hold for every function, so they change no posterior."""
+        n, B = self.n, relabel.shape[0]
+        a, b = torch.arange(n).repeat_interleave(n), torch.arange(n).repeat(n)
+        rows = []
+        for name in self.fact_classes:
+            c = (a + b) % n if name == "rotation" else (a * b) % n
+            rows.append(torch.stack([a, torch.full_like(a, -1 - FACT_OPS.index(name)), b, c], 1))
+        table = torch.cat(rows)  # [F, 4]; an operation as −1 − its index
+        order = torch.argsort(torch.rand(B, len(table), generator=generator(seed ^ 0xFAC7_5)), dim=1)
+        facts = table[order]  # [B, F, 4]
+        ops = facts < 0
+        symbols = relabel.gather(1, facts.clamp_min(0).view(B, -1)).view_as(facts) + self.offset
+        return torch.where(ops, 2 * n + 1 - facts, symbols).view(B, -1)  # −1 → 2n + 2 (+), −2 → 2n + 3 (×)
 
     def scored_mask(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         mask = torch.zeros(tokens.shape, dtype=torch.bool)
@@ -578,6 +638,10 @@ class ModelSelection(Task):
                 out.append("SEP")
             elif t <= n:
                 out.append(f"{t - 1}=s{tok}" if self.symbols != "integer" else f"{t - 1}={tok}")
+            elif t < self.body_start:  # a fact s(a) OP s(b) s(c)
+                k = (t - self.facts_start) % 4
+                name = f"s{tok - n}" if self.symbols != "integer" else str(tok)
+                out.append("+" if tok == 2 * n + 2 else "×" if tok == 2 * n + 3 else f"={name}" if k == 3 else name)
             else:
                 name = f"s{tok - n}" if tok >= n else str(tok)
                 out.append(name if (t - self.body_start) % 2 == 0 else f"→{name}")
