@@ -1,4 +1,4 @@
-"""Model selection over function classes (the sequel to Papers I–III: Bayesian wind tunnels for model selection).
+"""Model selection over function classes (Dalal, Misra, Parekh, arXiv 2607.19379, the sequel to Papers I–III).
 
 A hidden function ``f`` on the domain ``Z_n = {0, …, n−1}`` is drawn from one of several *classes*; the model
 sees input–output pairs ``(x, f(x))`` and predicts ``f(x)`` at each new ``x``, which the Bayes-optimal predictor
@@ -17,9 +17,9 @@ multiplication fixes 0 and no rotation does, so a query of 0 names the arithmeti
 ``query_zero = false`` the query points are drawn from ``{1, …, n−1}`` only (the functions are still functions on
 all of ``Z_n``: 0 is simply never asked).  Which points are asked is drawn independently of ``f``, so the
 likelihood of an episode is that of its shown pairs alone and the posteriors below hold under either choice.
-The classes may overlap (``x ↦ x + n/2`` is a fixed-point-free involution, ``x ↦ −x`` mod a prime is a
-multiplication and an involution on ``Z_p∖{0}``…): the hypotheses are the pairs (class, function), so a
-function in two classes is counted in each.
+The classes may overlap (``x ↦ x + n/2`` is a rotation and a fixed-point-free involution; ``x ↦ x ± n/3`` are
+rotations made of 3-cycles): the hypotheses are the pairs (class, function), so a function in two classes is
+counted in each, with its class's prior mass ``P(C)/|C|``.
 
 **Episodes.**  Class ``C`` uniform over ``classes``, ``f`` uniform within ``C``, then ``L`` query points
 ``x_1, …, x_L``, distinct (``replacement = false``, the default: each pair is new evidence) or drawn with
@@ -79,8 +79,8 @@ predictives in closed form:
 * rotation, multiplication — at most ``n`` candidate constants: the consistent ones are kept, the predictive is
   the share of them sending ``x`` to each value.
 
-A context no class can produce (not one the task samples) has a uniform predictive and a uniform class
-posterior.  ``tests/test_model_selection.py`` checks every formula against enumeration of every function of every
+A context no class can produce (not one the task samples: from the first pair that no class allows on, or with
+an opaque header that is not a permutation) has a uniform predictive and a uniform class posterior.  ``tests/test_model_selection.py`` checks every formula against enumeration of every function of every
 class.
 """
 
@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import torch
 
