@@ -117,7 +117,13 @@ def attention_focusing(
     **Nulls.**  Uniform causal attention: entropy ``log2(t+1)`` and mass ``|R_t|/(t+1)``, averaged
     over the same queries; ``value_spread`` null is 1; the same statistics for ``untrained``.
     Any model whose layers expose ``blocks.{l}.attn.hook_pattern`` (our transformer, ``hf:``
-    attention families, a model of one's own that names its layers' hooks so).
+    attention families, a model of one's own that names its layers' hooks so), and Mamba, whose layers
+    expose their selective scan's *effective* attention there (:mod:`windtunnel.models.mamba`, Paper I's
+    second architecture): one row per layer, ``Σ_i |α_i[t,s]|`` over the ``d_inner`` channels normalised
+    per row, the share of the layer's absolute token-mixing weight on each position.  It is not a softmax
+    (the scan's ``α`` is signed and unnormalised, and the skip ``D``, the gate and the short convolution
+    lie outside it), and its one "head" is the entropy of the channels' mixture, not a mean over heads:
+    compare its depth profile and its untrained null, not its bits with a transformer's.
     """
     ep = episodes_for(task, n, seed, episodes)
     st = _pattern_stats(model, task, ep, chunk)

@@ -24,6 +24,23 @@ pure-PyTorch scan, the fused C++ CPU kernel and its loader — are in :mod:`wind
 this module is the model.  The selection is hooked as ``blocks.{l}.hook_delta`` (the step sizes
 :math:`\Delta_t` after softplus, ``[B,T,d_inner]``), ``blocks.{l}.hook_B`` and ``blocks.{l}.hook_C``
 (``[B,T,d_state]``); a hook may replace them.
+
+**Effective attention.**  Mamba is Paper I's second architecture (arXiv 2512.22471 v3, its "Mamba geometry"
+section: claims B14–B17 in ``windtunnel/claims/paper1/hmm_geometry.py``), and it has no softmax attention for
+the attention diagnostics to read.  But the scan is linear in its input once the selection (Δ, B, C) is
+fixed, so each layer is, channel by channel, a causal token mixer with an exact attention-like matrix
+(the "hidden attention" reading of a selective SSM): unrolling :math:`h_t` from :math:`h_{-1} = 0`,
+
+.. math::
+
+    y_t[i] = \sum_{s \le t} \alpha_i[t,s]\, u_s[i] + D_i\, u_t[i], \qquad
+    \alpha_i[t,s] = \sum_n C_t[n]\, \exp\!\Big(A[i,n] \sum_{k=s+1}^{t} \Delta_k[i]\Big)\, \Delta_s[i]\, B_s[n]
+
+(``u`` the scan's input, after the convolution and SiLU: :func:`selective_attention`).  Each block
+exposes its aggregate over channels as ``blocks.{l}.attn.hook_pattern`` ``[B,1,T,T]``
+(:func:`selective_attention_pattern`), computed in float64 only while that hook is attached, so the
+attention diagnostics that read a pattern (``attention_focusing``) read Mamba too.  It is read-only:
+the pattern is derived beside the scan, not on its path, and a hook that replaces it is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InvalidValue
 from .base import Block, HookPoint, InputEmbedding, ModelConfig, RMSNorm, WindTunnelModel, _check, _pos_int
 from .catalog import Arch, register_arch
 from .scans import SCAN_METHODS, causal_depthwise_conv, conv_silu, gated_selective_scan, selective_scan, selective_scan_ref
@@ -87,6 +105,107 @@ class MambaConfig(ModelConfig):
         return math.ceil(self.d_model / 16) if self.dt_rank is None else self.dt_rank
 
 
+# --- effective attention -----------------------------------------------------------------------------
+PATTERN_BUDGET = 2**24
+"""The most float64 elements ``[B,T,T,channels,N]`` :func:`selective_attention_pattern` holds at once (128 MiB):
+it walks the channels in blocks of that size."""
+
+
+def selective_attention(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                        channels: slice | None = None) -> torch.Tensor:
+    r"""The selective scan's exact effective attention, per channel, in float64: ``[Bsz, Di, T, T]``.
+
+    For the scan the mixer runs (:func:`windtunnel.models.scans.selective_scan_ref`: zero-order hold
+    :math:`\bar A_t = \exp(\Delta_t A)` for the state, Euler :math:`\bar B_t = \Delta_t B_t` for the
+    input, :math:`h_{-1} = 0`), :math:`h_t = \sum_{s \le t} \big(\prod_{k=s+1}^{t} \bar A_k\big) \bar B_s u_s`, so
+
+    .. math::
+
+        y_t[i] = \sum_{s \le t} \alpha_i[t,s]\, u_s[i] + D_i u_t[i], \qquad
+        \alpha_i[t,s] = \sum_n C_t[n]\, \exp\!\big(A[i,n]\,(\Lambda_t[i] - \Lambda_s[i])\big)\, \Delta_s[i]\, B_s[n],
+
+    with :math:`\Lambda_t = \sum_{k \le t} \Delta_k` (``A`` does not depend on time, so the decay from
+    ``s`` to ``t`` is ``A`` times the step sizes summed between them); :math:`\alpha_i[t,s] = 0` for
+    ``s > t``.  ``delta [Bsz,T,Di]`` (after softplus), ``A [Di,N]`` (negative), ``B, C [Bsz,T,N]``;
+    ``channels`` restricts ``i`` to a slice of the channels.  The skip ``D`` is not in ``α``.
+
+    ``α`` is signed (``C_t \cdot B_s`` weighted by the decays can be negative) and its rows do not sum to 1:
+    the scan is a linear map of ``u``, not an average of it.
+    """
+    d, A64 = delta.double(), A.double()
+    if channels is not None:
+        d, A64 = d[..., channels], A64[channels]
+    Bsz, T, _ = d.shape
+    lam = d.cumsum(1)  # [Bsz,T,Di]
+    gap = lam[:, :, None, :] - lam[:, None, :, :]  # [Bsz,t,s,Di]: the step sizes summed over s+1..t
+    exponent = gap[..., None] * A64  # [Bsz,t,s,Di,N], <= 0 where s <= t
+    causal = torch.ones(T, T, dtype=torch.bool, device=d.device).tril()
+    decay = exponent.masked_fill(~causal[None, :, :, None, None], float("-inf")).exp()
+    alpha = torch.einsum("btsin,btn,bsn->bits", decay, C.double(), B.double())
+    return alpha * d.transpose(1, 2)[:, :, None, :]  # Δ_s[i]
+
+
+def selective_attention_pattern(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                                budget: int = PATTERN_BUDGET) -> torch.Tensor:
+    r"""A selective-scan layer's effective attention aggregated over channels: ``[Bsz, 1, T, T]`` float64,
+    each causal row summing to 1 (a row with no weight at all stays 0),
+
+    .. math::
+
+        P[t,s] = \frac{\sum_i |\alpha_i[t,s]|}{\sum_i \sum_{s' \le t} |\alpha_i[t,s']|}
+
+    (:func:`selective_attention` for ``α``): the share of the layer's total absolute token-mixing weight at
+    position ``t`` that falls on source ``s``.  Why this aggregate: the diagnostics read a pattern as one
+    distribution over the positions a layer reads (entropy, mass on named positions), and a channel of
+    Mamba counts in it in proportion to how much of its input it passes through the scan (its row's L1
+    norm), so a channel whose ``α`` is near zero — one that only passes ``D u_t`` — does not count as much
+    as one that mixes; pooling before normalising also gives one row per layer, ``[B,1,T,T]``, instead of
+    ``d_inner`` rows.
+
+    What it is not: a probability distribution Mamba averages with.  The signs of ``α`` are dropped, its
+    rows' scale is normalised away, and the skip ``D``, the gate ``SiLU(z)`` (which rescales row ``t`` of
+    channel ``i``) and the causal convolution that makes ``u_s`` out of the ``d_conv`` tokens up to ``s``
+    all lie outside it: "position ``s``" is the convolution window ending at ``s``.  Its entropy is at
+    least the mean entropy of the channels' own normalised rows, each weighted by its share (the entropy
+    of a mixture), so a layer whose channels each read one position, but different ones, is not focused
+    by this measure, where a transformer's layer value (the mean of its heads' entropies) would be.
+    """
+    Bsz, T, Di = delta.shape
+    N = A.shape[1]
+    step = max(1, budget // max(1, Bsz * T * T * N))
+    total = torch.zeros(Bsz, T, T, dtype=torch.float64, device=delta.device)
+    for start in range(0, Di, step):
+        total += selective_attention(delta, A, B, C, slice(start, start + step)).abs().sum(1)
+    row = total.sum(-1, keepdim=True)
+    return torch.where(row > 0, total / row.clamp_min(torch.finfo(torch.float64).tiny), 0.0)[:, None]
+
+
+class EffectiveAttention(nn.Module):
+    """Where a Mamba block exposes its effective attention: ``hook_pattern`` (``blocks.{l}.attn.hook_pattern``,
+    ``[B,1,T,T]`` float64, :func:`selective_attention_pattern`), computed only while that hook is attached.
+
+    Read-only: the pattern is derived from the scan's Δ, B, C (after their own hooks), beside the scan and
+    not on its path, so a hook that returns a different tensor would change nothing downstream; it is
+    refused instead of being silently ignored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pattern = HookPoint()
+
+    @property
+    def hooked(self) -> bool:
+        return self.hook_pattern.hooked
+
+    def forward(self, delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
+        with torch.no_grad():
+            on = delta.device if delta.device.type != "mps" else torch.device("cpu")  # no float64 on MPS
+            pattern = selective_attention_pattern(delta.to(on), A.to(on), B.to(on), C.to(on))
+        if self.hook_pattern(pattern) is not pattern:
+            raise InvalidValue(f"invalid hook on {self.hook_pattern.name}: Mamba's effective attention is read "
+                               "from the scan, not fed back into it, so it cannot be replaced (patch hook_delta, "
+                               "hook_B, hook_C or hook_state instead)")
+
+
 # --- model -----------------------------------------------------------------------------------------
 class MambaBlock(Block):
     """One Mamba-1 block, ``u + mixer(RMSNorm(u))``; parameter names follow ``mamba_simple.py``
@@ -108,6 +227,8 @@ class MambaBlock(Block):
         self.hook_state = HookPoint()
         # the selection: step sizes delta [B,T,Di] (after softplus) and the input-dependent B, C [B,T,N]
         self.hook_delta, self.hook_B, self.hook_C = HookPoint(), HookPoint(), HookPoint()
+        # the selection's effective attention over positions, computed only when hooked
+        self.attn = EffectiveAttention()
         # dt_proj: weight U(-r^-1/2, r^-1/2); bias = softplus^-1(dt), dt log-uniform in [dt_min, dt_max]
         with torch.no_grad():
             std = R**-0.5
@@ -122,23 +243,35 @@ class MambaBlock(Block):
     def mix(self, u: torch.Tensor) -> torch.Tensor:
         return u + self.mixer(self.norm(u))
 
-    def mixer(self, x: torch.Tensor) -> torch.Tensor:
-        """The selective-SSM branch on the normalised stream ``[B,T,d_model] -> [B,T,d_model]``."""
+    def scan_inputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                     torch.Tensor, torch.Tensor]:
+        """What the scan reads from the normalised stream ``x [B,T,d_model]``: ``(u, delta_raw, A, B, C, z)`` —
+        the scan's input ``u`` (after the convolution and SiLU) and the gate ``z`` ``[B,T,Di]``, the step sizes
+        before softplus ``[B,T,Di]``, ``A [Di,N]`` and ``B, C [B,T,N]`` (after ``hook_B`` / ``hook_C``)."""
         xz = self.in_proj(x)
-        x, z = xz.chunk(2, dim=-1)  # [B,T,Di] each
+        u, z = xz.chunk(2, dim=-1)  # [B,T,Di] each
         if self.scan == "fast":
-            x = conv_silu(x, self.conv1d.weight, self.conv1d.bias)
+            u = conv_silu(u, self.conv1d.weight, self.conv1d.bias)
         else:  # the reference path stays plain PyTorch end to end
-            x = F.silu(causal_depthwise_conv(x, self.conv1d.weight, self.conv1d.bias))
-        dt, Bm, Cm = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+            u = F.silu(causal_depthwise_conv(u, self.conv1d.weight, self.conv1d.bias))
+        dt, Bm, Cm = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         if self.hook_B.hooked or self.hook_C.hooked:
             Bm, Cm = self.hook_B(Bm), self.hook_C(Cm)
         # [Di,N], float32 at least (also under bf16 autocast), float64 in a float64 model
-        A = -torch.exp(self.A_log.to(torch.float64 if x.dtype == torch.float64 else torch.float32))
+        A = -torch.exp(self.A_log.to(torch.float64 if u.dtype == torch.float64 else torch.float32))
+        return u, self.dt_proj(dt), A, Bm, Cm, z
+
+    def mixer(self, x: torch.Tensor) -> torch.Tensor:
+        """The selective-SSM branch on the normalised stream ``[B,T,d_model] -> [B,T,d_model]``."""
+        x, delta_raw, A, Bm, Cm, z = self.scan_inputs(x)
         fused = self.scan == "fast" and not self.hook_state.hooked and not self.hook_delta.hooked
         if fused:  # softplus, scan and gate in one pass
-            return self.out_proj(gated_selective_scan(x, self.dt_proj(dt), A, Bm, Cm, self.D, z, self.scan_method))
-        delta = self.hook_delta(F.softplus(self.dt_proj(dt)))  # [B,T,Di]
+            if self.attn.hooked:  # the step sizes the fused scan takes, only for the pattern
+                self.attn(F.softplus(delta_raw), A, Bm, Cm)
+            return self.out_proj(gated_selective_scan(x, delta_raw, A, Bm, Cm, self.D, z, self.scan_method))
+        delta = self.hook_delta(F.softplus(delta_raw))  # [B,T,Di]
+        if self.attn.hooked:
+            self.attn(delta, A, Bm, Cm)
         scan = selective_scan if self.scan == "fast" else selective_scan_ref
         kw = {"method": self.scan_method} if self.scan == "fast" else {}
         if self.hook_state.hooked:

@@ -107,16 +107,21 @@ def scored_cross_entropy(logits: torch.Tensor, episodes: Episodes) -> torch.Tens
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
 
 
+def _score_layers(names: list[str]) -> list[int]:
+    """The layers with softmax attention heads: those that expose ``attn.hook_scores``."""
+    return sorted({int(n.split(".")[1]) for n in names if n.startswith("blocks.") and n.endswith("attn.hook_scores")})
+
+
 def _attention_names(model: torch.nn.Module, layer: int) -> dict[str, str]:
     names = model.hook_names() if hasattr(model, "hook_names") else []
     prefix = f"blocks.{layer}.attn."
     want = {k: prefix + f"hook_{k}" for k in ("scores", "pattern", "v", "z")}
     if not all(n in names for n in want.values()):
         arch = getattr(getattr(model, "config", None), "arch", type(model).__name__)
-        has_attention = any(n.endswith("attn.hook_pattern") for n in names)
-        if not has_attention:
-            raise InvalidValue(f"invalid model: architecture {arch!r} has no attention heads (the routing law is about attention)")
-        layers = sorted({int(n.split(".")[1]) for n in names if n.endswith("attn.hook_pattern")})
+        layers = _score_layers(names)  # a pattern alone (Mamba's effective attention) has no scores to route
+        if not layers:
+            raise InvalidValue(f"invalid model: architecture {arch!r} has no attention heads the routing law can read "
+                               "(it reads blocks.{l}.attn.hook_scores, hook_pattern, hook_v and hook_z)")
         raise InvalidValue(f"invalid layer: must be one of {layers}, got {layer!r}")
     return want
 
@@ -193,7 +198,7 @@ def value_gradients(model: torch.nn.Module, episodes: Episodes, layer: int, head
 def check_all_heads(model: torch.nn.Module, episodes: Episodes) -> list[dict[str, Any]]:
     """:meth:`HeadGradients.summary` for every attention head of the model, layer by layer."""
     names = model.hook_names() if hasattr(model, "hook_names") else []
-    layers = sorted({int(n.split(".")[1]) for n in names if n.endswith("attn.hook_pattern")})
+    layers = _score_layers(names)
     if not layers:
         _attention_names(model, 0)  # raises the "no attention heads" message
     return [g.summary() for layer in layers for g in layer_gradients(model, episodes, layer)]  # one pass a layer
