@@ -68,7 +68,8 @@ def test_alpha_and_the_skip_reconstruct_each_layers_mixer_output(task_name: str,
 
 def test_alpha_is_the_recurrences_impulse_response() -> None:
     """Column ``s`` of ``α`` is the reference scan's response to a unit input at ``s`` (``D = 0``): the closed
-    form against the recurrence itself, independent of the model, with channels taken in any blocks."""
+    form against the recurrence itself, independent of the model, with channels taken in any blocks; and the
+    pattern, computed another way, is the closed form's aggregate."""
     g = torch.Generator().manual_seed(0)
     Bsz, T, Di, N = 2, 7, 5, 3
     delta = F.softplus(torch.randn(Bsz, T, Di, generator=g, dtype=torch.float64))
@@ -83,6 +84,11 @@ def test_alpha_is_the_recurrences_impulse_response() -> None:
         torch.testing.assert_close(alpha[:, :, :, s], column.transpose(1, 2), rtol=0, atol=1e-13)
     blocks = torch.cat([M.selective_attention(delta, A, B, C, slice(i, i + 2)) for i in range(0, Di, 2)], 1)
     torch.testing.assert_close(blocks, alpha, rtol=0, atol=0)
+    # the pattern, run by the recurrence over every source at once, is the closed form's |α| pooled and normalised
+    weight = alpha.abs().sum(1)
+    for budget in (1, 2 * Bsz * T * N, M.PATTERN_BUDGET):  # one channel at a time, two, all
+        P = M.selective_attention_pattern(delta, A, B, C, budget=budget)
+        torch.testing.assert_close(P[:, 0], weight / weight.sum(-1, keepdim=True), rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("scan", ["fast", "ref"])

@@ -107,8 +107,8 @@ class MambaConfig(ModelConfig):
 
 # --- effective attention -----------------------------------------------------------------------------
 PATTERN_BUDGET = 2**24
-"""The most float64 elements ``[B,T,T,channels,N]`` :func:`selective_attention_pattern` holds at once (128 MiB):
-it walks the channels in blocks of that size."""
+"""The most float64 elements ``[B,T,channels,N]`` of propagated state :func:`selective_attention_pattern` holds at
+once (128 MiB): it walks the channels in blocks of that size."""
 
 
 def selective_attention(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -169,13 +169,28 @@ def selective_attention_pattern(delta: torch.Tensor, A: torch.Tensor, B: torch.T
     least the mean entropy of the channels' own normalised rows, each weighted by its share (the entropy
     of a mixture), so a layer whose channels each read one position, but different ones, is not focused
     by this measure, where a transformer's layer value (the mean of its heads' entropies) would be.
+
+    Computed by the scan's own recurrence run for every source at once — the state a unit input at ``s``
+    leaves, multiplied by each step's decay :math:`\exp(\Delta_k A)` and read with :math:`C_t` — rather than by
+    the closed form of :func:`selective_attention`: the same numbers (a test holds them equal), without an
+    exponential per ``(t, s)`` pair, and never more than ``budget`` elements of state at once.
     """
-    Bsz, T, Di = delta.shape
-    N = A.shape[1]
-    step = max(1, budget // max(1, Bsz * T * T * N))
-    total = torch.zeros(Bsz, T, T, dtype=torch.float64, device=delta.device)
+    d, A64, B64, C64 = (v.double() for v in (delta, A, B, C))
+    Bsz, T, Di = d.shape
+    N = A64.shape[1]
+    step = max(1, budget // max(1, Bsz * T * N))
+    total = torch.zeros(Bsz, T, T, dtype=torch.float64, device=d.device)
     for start in range(0, Di, step):
-        total += selective_attention(delta, A, B, C, slice(start, start + step)).abs().sum(1)
+        c = slice(start, start + step)
+        decay = torch.exp(d[..., c, None] * A64[c])  # [Bsz,T,c,N]: exp(Δ_t[i] A[i,n])
+        write = d[..., c, None] * B64[:, :, None, :]  # [Bsz,T,c,N]: Δ_s[i] B_s[n]
+        # G[:, s] = Δ_s B_s ∏_{k=s+1..t} exp(Δ_k A): the state at t that one unit of u_s left, for every s <= t
+        G = torch.empty(Bsz, T, decay.shape[2], N, dtype=torch.float64, device=d.device)
+        for t in range(T):
+            if t:
+                G[:, :t] *= decay[:, t, None]
+            G[:, t] = write[:, t]
+            total[:, t, : t + 1] += torch.einsum("bsin,bn->bsi", G[:, : t + 1], C64[:, t]).abs().sum(-1)
     row = total.sum(-1, keepdim=True)
     return torch.where(row > 0, total / row.clamp_min(torch.finfo(torch.float64).tiny), 0.0)[:, None]
 
