@@ -124,6 +124,8 @@ def test_bypassing_an_inert_layer_changes_nothing() -> None:
     inert = r["layers"][1]
     assert inert["kl"]["delta"] == pytest.approx(0.0, abs=1e-6)
     assert inert["kl"]["fold"] == pytest.approx(1.0, abs=1e-5)
+    assert inert["kl"]["p_value"] == 1.0  # identical conditions: every sign flip is as extreme
+    assert r["summary"]["p_value_by_layer"][1] == 1.0
     assert r["most_damaging_layer"] == 0
 
 

@@ -72,3 +72,54 @@ def test_the_sign_flip_test_pools_over_counts() -> None:
         sign_flip_p(d, torch.ones(3))
     with pytest.raises(ValueError):
         sign_flip_p(d, alternative="bigger")
+
+
+# --- the statistics in the intervention records ----------------------------------------------------
+def test_an_ablation_that_changes_nothing_has_p_one_and_one_that_breaks_the_model_a_small_p() -> None:
+    """ablation_effects on two variants: a no-op (delta 0, interval [0, 0], p = 1) and the readout's input zeroed
+    (every sequence's KL rises: p at the smallest the test gives)."""
+    from contextlib import nullcontext
+
+    from windtunnel import tasks
+    from windtunnel.geometry.ablation import ablation_effects
+
+    from contracts import tiny_model
+
+    task = tasks.make("hmm", S=3, O=3, K=6)
+    model = tiny_model("transformer", task)
+    with torch.no_grad():  # a sharp readout, so that the intact model is far from uniform
+        model.head.weight.mul_(20)
+    ep = task.sample(40, 0)
+    r = ablation_effects(model, task, ep, [({"what": "nothing"}, nullcontext),
+                                           ({"what": "readout"}, lambda: model.hooks([("hook_final", lambda x, _: x * 0)]))],
+                         n_boot=200, seed=0, metric="kl")
+    same, broken = r["rows"]
+    assert same["kl"]["delta"] == 0.0 and same["kl"]["delta_ci"] == [0.0, 0.0] and same["kl"]["p_value"] == 1.0
+    assert broken["kl"]["delta"] != 0 and broken["kl"]["p_value"] < 0.01
+    lo, hi = broken["kl"]["delta_ci"]
+    assert lo <= broken["kl"]["delta"] <= hi
+
+
+def test_counterfactual_records_intervals_and_p_values_that_bracket_its_estimates() -> None:
+    """On a model that reads the posterior of the whole context at every position (test_steering.LinearBelief,
+    mixed with 10% uniform so that its own error is not 0): the edit's evidence is never carried by the edited
+    position's stream, so every patch recovers nothing (r = 0, inside its interval); after the last block the patch
+    reaches no later query, so every control is identical to it there (p = 1); every interval holds its estimate."""
+    from windtunnel import tasks
+    from windtunnel.geometry.counterfactual import CONDITIONS, counterfactual
+
+    from test_steering import LinearBelief
+
+    task = tasks.make("hmm", S=3, O=3, K=8)
+    r = counterfactual(LinearBelief(task, mix=0.1), task, n=64, n_boot=300)
+    assert r["resolved"]
+    for cond in CONDITIONS:
+        for k, (lo, hi) in zip(r["kl_after_patch"][cond], r["kl_after_patch_ci"][cond]):
+            assert lo <= k <= hi
+        for x, (lo, hi) in zip(r["recovered"][cond], r["recovered_ci"][cond]):
+            assert x == pytest.approx(0.0, abs=1e-6) and lo <= x + 1e-9 and x - 1e-9 <= hi
+    assert all(r["p_vs_controls"][c][-1] == 1.0 for c in CONDITIONS[1:])
+    assert r["p_max_vs_controls"][-1] == 1.0
+    inp = r["input"]
+    assert inp["follows_edit_ci"][0] <= inp["follows_edit"] <= inp["follows_edit_ci"][1]
+    assert inp["p_follows_vs_ignores"] < 0.01  # the model follows the edit in every episode

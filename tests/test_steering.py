@@ -27,11 +27,12 @@ class _Identity(Block):
 class LinearBelief(WindTunnelModel):
     """Two identity blocks over the stream ``x = p A`` (``p`` the exact posterior, ``A`` a random ``C × d`` map of
     full row rank); the output is the probability readout ``q = x A⁺`` (floored at 1e-12, renormalised) as log
-    probabilities: a model whose readout is linear in the stream, and exact."""
+    probabilities (mixed with ``mix`` of the uniform distribution): a model whose readout is linear in the stream,
+    and exact at ``mix = 0``."""
 
-    def __init__(self, task: tasks.Task, d: int = 11) -> None:
+    def __init__(self, task: tasks.Task, d: int = 11, mix: float = 0.0) -> None:
         super().__init__(ModelConfig(arch="linear_belief", vocab_size=task.vocab_size, n_classes=task.n_classes))
-        self.task = task
+        self.task, self.mix = task, mix
         g = torch.Generator().manual_seed(0)
         self.A = torch.randn(task.n_classes, d, generator=g, dtype=torch.float64)
         self.R = torch.linalg.pinv(self.A)
@@ -44,7 +45,7 @@ class LinearBelief(WindTunnelModel):
         for block in self.blocks:
             x = block(x)
         q = (self.hook_final(x) @ self.R).clamp_min(1e-12)
-        return (q / q.sum(-1, keepdim=True)).log()
+        return ((1 - self.mix) * q / q.sum(-1, keepdim=True) + self.mix / self.task.n_classes).log()
 
 
 @pytest.mark.parametrize("name,params", [("hmm", {"S": 3, "O": 3, "K": 8}), ("bijection", {"V": 6, "L": 5})])

@@ -1,4 +1,4 @@
-"""Head and layer ablations with paired bootstrap intervals (Paper I's
+"""Head and layer ablations with paired bootstrap intervals and paired sign-flip p-values (Paper I's
 "Geometry and ablation"; the frame-head criterion of the authors' released code is discussed below)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 
 from ..evaluation import metrics as M
 from ..evaluation.evaluate import predict
+from ..evaluation.stats import sign_flip_p
 from ..tasks.base import Episodes, Task
 from . import _plot
 from .registry import Diagnostic, Reading, needs, register
@@ -36,10 +37,14 @@ def _per_sequence(logits: torch.Tensor, ep: Episodes) -> dict[str, tuple[torch.T
 def ablation_effects(model: torch.nn.Module, task: Task, ep: Episodes,
                      variants: list[tuple[dict[str, Any], Callable[[], AbstractContextManager]]],
                      n_boot: int, seed: int, metric: str) -> dict[str, Any]:
-    """Each variant (a label and a context manager that ablates something) scored against the intact
+    r"""Each variant (a label and a context manager that ablates something) scored against the intact
     model on the same episodes: per variant and metric the ablated value, ``delta``, its paired
-    bootstrap interval over sequences and ``fold = ablated / intact``; the top variant by ``metric``
-    and its ratio to the runner-up.  Shared by every ablation diagnostic."""
+    bootstrap interval over sequences, ``fold = ablated / intact`` and ``p_value``, the two-sided paired
+    sign-flip p-value of ``delta`` (:func:`windtunnel.evaluation.stats.sign_flip_p` on the per-sequence
+    differences :math:`d_i = s^{abl}_i - s^{intact}_i` of the metric summed over the sequence's ``c_i`` scored
+    positions, statistic :math:`\sum d_i / \sum c_i`: under "the ablation changes nothing" each sequence's
+    difference is as likely to have either sign); the top variant by ``metric`` and its ratio to the runner-up.
+    Shared by every ablation diagnostic."""
     base_logits = predict(model, ep)
     base = _per_sequence(base_logits, ep)
     W = resample_weights(len(ep), n_boot, seed)  # [R, B]
@@ -66,6 +71,7 @@ def ablation_effects(model: torch.nn.Module, task: Task, ep: Episodes,
                 "ablated": v,
                 "delta": v - base_vals[m],
                 "delta_ci": ci(db),
+                "p_value": sign_flip_p(ab[m][0] - base[m][0], base[m][1], seed=seed + 1),
                 "fold": v / base_vals[m] if base_vals[m] > 0 else None,
             }
             if m == metric:
@@ -158,7 +164,8 @@ def head_ablation(
                          "paired bootstrap over sequences", **out, "heads": rows}
     top = rows[out.pop("top")]
     out["hypothesis_frame_head"] = {"layer": top["layer"], "head": top["head"], "delta": top[metric]["delta"],
-                                    "delta_ci": top[metric]["delta_ci"], "fold": top[metric]["fold"]}
+                                    "delta_ci": top[metric]["delta_ci"], "p_value": top[metric]["p_value"],
+                                    "fold": top[metric]["fold"]}
     if "runner_up" in out:
         ru = rows[out.pop("runner_up")]
         out["runner_up_head"] = {"layer": ru["layer"], "head": ru["head"], "delta": ru[metric]["delta"]}
@@ -166,6 +173,7 @@ def head_ablation(
         "hypothesis_frame_head": f"L{top['layer']}H{top['head']}",
         "frame_head_delta": top[metric]["delta"],
         "frame_head_fold": top[metric]["fold"],
+        "frame_head_p_value": top[metric]["p_value"],
         "ratio_to_runner_up": out.get("ratio_to_runner_up"),
         "top_share": out.get("top_share"),
         "baseline": out["baseline"][metric]["value"],
@@ -209,13 +217,15 @@ def layer_ablation(
         "max_fold": max(folds) if folds else None,
         "min_fold": min(folds) if folds else None,
         "fold_by_layer": [r[metric]["fold"] for r in rows],
+        "p_value_by_layer": [r[metric]["p_value"] for r in rows],
         "baseline": out["baseline"][metric]["value"],
     }
     return clean(out)
 
 
 def ablation_figure(result: dict[str, Any], path: str | Path, title: str = "") -> Path:
-    """Bars of the change in each metric per ablated unit, with 95% paired-bootstrap intervals."""
+    """Bars of the change in each metric per ablated unit, with 95% paired-bootstrap intervals and each bar's
+    paired sign-flip p-value above it (the count below 0.05 in the title)."""
     if not result.get("applicable", False):
         return _plot.placeholder(f"ablation: {result.get('reason', 'not applicable')}", path)
     rows = result.get("heads") or result.get("layers")
@@ -235,11 +245,18 @@ def ablation_figure(result: dict[str, Any], path: str | Path, title: str = "") -
                       for r in rows]
         ax.bar(range(len(rows)), d, yerr=err, color=colors, capsize=2)
         ax.axhline(0, color="k", lw=0.6)
+        ps = [r[m].get("p_value") for r in rows]
+        for i, (p, top) in enumerate(zip(ps, hi)):
+            if p is not None and top is not None:
+                ax.annotate(f"{p:.2g}", (i, max(d[i], top)), fontsize=5 if len(rows) > 12 else 6, ha="center",
+                            va="bottom", rotation=90 if len(rows) > 12 else 0)
         ax.set_ylabel(f"Δ {m} (bits)")
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, rotation=90 if len(rows) > 12 else 0, fontsize=7)
         base = result["baseline"][m]["value"]
-        ax.set_title(f"{title} — intact {m} = {base:.3g} bits", fontsize=9)
+        n_sig = sum(1 for p in ps if p is not None and p < 0.05)
+        ax.set_title(f"{title}: intact {m} {base:.3g} bits; {n_sig}/{len(rows)} at p < 0.05 (sign-flip p above "
+                     "bars)", fontsize=8)
     return _plot.save(fig, path)
 
 
@@ -279,6 +296,6 @@ def _interpret_layers(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("head_ablation", head_ablation, head_ablation_figure, _interpret_heads, resamples=True, order=40,
-                    claims=("B3", "B13")))
+                    version=2, claims=("B3", "B13")))
 register(Diagnostic("layer_ablation", layer_ablation, layer_ablation_figure, _interpret_layers, resamples=True,
-                    order=50, claims=("B5",)))
+                    order=50, version=2, claims=("B5",)))

@@ -30,6 +30,11 @@ after the edit whose exact posterior the edit changes.
   *mean* residual over episodes at this position, and a *random* vector of the patched vector's norm.
   A patch that recovers ``B`` and controls that do not are what make the profile evidence of where the
   model carries that token's information.
+* **Statistics** (:mod:`windtunnel.evaluation.stats`), over episodes (each contributes the KL summed over its
+  affected queries, pooled as above): a 95% percentile bootstrap interval of every KL and of every ``r(l)`` (the
+  three KLs of ``r`` resampled together), and, per layer, the paired sign-flip p-value of the counterfactual
+  patch against each control (``p_vs_controls``; two-sided, on ``KL(p_B ‖ ·)``), and of the input
+  counterfactual's ``follows_edit`` against ``ignores_edit``.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ from typing import Any
 import torch
 
 from ..evaluation.metrics import _kl_from_log
+from ..evaluation.stats import resample_weights, sign_flip_p
 from . import _plot
-from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
+from ._common import GEOMETRY_SEED, ci, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .registry import Diagnostic, Reading, needs, register
 
 __all__ = ["counterfactual", "counterfactual_figure", "CONDITIONS"]
@@ -87,9 +93,10 @@ def _run(model: torch.nn.Module, tokens: torch.Tensor, chunk: int, names: list[s
 
 @needs("blocks.{l}.hook_resid_pre", "blocks.{l}.hook_resid_post")
 def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n: int = 256,
-                   seed: int = GEOMETRY_SEED, chunk: int = 128) -> dict[str, Any]:
-    """The input counterfactual and the layer-by-layer patching profile with its four controls (module
-    docstring), on ``episodes`` (or ``n`` sampled with ``seed``)."""
+                   seed: int = GEOMETRY_SEED, chunk: int = 128, n_boot: int = 1000) -> dict[str, Any]:
+    """The input counterfactual and the layer-by-layer patching profile with its four controls, bootstrap
+    intervals over episodes (``n_boot`` resamples) and sign-flip p-values (module docstring), on ``episodes`` (or
+    ``n`` sampled with ``seed``)."""
     L = n_layers(model)
     if task.n_features:
         return not_applicable(f"task {task.name!r} has real-valued inputs (the edits change a token)")
@@ -109,6 +116,19 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
     def kl(p: torch.Tensor, log_q: torch.Tensor) -> float:
         return float(_kl_from_log(p, log_q)[affected].mean())
 
+    counts = affected.double().sum(1)  # affected queries per episode
+    W = resample_weights(B, n_boot, seed + 3)
+    den = W @ counts
+
+    def sums(p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+        """Per episode, KL(p || q) summed over its affected queries."""
+        k = _kl_from_log(p, log_q)
+        return torch.where(affected, k, torch.zeros_like(k)).sum(1)
+
+    def boot(s: torch.Tensor) -> torch.Tensor:
+        """The pooled KL in each bootstrap resample of the episodes."""
+        return (W @ s) / den.clamp_min(1e-300)
+
     names = _names(L)
     rows = torch.arange(B)
     with eval_mode(model):
@@ -116,6 +136,9 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
         log_b, acts_b = _run(model, edited, chunk, names)
         _, acts_c = _run(model, other, chunk, names)
         k_a, k_b = kl(post_b, log_a), kl(post_b, log_b)
+        s_a, s_b, s_ign = sums(post_b, log_a), sums(post_b, log_b), sums(post_a, log_b)
+        ba, bb = boot(s_a), boot(s_b)
+        bspan = torch.log(ba / bb)
         by_distance = _by_distance(post_a, post_b, log_a, log_b, affected, pos)
         span = math.log(k_a / k_b) if k_a > 0 and k_b > 0 else 0.0
         resolved = span >= math.log(2.0)
@@ -123,6 +146,9 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
         shuffle = torch.roll(torch.arange(B), 1)
         profile: dict[str, list[float | None]] = {c: [] for c in CONDITIONS}
         kl_after: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+        kl_after_ci: dict[str, list[list[float | None]]] = {c: [] for c in CONDITIONS}
+        recovered_ci: dict[str, list[list[float | None]]] = {c: [] for c in CONDITIONS}
+        p_vs: dict[str, list[float | None]] = {c: [] for c in CONDITIONS[1:]}
         for name in names:
             donor = acts_b[name][rows, pos]
             noise = torch.randn(donor.shape, generator=g)
@@ -133,30 +159,51 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
                 "mean": acts_a[name].mean(0)[pos],
                 "random": noise / noise.norm(dim=-1, keepdim=True).clamp_min(1e-12) * donor.norm(dim=-1, keepdim=True),
             }
+            layer_sums = {}
             for cond, vec in vectors.items():
                 log_p, _ = _run(model, ep.tokens, chunk, patch=(name, pos, vec))
                 k = kl(post_b, log_p)
                 kl_after[cond].append(k)
                 profile[cond].append(math.log(k_a / max(k, 1e-300)) / span if resolved else None)
+                layer_sums[cond] = sums(post_b, log_p)
+                bk = boot(layer_sums[cond])
+                kl_after_ci[cond].append(ci(bk))
+                ok = bspan >= math.log(2.0)  # resamples where r is defined, as for the estimate
+                recovered_ci[cond].append(ci((torch.log(ba / bk.clamp_min(1e-300)) / bspan)[ok]) if resolved
+                                          else [None, None])
+            for cond in CONDITIONS[1:]:
+                p_vs[cond].append(sign_flip_p(layer_sums["counterfactual"] - layer_sums[cond], counts, seed=seed + 4))
     layers = [f"L{l}" for l in range(L)] + ["out"]
     cf = profile["counterfactual"]
     routed = next((layers[i] for i, r in enumerate(cf) if r is not None and r < 0.5), None)
     controls_max = max((r for c in CONDITIONS[1:] for r in profile[c] if r is not None), default=None)
+    p_max = [max((p_vs[c][i] for c in CONDITIONS[1:] if p_vs[c][i] is not None), default=None)
+             for i in range(len(layers))]
+    p_follows = sign_flip_p(s_b - s_ign, counts, seed=seed + 5)
     return clean({
         "applicable": True,
         "definition": "KL (bits) over the affected queries (scored, after the edit, posterior changed by it); "
                       "r(l) = log(KL(p_B||m(A)) / KL(p_B||m patched at l)) / log(KL(p_B||m(A)) / KL(p_B||m(B))), the "
                       "residual at the edited position replaced at the input of block l ('out': after the last); "
                       "None unless reading the edit brings the model >= 2x closer to p_B; edit_size_tv: total "
-                      "variation between the two exact posteriors",
+                      "variation between the two exact posteriors; *_ci: 95% bootstrap intervals over episodes; "
+                      "p_vs_controls: paired sign-flip p-values (two-sided) of the counterfactual patch against each "
+                      "control",
         "n_episodes": B,
         "n_affected": int(affected.sum()),
         "edit_size_tv": float(0.5 * (post_b - post_a).abs().sum(-1)[affected].mean()),
         "resolved": resolved,
-        "input": {"follows_edit": k_b, "ignores_edit": kl(post_a, log_b), "unedited_model": k_a},
+        "n_boot": n_boot,
+        "input": {"follows_edit": k_b, "ignores_edit": kl(post_a, log_b), "unedited_model": k_a,
+                  "follows_edit_ci": ci(bb), "ignores_edit_ci": ci(boot(s_ign)), "unedited_model_ci": ci(ba),
+                  "p_follows_vs_ignores": p_follows},
         "layers": layers,
         "recovered": profile,
+        "recovered_ci": recovered_ci,
         "kl_after_patch": kl_after,
+        "kl_after_patch_ci": kl_after_ci,
+        "p_vs_controls": p_vs,
+        "p_max_vs_controls": p_max,
         "by_distance": by_distance,
         "summary": {
             "nearest_distance": by_distance["distance"][0] if by_distance["distance"] else None,
@@ -165,6 +212,8 @@ def counterfactual(model: torch.nn.Module, task: Any, *, episodes: Any = None, n
             "follows_edit_kl": k_b,
             "ignores_edit_kl": kl(post_a, log_b),
             "recovered_at_input": cf[0],
+            "recovered_at_input_ci": recovered_ci["counterfactual"][0],
+            "p_max_vs_controls_at_input": p_max[0],
             "recovered_by_layer": cf,
             "routed_by": routed,
             "controls_max_recovered": controls_max,
@@ -218,16 +267,27 @@ def counterfactual_figure(result: dict[str, Any], path: Path) -> Path:
     x = list(range(len(result["layers"])))
     style = {"counterfactual": ("o-", "C0"), "wrong": ("s--", "C3"), "shuffled": ("^--", "C1"),
              "mean": ("v:", "0.4"), "random": ("x:", "0.6")}
+    rci = result.get("recovered_ci", {})
     for cond in CONDITIONS:
         m, c = style[cond]
-        a.plot(x, _plot.nan(result["recovered"][cond]), m, color=c, label=cond)
+        ys = _plot.nan(result["recovered"][cond])
+        if cond in rci:
+            lo = [max(0.0, y - b[0]) if b[0] is not None and y == y else 0.0 for y, b in zip(ys, rci[cond])]
+            hi = [max(0.0, b[1] - y) if b[1] is not None and y == y else 0.0 for y, b in zip(ys, rci[cond])]
+            a.errorbar(x, ys, yerr=[lo, hi], fmt=m, color=c, capsize=2, label=cond)
+        else:
+            a.plot(x, ys, m, color=c, label=cond)
+    for i, p in enumerate(result.get("p_max_vs_controls", [])):
+        y = result["recovered"]["counterfactual"][i]
+        if p is not None and y is not None:
+            a.annotate(f"p≤{p:.2g}", (i, y), fontsize=6, textcoords="offset points", xytext=(3, 5))
     a.axhline(0, color="k", lw=0.6)
     a.axhline(1, color="k", lw=0.6, ls=":")
     a.set_xticks(x, result["layers"])
     a.set_xlabel("residual stream patched at the edited position (input of block)")
     a.set_ylabel("share of the edit recovered (log KL), r")
     a.set_title(f"Counterfactual patching (input: KL {result['input']['follows_edit']:.3g} bits to the edit's "
-                f"posterior)", fontsize=8)
+                f"posterior)\n95% bootstrap bars; p: largest sign-flip p of the patch vs a control", fontsize=8)
     a.legend(fontsize=7)
     return _plot.save(fig, path)
 
@@ -268,5 +328,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     return out
 
 
-register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96, version=3,
-                    claims=("A27", "B11")))
+register(Diagnostic("counterfactual", counterfactual, counterfactual_figure, _interpret, order=96, version=4,
+                    resamples=True, claims=("A27", "B11")))
