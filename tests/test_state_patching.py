@@ -106,6 +106,11 @@ def test_patching_the_last_layer_at_t_reproduces_the_model_reading_b(arch: str) 
         return
     rec = r["at_t"]
     assert rec["layers"][-1]["patch"]["mean"] == pytest.approx(rec["reads_counterfactual"]["mean"], rel=1e-5)
+    assert r["summary"]["at_t_best_layer"] < len(model.blocks) - 1  # the trivial last layer is left out
+    readings = G.DIAGNOSTICS["state_patching"].interpret(r)
+    assert [x.statistic for x in readings] == ["state_patching.at_t_best_patched_kl",
+                                               "state_patching.after_t_best_patched_kl"]
+    assert readings[1].consistent is None and all(x.claim == "B10" for x in readings)
     assert all(0 <= lay["vs"][c]["p_value"] <= 1 for lay in rec["layers"] for c in lay["vs"])
     assert "after_t" in r["scored"]
 

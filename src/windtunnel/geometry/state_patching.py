@@ -37,7 +37,8 @@ usually, position) and ``mean`` (the mean over the episodes of ``A``'s vector at
 (1: the patch brings the model as close to the target as reading the counterfactual context does; ``None`` when
 that is less than 2× closer than reading ``A``), and linearly, :math:`r_{lin}(l) = (\mathrm{KL}_{none} -
 \mathrm{KL}_{patch}) / (\mathrm{KL}_{none} - \mathrm{KL}_{ref})`.  Patching the last layer's full vector at ``t``
-reproduces ``m(B)(t)`` exactly (the readout at ``t`` reads only that vector), so ``r = 1`` there at ``t``.
+reproduces ``m(B)(t)`` exactly (the readout at ``t`` reads only that vector), so ``r = 1`` there at ``t``: the
+summary's best layer at ``t`` is sought among the layers before the last.
 **Statistics**: every mean KL has a percentile bootstrap interval over pairs (positions after ``t`` pooled per
 episode), and the patch is compared with each control by a paired sign-flip p-value
 (:mod:`windtunnel.evaluation.stats`).
@@ -56,7 +57,7 @@ from ..tasks.base import Episodes, Task
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .registry import Diagnostic, Reading, needs, register
-from .steering import Pairs, counterfactual_pairs, kl_at, run_patched, same_norm_random, setter, share_recovered
+from .steering import Pairs, counterfactual_pairs, run_patched, same_norm_random, setter, share_recovered
 
 __all__ = ["state_patching", "state_patching_figure", "CONTROLS", "spliced"]
 
@@ -182,7 +183,9 @@ def state_patching(model: torch.nn.Module, task: Task, *, episodes: Episodes | N
         summary[f"{key}_reads_counterfactual_kl"] = rec["reads_counterfactual"]["mean"]
         summary[f"{key}_patched_kl_by_layer"] = [lay["patch"]["mean"] for lay in lays]
         summary[f"{key}_recovered_by_layer"] = rec_by_layer
-        best = min(range(L), key=lambda i: lays[i]["patch"]["mean"] if lays[i]["patch"]["mean"] is not None
+        # at t the last layer's patch reproduces m(B)(t) by construction: the best layer is sought before it
+        cands = range(L - 1) if key == "at_t" and L > 1 else range(L)
+        best = min(cands, key=lambda i: lays[i]["patch"]["mean"] if lays[i]["patch"]["mean"] is not None
                    else float("inf"))
         summary[f"{key}_best_layer"] = best
         summary[f"{key}_best_patched_kl"] = lays[best]["patch"]["mean"]
@@ -270,25 +273,36 @@ def state_patching_figure(result: dict[str, Any], path: str | Path) -> Path:
 
 
 def _interpret(r: dict[str, Any]) -> list[Reading]:
-    """B10 read causally through a patch: if the state at t is the belief, putting B's state there makes the
-    model's later predictions follow the filter from B's belief (after t), beyond every control."""
+    """B10 read causally through a patch.  At t (the layers before the last, whose patch reproduces m(B)(t) by
+    construction): if the stream at t is where the belief lives, B's state there gives B's posterior, beyond every
+    control.  After t (hidden-state tasks), stated without a verdict: whether later positions take the past from
+    t's state alone (a recurrent model whose state is the belief does; a transformer that reads the observations
+    again through attention need not, and the substrate claim does not require it)."""
     s = r["summary"]
-    key = "after_t" if "after_t" in r["scored"] else "at_t"
-    k, none = s.get(f"{key}_best_patched_kl"), s.get(f"{key}_no_patch_kl")
-    if k is None or none is None:
-        return []
-    ctrl, p = s.get(f"{key}_controls_min_kl"), s.get(f"{key}_p_max_vs_controls")
-    ok = None
-    if ctrl is not None and p is not None:
-        ok = k < 0.5 * none and k < ctrl and p < 0.05
-    where = ("after t, against the filter started from B's belief at t on A's later observations" if key == "after_t"
-             else "at t, against B's posterior")
-    rec = s.get(f"{key}_best_recovered")
-    rec_txt = f", {rec:.2f} of the way to the model reading the counterfactual (log scale)" if rec is not None else ""
-    return [Reading(f"state_patching.{key}_best_patched_kl", k, "no patch", none,
-                    "below half the unpatched KL and below every control, each at p < 0.05, is consistent", ok, "B10",
-                    f"patching B's layer-{s[f'{key}_best_layer']} state into A leaves the model {k:.3g} bits from the "
-                    f"exact counterfactual {where} (no patch {none:.3g}, best control {ctrl}){rec_txt}")]
+    out: list[Reading] = []
+    for key in r["scored"]:
+        k, none = s.get(f"{key}_best_patched_kl"), s.get(f"{key}_no_patch_kl")
+        if k is None or none is None:
+            continue
+        n_layers_ = len(s.get(f"{key}_patched_kl_by_layer") or [])
+        if key == "at_t" and n_layers_ < 2:
+            continue  # one layer: its patch at t is the readout's input, nothing is tested
+        ctrl, p = s.get(f"{key}_controls_min_kl"), s.get(f"{key}_p_max_vs_controls")
+        ok = None
+        if key == "at_t" and ctrl is not None and p is not None:
+            ok = k < 0.5 * none and k < ctrl and p < 0.05
+        where = ("after t, against the filter started from B's belief at t on A's later observations" if key == "after_t"
+                 else "at t, against B's posterior")
+        rec = s.get(f"{key}_best_recovered")
+        rec_txt = f", {rec:.2f} of the way to the model reading the counterfactual (log scale)" if rec is not None else ""
+        out.append(Reading(f"state_patching.{key}_best_patched_kl", k, "no patch", none,
+                           "below half the unpatched KL and below every control, each at p < 0.05, is consistent"
+                           if key == "at_t" else "informational: how much of the past later positions take from t's "
+                           "state", ok, "B10",
+                           f"patching B's layer-{s[f'{key}_best_layer']} state into A leaves the model {k:.3g} bits "
+                           f"from the exact counterfactual {where} (no patch {none:.3g}, closest control "
+                           f"{'—' if ctrl is None else f'{ctrl:.3g}'}){rec_txt}"))
+    return out
 
 
 register(Diagnostic("state_patching", state_patching, state_patching_figure, _interpret, resamples=True, order=98,

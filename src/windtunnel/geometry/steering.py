@@ -402,13 +402,14 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
     ok = None
     if p1 is not None and p2 is not None and rnd is not None:
         ok = k < 0.5 * none and k < rnd and p1 < 0.05 and p2 < 0.05
-    rec = s.get("recovered")
+    rec, fails = s.get("recovered"), s.get("fails_layer_steered_kl")
     rec_txt = f"; {rec:.2f} of the way to the model reading B (log scale)" if rec is not None else ""
     return [Reading("steering.steered_kl", k, "no edit", none,
                     "below half the no-edit KL and below the random edit, both at p < 0.05, is consistent", ok, "B10",
                     f"steering layer {s['best_probe_layer']} along its probe to B's posterior leaves the model "
-                    f"{k:.3g} bits from it (no edit {none:.3g}, random edit {rnd:.3g}, probe-fails layer "
-                    f"{s['fails_layer']}: {s.get('fails_layer_steered_kl')}){rec_txt}")]
+                    f"{k:.3g} bits from it (no edit {none:.3g}, random edit {'—' if rnd is None else f'{rnd:.3g}'}, "
+                    f"probe-fails layer "
+                    f"{s['fails_layer']}: {'—' if fails is None else f'{fails:.3g}'}){rec_txt}")]
 
 
 register(Diagnostic("steering", steering, steering_figure, _interpret, resamples=True, order=97, claims=("B10",)))
