@@ -150,10 +150,10 @@ def test_steering_runs_on_every_architecture_or_declines(arch: str, task_name: s
     r = json.loads(json.dumps(G.DIAGNOSTICS["steering"].compute(model, task, episodes=task.sample(24, 2), n_boot=30),
                               allow_nan=False))
     if not G.DIAGNOSTICS["steering"].applies(model):
-        assert r["applicable"] is False and "hook_resid_post" in r["reason"]
+        assert r["applicable"] is False and "hook_resid_p" in r["reason"]
         return
     assert r["applicable"], r
-    assert len(r["layers"]) == len(model.blocks)
+    assert [lay["layer"] for lay in r["layers"]] == [-1, *range(len(model.blocks))]  # the embedding, then each block
     for lay in r["layers"]:
         if lay["probe_rank"] == task.n_classes - 1:
             assert lay["probe_reads_target_tv"] < 1e-6
@@ -168,4 +168,4 @@ def test_steering_declines_a_model_without_layers() -> None:
             return torch.zeros(*tokens.shape, task.n_classes)
 
     r = steering(NoLayers(), task, n=8)
-    assert r["applicable"] is False and "blocks.{l}.hook_resid_post" in r["reason"]
+    assert r["applicable"] is False and "blocks.{l}.hook_resid_pre" in r["reason"]

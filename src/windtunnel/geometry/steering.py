@@ -19,7 +19,8 @@ among the positions scored in both where the two exact posteriors differ (total 
   episode's observations (any observation sequence is possible under every HMM of the task, whose emissions are
   at least 0.05).  The two posteriors are then distributions over the same hidden states.
 
-**Probe and edit.**  At each layer ``l`` (``blocks.{l}.hook_resid_post``) the posterior probe of
+**Probe and edit.**  At each layer ``l`` (``blocks.{l}.hook_resid_post``, and the embedding,
+``blocks.0.hook_resid_pre``, as ``l = -1``) the posterior probe of
 :mod:`~windtunnel.geometry.probes` (ridge with intercept, :func:`~windtunnel.geometry.readouts.ridge_fit`, on the
 held-in episodes' scored positions) reads :math:`\hat P(x) = xW + b` (``W`` is ``d × C``).  The edit of ``A``'s
 state :math:`x_A` at ``t`` is the smallest one (Euclidean norm) that makes the probe read ``B``'s exact posterior:
@@ -40,8 +41,9 @@ probe reading and ``p_B(t)``, checks it).  :math:`\delta` is added to the stream
 * ``random`` — :math:`\mathrm{KL}(p_B \| m_{A+\rho})`, :math:`\rho` a uniformly random direction with
   :math:`\|\rho\| = \|\delta\|` (per pair);
 * ``reads_B`` — :math:`\mathrm{KL}(p_B \| m(B))`, the model reading ``B`` itself: the floor a perfect edit reaches;
-* the **probe-fails control**: the same edit at the layer whose probe reads the posterior worst (lowest held-out
-  R²), compared with the best-probe layer (lowest held-out probe KL) on the same pairs.
+* the **probe-fails control**: the same edit at the site whose probe reads the posterior worst (lowest held-out
+  R²; usually the embedding, which holds only the token and its position), compared with the best-probe layer
+  (lowest held-out probe KL) on the same pairs.
 
 The share of the counterfactual recovered, on a log scale as in :mod:`~windtunnel.geometry.counterfactual`,
 
@@ -80,6 +82,10 @@ PINV_RTOL = 1e-6
 
 MIN_TV = 1e-6
 """A pair's position must move the exact posterior by more than this (total variation) to be drawn."""
+
+EMBED = -1
+"""The ``layer`` of the embedding site, ``blocks.0.hook_resid_pre`` (what enters block 0: the token and its position
+alone), steered beside each block's output as the place where a probe should fail."""
 
 RESOLVED = math.log(2.0)
 """A share is defined where reading ``B`` brings the model at least 2× closer to ``p_B`` than reading ``A``."""
@@ -236,7 +242,7 @@ def kl_at(post: torch.Tensor, log_q: torch.Tensor, pos: torch.Tensor) -> torch.T
 
 
 # --- the diagnostic --------------------------------------------------------------------------------
-@needs("blocks.{l}.hook_resid_post")
+@needs("blocks.{l}.hook_resid_pre", "blocks.{l}.hook_resid_post")
 def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = None, n: int = 256,
              seed: int = GEOMETRY_SEED, n_boot: int = 1000, train_frac: float = TRAIN_FRAC,
              chunk: int = 128) -> dict[str, Any]:
@@ -245,7 +251,9 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
     sampled with ``seed``)."""
     ep = episodes_for(task, n, seed, episodes)
     L = n_layers(model)
-    names = [f"blocks.{l}.hook_resid_post" for l in range(L)]
+    # the embedding (what enters block 0: token and position alone) then each block's output
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(L)]
+    sites = [EMBED] + list(range(L))
     sc = collect_scored(model, ep, names)
     if sc.n_seq < 4:
         return not_applicable("task episodes too few to hold some out (steering needs at least 4)")
@@ -268,7 +276,7 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
     none_stats, ref_stats = mean_ci(k_none, seed + 4), mean_ci(k_ref, seed + 4)
     layers: list[dict[str, Any]] = []
     steered_by_layer: list[torch.Tensor] = []
-    for l, name in enumerate(names):
+    for l, name in zip(sites, names):
         X, P = sc.acts[name], sc.posterior
         pp = posterior_probe(X, P, sc.seq, train, test)
         probe = ridge_fit(X[train], P[train], sc.seq[train])
@@ -300,15 +308,18 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
             "vs_no_edit": paired_effect(k_s, k_none, n_boot=n_boot, seed=seed + 5),
             "vs_random": paired_effect(k_s, k_r, n_boot=n_boot, seed=seed + 6),
         })
-    best = min(range(L), key=lambda i: layers[i]["probe_kl_bits"])
+    every = range(len(layers))
+    best = min(every, key=lambda i: layers[i]["probe_kl_bits"])
     r2s = [lay["probe_r2"] if lay["probe_r2"] is not None else -math.inf for lay in layers]
-    worst = min(range(L), key=lambda i: r2s[i])
+    worst = min(every, key=lambda i: r2s[i])
     vs_fails = paired_effect(steered_by_layer[best], steered_by_layer[worst], n_boot=n_boot, seed=seed + 7) \
         if worst != best else None
     bl = layers[best]
+    best_l, worst_l = bl["layer"], layers[worst]["layer"]
     return clean({
         "applicable": True,
-        "definition": "at layer l (blocks.l.hook_resid_post) and a held-out position t, A's state moved by the "
+        "definition": "at layer l (blocks.l.hook_resid_post; l = -1: the embedding, blocks.0.hook_resid_pre) and a "
+                      "held-out position t, A's state moved by the "
                       "minimum-norm edit delta = (p_B(t) - probe(x_A)) W^+ that makes the layer's ridge probe read "
                       "B's exact posterior; KL(p_B(t) || model) in bits at t; controls: no edit, a random direction "
                       "of |delta|, the layer whose probe reads worst; reads_B: the model reading B; recovered = "
@@ -324,12 +335,12 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
         "reads_B": ref_stats,
         "reads_A_kl_to_own": float(kl_at(pairs.post_a, log_a, pairs.pos).mean()),
         "layers": layers,
-        "best_probe_layer": best,
-        "fails_layer": worst,
+        "best_probe_layer": best_l,
+        "fails_layer": worst_l,
         "best_vs_fails": vs_fails,
         "summary": {
-            "best_probe_layer": best,
-            "fails_layer": worst,
+            "best_probe_layer": best_l,
+            "fails_layer": worst_l,
             "no_edit_kl": none_stats["mean"],
             "reads_B_kl": ref_stats["mean"],
             "steered_kl": bl["steered"]["mean"],
@@ -383,8 +394,8 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
         a.set_yscale("log")
     else:
         a.set_yscale("symlog", linthresh=1e-3)
-    a.set_xticks(x)
-    a.set_xlabel("layer steered (blocks.l.hook_resid_post)")
+    a.set_xticks(x, ["embed" if v == EMBED else str(v) for v in x])
+    a.set_xlabel("layer steered (blocks.l.hook_resid_post; embed: blocks.0.hook_resid_pre)")
     a.set_ylabel("KL(p_B ‖ model) at t, bits")
     a.set_title(f"Belief steering, {result['n_pairs']} held-out pairs (p: vs no edit / vs random)", fontsize=8)
     a.legend(fontsize=6)
@@ -412,4 +423,5 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
                     f"{s['fails_layer']}: {'—' if fails is None else f'{fails:.3g}'}){rec_txt}")]
 
 
-register(Diagnostic("steering", steering, steering_figure, _interpret, resamples=True, order=97, claims=("B10",)))
+register(Diagnostic("steering", steering, steering_figure, _interpret, resamples=True, order=97, version=2,
+                    claims=("B10",)))
