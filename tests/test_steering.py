@@ -62,6 +62,9 @@ def test_steering_along_the_probe_of_a_linear_readout_lands_on_the_counterfactua
         assert lay["probe_r2"] > 0.999 and lay["probe_rank"] == task.n_classes - 1
         assert lay["probe_reads_target_tv"] < 1e-6
         assert lay["steered"]["mean"] < 1e-5, lay
+        dm = lay["data_metric"]  # the same constraint in the stream's own metric: as exact
+        assert dm["probe_reads_target_tv"] < 1e-6 and dm["steered"]["mean"] < 1e-5
+        assert dm["vs_random"]["p_value"] < 0.01
         assert lay["random"]["mean"] > 0.05
         assert lay["vs_no_edit"]["p_value"] < 0.01 and lay["vs_random"]["p_value"] < 0.01
         assert lay["vs_no_edit"]["diff"] == pytest.approx(lay["steered"]["mean"] - r["no_edit"]["mean"], abs=1e-9)

@@ -25,7 +25,8 @@ among the positions scored in both where the two exact posteriors differ (total 
 held-in episodes' scored positions) reads :math:`\hat P(x) = xW + b` (``W`` is ``d × C``).  The edit of ``A``'s
 state :math:`x_A` at ``t`` is the smallest one (Euclidean norm) that makes the probe read ``B``'s exact posterior:
 
-.. math:: \delta = (p_B(t) - \hat P(x_A))\, W^{+}, \qquad \hat P(x_A + \delta) = \hat P(x_A) + (p_B(t) - \hat P(x_A))\,\Pi
+.. math:: \delta = (p_B(t) - \hat P(x_A))\, W^{+}, \qquad
+          \hat P(x_A + \delta) = \hat P(x_A) + (p_B(t) - \hat P(x_A))\,\Pi
 
 with :math:`W^{+}` the pseudo-inverse (singular values below ``1e-6`` of the largest dropped) and :math:`\Pi =
 W^{+}W` the projector on the probe's row space.  Probabilities and the probe's readings both sum to 1, so the
@@ -34,12 +35,23 @@ then reads ``p_B(t)`` exactly (``probe_reads_target_tv``, the mean total variati
 probe reading and ``p_B(t)``, checks it).  :math:`\delta` is added to the stream at
 ``(l, t)`` only and the model runs on from there.
 
+The Euclidean norm is the stream's coordinates' own; a probe can lean on directions in which the stream barely
+varies, and a tiny move along them can read as a large change of belief that the rest of the model never sees.
+So the same constraint is also solved in the metric of the stream's spread (``data_metric``): with
+:math:`\Sigma` the covariance of the held-in states, the edit minimising :math:`\delta\Sigma^{-1}\delta^\top`
+subject to :math:`\delta W = p_B(t) - \hat P(x_A)` is
+
+.. math:: \delta_\Sigma = (p_B(t) - \hat P(x_A))\,(W^\top \Sigma W)^{+}\, W^\top \Sigma,
+
+a move along the directions the stream actually uses (its random control: a Gaussian draw with covariance
+:math:`\Sigma`, scaled to :math:`\|\delta_\Sigma\|`).
+
 **Scores** (bits, at position ``t``, against ``B``'s exact posterior ``p_B(t)``), per layer:
 
 * ``steered`` — :math:`\mathrm{KL}(p_B \| m_{A+\delta})`;
 * ``no_edit`` — :math:`\mathrm{KL}(p_B \| m(A))`, the model left alone (the same at every layer);
 * ``random`` — :math:`\mathrm{KL}(p_B \| m_{A+\rho})`, :math:`\rho` a uniformly random direction with
-  :math:`\|\rho\| = \|\delta\|` (per pair);
+  :math:`\|\rho\| = \|\delta\|` (per pair); both, and their comparisons, again under ``data_metric``;
 * ``reads_B`` — :math:`\mathrm{KL}(p_B \| m(B))`, the model reading ``B`` itself: the floor a perfect edit reaches;
 * the **probe-fails control**: the same edit at the site whose probe reads the posterior worst (lowest held-out
   R²; usually the embedding, which holds only the token and its position), compared with the best-probe layer
@@ -74,7 +86,8 @@ from .probes import posterior_probe
 from .readouts import TRAIN_FRAC, ridge_fit, split_rows
 from .registry import Diagnostic, Reading, needs, register
 
-__all__ = ["steering", "steering_figure", "counterfactual_pairs", "Pairs", "run_patched", "setter", "adder", "share_recovered",
+__all__ = ["steering", "steering_figure", "counterfactual_pairs", "Pairs", "run_patched", "setter", "adder",
+           "share_recovered",
            "PINV_RTOL", "MIN_TV"]
 
 PINV_RTOL = 1e-6
@@ -197,7 +210,8 @@ def run_patched(model: torch.nn.Module, inputs: dict[str, torch.Tensor], pos: to
 
                 hooks.append((pname, put))
             for nm in names or []:
-                hooks.append((nm, lambda x, key, c=cache, p=p, ar=ar: c.__setitem__(key, x[ar, p].detach().double().cpu())))
+                hooks.append((nm, lambda x, key, c=cache, p=p, ar=ar:
+                              c.__setitem__(key, x[ar, p].detach().double().cpu())))
             with model.hooks(hooks):
                 logits = model(**{k: v[sl].to(dev) for k, v in inputs.items()})
             outs.append(torch.log_softmax(logits.double().cpu(), -1))
@@ -216,10 +230,14 @@ def adder(deltas: torch.Tensor) -> Callable[[torch.Tensor, slice], torch.Tensor]
     return lambda x, rows: x + deltas[rows]
 
 
-def same_norm_random(like: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """Per row, a direction drawn uniformly on the sphere (a normalised Gaussian) scaled to that row's norm in
-    ``like`` ``[n, d]``."""
+def same_norm_random(like: torch.Tensor, g: torch.Generator, cov: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row, a random direction scaled to that row's norm in ``like`` ``[n, d]``: uniform on the sphere (a
+    normalised standard Gaussian), or, given ``cov`` ``[d, d]``, a normalised draw of the Gaussian with that
+    covariance (a direction along which the stream itself varies)."""
     z = torch.randn(like.shape, generator=g, dtype=torch.float64)
+    if cov is not None:
+        evals, evecs = torch.linalg.eigh(cov.double())
+        z = z @ (evecs * evals.clamp_min(0).sqrt()).T
     return z / z.norm(dim=-1, keepdim=True).clamp_min(1e-300) * like.double().norm(dim=-1, keepdim=True)
 
 
@@ -276,6 +294,7 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
     none_stats, ref_stats = mean_ci(k_none, seed + 4), mean_ci(k_ref, seed + 4)
     layers: list[dict[str, Any]] = []
     steered_by_layer: list[torch.Tensor] = []
+    steered_dm_by_layer: list[torch.Tensor] = []
     for l, name in zip(sites, names):
         X, P = sc.acts[name], sc.posterior
         pp = posterior_probe(X, P, sc.seq, train, test)
@@ -293,6 +312,18 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
         k_r = kl_at(pairs.post_b, log_r, pairs.pos)
         steered_by_layer.append(k_s)
         s_stats, r_stats = mean_ci(k_s, seed + 4), mean_ci(k_r, seed + 4)
+        # the same constraint in the metric of the stream's own spread: min δ Σ⁻¹ δᵀ s.t. δW = Δ,
+        # solved by δ = Δ (WᵀΣW)⁺ WᵀΣ
+        Xc = X[train] - X[train].mean(0)
+        cov = Xc.T @ Xc / max(len(Xc) - 1, 1)
+        M = torch.linalg.pinv(W.T @ cov @ W, rtol=PINV_RTOL) @ W.T @ cov
+        delta_d = (target - read_a) @ M
+        log_d, _ = run_patched(model, pairs.a, pairs.pos, patch=(name, adder(delta_d)), chunk=chunk)
+        rand_d = same_norm_random(delta_d, g, cov)
+        log_rd, _ = run_patched(model, pairs.a, pairs.pos, patch=(name, adder(rand_d)), chunk=chunk)
+        k_d, k_rd = kl_at(pairs.post_b, log_d, pairs.pos), kl_at(pairs.post_b, log_rd, pairs.pos)
+        d_stats, rd_stats = mean_ci(k_d, seed + 4), mean_ci(k_rd, seed + 4)
+        steered_dm_by_layer.append(k_d)
         layers.append({
             "layer": l,
             "probe_r2": pp["r2"],
@@ -307,12 +338,23 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
             "random_recovered": share_recovered(none_stats["mean"], r_stats["mean"], ref_stats["mean"]),
             "vs_no_edit": paired_effect(k_s, k_none, n_boot=n_boot, seed=seed + 5),
             "vs_random": paired_effect(k_s, k_r, n_boot=n_boot, seed=seed + 6),
+            "data_metric": {
+                "edit_norm_relative": float((delta_d.norm(dim=-1) / x_a.norm(dim=-1).clamp_min(1e-300)).mean()),
+                "probe_reads_target_tv": float(0.5 * ((x_a + delta_d) @ W + b - target).abs().sum(-1).mean()),
+                "steered": d_stats,
+                "random": rd_stats,
+                "recovered": share_recovered(none_stats["mean"], d_stats["mean"], ref_stats["mean"]),
+                "vs_no_edit": paired_effect(k_d, k_none, n_boot=n_boot, seed=seed + 5),
+                "vs_random": paired_effect(k_d, k_rd, n_boot=n_boot, seed=seed + 6),
+            },
         })
     every = range(len(layers))
     best = min(every, key=lambda i: layers[i]["probe_kl_bits"])
     r2s = [lay["probe_r2"] if lay["probe_r2"] is not None else -math.inf for lay in layers]
     worst = min(every, key=lambda i: r2s[i])
     vs_fails = paired_effect(steered_by_layer[best], steered_by_layer[worst], n_boot=n_boot, seed=seed + 7) \
+        if worst != best else None
+    vs_fails_dm = paired_effect(steered_dm_by_layer[best], steered_dm_by_layer[worst], n_boot=n_boot, seed=seed + 7) \
         if worst != best else None
     bl = layers[best]
     best_l, worst_l = bl["layer"], layers[worst]["layer"]
@@ -338,6 +380,7 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
         "best_probe_layer": best_l,
         "fails_layer": worst_l,
         "best_vs_fails": vs_fails,
+        "best_vs_fails_data_metric": vs_fails_dm,
         "summary": {
             "best_probe_layer": best_l,
             "fails_layer": worst_l,
@@ -351,6 +394,14 @@ def steering(model: torch.nn.Module, task: Task, *, episodes: Episodes | None = 
             "p_vs_no_edit": bl["vs_no_edit"]["p_value"],
             "p_vs_random": bl["vs_random"]["p_value"],
             "p_vs_fails_layer": vs_fails["p_value"] if vs_fails else None,
+            "data_metric_steered_kl": bl["data_metric"]["steered"]["mean"],
+            "data_metric_random_kl": bl["data_metric"]["random"]["mean"],
+            "data_metric_recovered": bl["data_metric"]["recovered"],
+            "data_metric_p_vs_no_edit": bl["data_metric"]["vs_no_edit"]["p_value"],
+            "data_metric_p_vs_random": bl["data_metric"]["vs_random"]["p_value"],
+            "data_metric_fails_layer_steered_kl": layers[worst]["data_metric"]["steered"]["mean"],
+            "data_metric_p_vs_fails_layer": vs_fails_dm["p_value"] if vs_fails_dm else None,
+            "data_metric_steered_kl_by_layer": [lay["data_metric"]["steered"]["mean"] for lay in layers],
             "steered_kl_by_layer": [lay["steered"]["mean"] for lay in layers],
             "recovered_by_layer": [lay["recovered"] for lay in layers],
         },
@@ -378,6 +429,16 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
     a.errorbar(x, m, yerr=e, fmt="o-", color="C0", capsize=3, label="steered along the probe")
     m, e = _err([lay["random"] for lay in lays])
     a.errorbar(x, m, yerr=e, fmt="x:", color="0.5", capsize=3, label="random direction, same norm")
+    if all("data_metric" in lay for lay in lays):
+        m, e = _err([lay["data_metric"]["steered"] for lay in lays])
+        a.errorbar(x, m, yerr=e, fmt="s-", color="C4", capsize=3, label="steered, data metric")
+        for lay, y in zip(lays, m):
+            p1, p2 = lay["data_metric"]["vs_no_edit"]["p_value"], lay["data_metric"]["vs_random"]["p_value"]
+            if p1 is not None and p2 is not None and y == y:
+                a.annotate(f"p={p1:.2g}/{p2:.2g}", (lay["layer"], y), fontsize=6, color="C4",
+                           textcoords="offset points", xytext=(3, -9))
+        m, e = _err([lay["data_metric"]["random"] for lay in lays])
+        a.errorbar(x, m, yerr=e, fmt="+:", color="C5", capsize=3, label="random, data metric")
     for key, style, label in (("no_edit", ("C3", "--"), "no edit"), ("reads_B", ("C2", "-."), "model reading B")):
         s = result[key]
         a.axhline(s["mean"], color=style[0], ls=style[1], label=f"{label} {s['mean']:.3g}")
@@ -389,6 +450,7 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
             a.annotate(f"p={p1:.2g}/{p2:.2g}", (lay["layer"], lay["steered"]["mean"]), fontsize=6,
                        textcoords="offset points", xytext=(3, 5))
     shown = [v for v in (*(lay["steered"]["mean"] for lay in lays), *(lay["random"]["mean"] for lay in lays),
+                         *(lay.get("data_metric", {}).get("steered", {}).get("mean") for lay in lays),
                          result["no_edit"]["mean"], result["reads_B"]["mean"]) if v is not None]
     if shown and min(shown) > 0:
         a.set_yscale("log")
@@ -404,24 +466,32 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
 
 def _interpret(r: dict[str, Any]) -> list[Reading]:
     """B10 read causally: if the stream is the belief substrate, writing another context's posterior into it
-    along the probe's directions moves the model to that posterior, and a random edit of the same size does not."""
+    along the probe's directions moves the model to that posterior, and a random edit of the same size does not.
+    Judged on the data-metric edit (the Euclidean minimum-norm edit can sit in directions of negligible variance
+    that the rest of the model never reads; both are stated)."""
     s = r["summary"]
-    k, none, rnd = s.get("steered_kl"), s.get("no_edit_kl"), s.get("random_kl")
+    k, none = s.get("data_metric_steered_kl"), s.get("no_edit_kl")
     if k is None or none is None:
         return []
-    p1, p2 = s.get("p_vs_no_edit"), s.get("p_vs_random")
+    rnd, p1, p2 = s.get("data_metric_random_kl"), s.get("data_metric_p_vs_no_edit"), s.get("data_metric_p_vs_random")
     ok = None
     if p1 is not None and p2 is not None and rnd is not None:
         ok = k < 0.5 * none and k < rnd and p1 < 0.05 and p2 < 0.05
-    rec, fails = s.get("recovered"), s.get("fails_layer_steered_kl")
+
+    def g(x: float | None) -> str:
+        return "—" if x is None else f"{x:.3g}"
+
+    rec = s.get("data_metric_recovered")
     rec_txt = f"; {rec:.2f} of the way to the model reading B (log scale)" if rec is not None else ""
-    return [Reading("steering.steered_kl", k, "no edit", none,
+    return [Reading("steering.data_metric_steered_kl", k, "no edit", none,
                     "below half the no-edit KL and below the random edit, both at p < 0.05, is consistent", ok, "B10",
-                    f"steering layer {s['best_probe_layer']} along its probe to B's posterior leaves the model "
-                    f"{k:.3g} bits from it (no edit {none:.3g}, random edit {'—' if rnd is None else f'{rnd:.3g}'}, "
-                    f"probe-fails layer "
-                    f"{s['fails_layer']}: {'—' if fails is None else f'{fails:.3g}'}){rec_txt}")]
+                    f"steering layer {s['best_probe_layer']} along its probe to B's posterior (in the stream's own "
+                    f"metric) leaves the model {k:.3g} bits from it (no edit {none:.3g}, a random edit of the same "
+                    f"size {g(rnd)}, the model reading B {g(s.get('reads_B_kl'))}){rec_txt}; the Euclidean "
+                    f"minimum-norm edit leaves it {g(s.get('steered_kl'))} bits away; the probe-fails site (layer "
+                    f"{s['fails_layer']}) {g(s.get('data_metric_fails_layer_steered_kl'))} "
+                    f"(p {g(s.get('data_metric_p_vs_fails_layer'))})")]
 
 
-register(Diagnostic("steering", steering, steering_figure, _interpret, resamples=True, order=97, version=2,
+register(Diagnostic("steering", steering, steering_figure, _interpret, resamples=True, order=97, version=3,
                     claims=("B10",)))
