@@ -57,7 +57,8 @@ def train_and_evaluate(config: dict, run_dir: str, n: int, threads: int = 1) -> 
     from pathlib import Path
 
     from windtunnel.evaluation.evaluate import evaluate
-    from windtunnel.training.loop import TrainConfig, load, train
+    from windtunnel.training.loop import TrainConfig, train
+    from windtunnel.run.runs import load
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_dict(config)

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from windtunnel.evaluation.evaluate import evaluate
-from windtunnel.training.loop import TrainConfig, load, train
+from windtunnel.training.loop import TrainConfig, train
+from windtunnel.run.runs import load
 
 
 def main() -> None:

@@ -130,7 +130,8 @@ def run_authors(run_dir: str, minutes: float, threads: int, seed: int = 0) -> di
 
     from windtunnel.evaluation.evaluate import evaluate
     from windtunnel.run.runs import RunDir
-    from windtunnel.training.loop import TrainConfig, load, train
+    from windtunnel.training.loop import TrainConfig, train
+    from windtunnel.run.runs import load
 
     torch.set_num_threads(threads)
     cfg = TrainConfig.from_dict(config("authors", seed))

@@ -21,7 +21,8 @@ import torch
 from windtunnel import tasks
 from windtunnel.run.runs import RunDir
 from windtunnel.tasks.base import Episodes
-from windtunnel.training.loop import ConfigError, TrainConfig, load, resolve_shards, step_batch, stream_seed, train
+from windtunnel.training.loop import ConfigError, TrainConfig, resolve_shards, step_batch, stream_seed, train
+from windtunnel.run.runs import load
 
 CONFIG = dict(task="bijection", task_params={"V": 5, "L": 5}, arch="transformer", params=20_000,
               model={"n_layers": 2, "n_heads": 2}, batch_size=16, lr=1e-3, warmup=5, log_every=5,

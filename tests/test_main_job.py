@@ -61,3 +61,28 @@ def test_a_folder_of_another_configuration_is_refused_and_left_as_it_was(tmp_pat
     assert (stray / "notes.txt").read_text() == "mine"
     replaced = run_main_job(plan_main_job(steps=3, out=out, eval_n=16, progress=False), force=True, analyse=False)
     assert (replaced.trained_from, replaced.trained_to) == (0, 3)
+
+
+def test_the_model_is_built_once_and_is_the_model_a_plain_training_run_trains(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan builds the task and model to check the config and count parameters; training takes that model over
+    (no second build), and what it trains is bit for bit what ``train`` trains from the same config alone."""
+    import torch
+
+    from windtunnel.run.runs import load
+    from windtunnel.training import loop
+
+    built = []
+    real_build = loop.build
+    monkeypatch.setattr(loop, "build", lambda cfg: built.append(cfg) or real_build(cfg))
+    monkeypatch.setattr("windtunnel.orchestration.main_job.build", loop.build)
+    plan = plan_main_job(steps=3, out=tmp_path / "job", eval_n=16, progress=False)
+    result = run_main_job(plan, analyse=False)
+    assert len(built) == 1 and plan.take_built() is None  # handed over once; a second run of the plan builds anew
+    assert result.trained_to == 3 and plan.n_params == sum(p.numel() for p in plan.built[1].parameters())
+    loop.train(plan.config, tmp_path / "alone")
+    assert len(built) == 2
+    _, by_job = load(tmp_path / "job")
+    _, alone = load(tmp_path / "alone")
+    for (name, a), (_, b) in zip(by_job.state_dict().items(), alone.state_dict().items()):
+        assert torch.equal(a, b), name

@@ -12,7 +12,8 @@ from windtunnel import models, routing, tasks
 from windtunnel.routing.law import scored_cross_entropy
 from windtunnel.errors import InvalidValue
 from windtunnel.evaluation.stats import mean_std, paired, t975
-from windtunnel.training.loop import TrainConfig, load, train
+from windtunnel.training.loop import TrainConfig, train
+from windtunnel.run.runs import load
 
 
 def _double(ep):

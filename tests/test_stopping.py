@@ -20,7 +20,8 @@ from windtunnel.orchestration import executors
 from windtunnel.run import stopping
 from windtunnel.run.runs import RunDir
 from windtunnel.training import loop, stacked
-from windtunnel.training.loop import TrainConfig, load, train
+from windtunnel.training.loop import TrainConfig, train
+from windtunnel.run.runs import load
 
 
 def tiny(**kw: Any) -> TrainConfig:

@@ -17,7 +17,8 @@ from windtunnel import models, tasks
 from windtunnel.training import optim
 from windtunnel.cli import main as cli_main
 from windtunnel.run.runs import RunDir
-from windtunnel.training.loop import ConfigError, TrainConfig, TrainingDiverged, load, train
+from windtunnel.run.runs import load
+from windtunnel.training.loop import ConfigError, TrainConfig, TrainingDiverged, train
 
 from contracts import poison_loss_after
 

@@ -17,7 +17,7 @@ _HOMES: dict[str, tuple[str, str | None]] = {
     "compare": ("windtunnel.orchestration.compare", "compare"),
     "evaluate": ("windtunnel.evaluation.evaluate", "evaluate"),
     "geometry": ("windtunnel.geometry", None),
-    "load": ("windtunnel.training.loop", "load"),
+    "load": ("windtunnel.run.runs", "load"),
     "main_job": ("windtunnel.orchestration.main_job", "main_job"),
     "metrics": ("windtunnel.evaluation.metrics", None),
     "models": ("windtunnel.models", None),

@@ -57,7 +57,7 @@ def cmd_routing_law(args: argparse.Namespace, extra: list[str]) -> int:
     from ..evaluation.evaluate import EVAL_SEED
     from ..routing import check_all_heads
     from ..run.runs import RunDir
-    from ..training.loop import load
+    from ..run.runs import load
 
     run = RunDir(args.run)
     task, model = load(run)

@@ -25,7 +25,7 @@ from .keys import gaussian_abs_cos, hypothesis_tokens, key_orthogonality, key_or
 from .manifold import value_manifold, value_manifold_figure
 from .probes import cluster_states, posterior_probe, probes, probes_figure
 from .registry import Diagnostic, Reading, register
-from .run import DIAGNOSTICS, diagnose, failed_diagnostics, readings, stale_diagnostics, untrained_model
+from .run import DIAGNOSTICS, diagnose, failed_diagnostics, readings, stale_diagnostics
 
 __all__ = [
     "DIAGNOSTICS", "Diagnostic", "GEOMETRY_SEED", "Reading", "readings", "register", "stale_diagnostics", "ablation_figure", "adjusted_rand_index", "attention_focusing", "diagnose", "failed_diagnostics",
@@ -33,5 +33,5 @@ __all__ = [
     "gaussian_abs_cos", "head_ablation", "head_ablation_figure", "hypothesis_tokens", "js_bits", "key_orthogonality",
     "key_orthogonality_figure", "kmeans", "layer_ablation", "layer_ablation_figure", "not_applicable", "pca",
     "posterior_probe", "probes", "probes_figure", "ridge_fit", "settle_step", "spearman", "token_keys",
-    "untrained_model", "value_manifold", "value_manifold_figure",
+    "value_manifold", "value_manifold_figure",
 ]

@@ -10,40 +10,15 @@ from typing import Any
 
 import torch
 
-from ..run import checkpoint as ckpt
-from .. import models
 from ..run.runs import RunDir
 from ..evaluation.evaluate import refuse_non_finite
 from ._common import GEOMETRY_SEED, arch_of, clean, eval_mode, inputs_on
 from .registry import Diagnostic, Reading, discover, interpret, lacks
 
-__all__ = ["diagnose", "failed_diagnostics", "untrained_model", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
+__all__ = ["diagnose", "failed_diagnostics", "Diagnostic", "DIAGNOSTICS", "stale_diagnostics", "readings"]
 
 DIAGNOSTICS: dict[str, Diagnostic] = discover()
 """Every registered diagnostic, in report order (each registers itself in its own module)."""
-
-
-def untrained_model(run_dir: str | Path) -> tuple[torch.nn.Module, str]:
-    """The run's model at initialisation: the step-0 checkpoint if the run kept one, else a rebuild
-    from ``config.json`` after ``torch.manual_seed(train.seed)`` (what ``train.build`` does)."""
-    run = RunDir(run_dir)
-    record = run.read_config()
-    model = None
-    zero = run.checkpoint_at(0)
-    if zero is not None:
-        model = models.build(record["model"])
-        ckpt.load(zero, model)
-        how = "step-0 checkpoint"
-    else:
-        state = torch.random.get_rng_state()
-        try:
-            torch.manual_seed(int(record.get("train", {}).get("seed", 0)))
-            model = models.build(record["model"])
-        finally:
-            torch.random.set_rng_state(state)
-        how = f"rebuilt with torch.manual_seed({record.get('train', {}).get('seed', 0)})"
-    model.eval()
-    return model, how
 
 
 def _headline(res: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +64,7 @@ def diagnose(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_
     A diagnostic runs only on a model that exposes what it declares it reads (``Diagnostic.requires``);
     for any other it records "not applicable" naming what is missing, without calling it.
     All diagnostics share ``n`` episodes sampled with :data:`GEOMETRY_SEED`; the untrained null is
-    :func:`untrained_model`.  A diagnostic over checkpoints (``frame_precision``) runs on
+    :meth:`~windtunnel.run.runs.RunDir.untrained`.  A diagnostic over checkpoints (``frame_precision``) runs on
     ``dynamics_n`` (default ``min(n, 256)``) episodes, and is skipped with ``dynamics=False``.
     ``only``: recompute just these diagnostics and keep the others of the run's ``geometry.json``.
     A diagnostic (or its figure) that raises is recorded as ``{"error": ...}`` (and its traceback
@@ -102,7 +77,7 @@ def diagnose(run_dir: str | Path, n: int = 512, *, device: str | None = None, n_
     task, model = rd.load()
     dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(dev).eval()
-    untrained, how = untrained_model(rd.path)
+    untrained, how = rd.untrained()
     untrained.to(dev)
     episodes = task.sample(n, GEOMETRY_SEED)
     _refuse_non_finite(model, episodes[: min(n, 64)])

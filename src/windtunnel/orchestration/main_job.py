@@ -30,14 +30,29 @@ RESULTS = ("eval.json", "geometry.json", "report.html")
 class MainJobPlan:
     """One main job, planned from the grid: its training configuration, its run folder, the experiment whose recipe
     it is (``main``, or ``main_v20`` at the papers' V=20), how many sequences it is evaluated on, the lengths it is
-    evaluated at (``None``: its training length), and the size of the model it builds (``n_params``)."""
+    evaluated at (``None``: its training length), and the task and untrained model it built to check the config and
+    count the parameters (``n_params``) — handed to training, so the model is built once; :func:`run_main_job` trains
+    that model in place, and a second run of the same plan builds its own."""
 
     config: TrainConfig
     run: RunDir
     experiment: str
     eval_n: int
     lengths: list[int] | None
-    n_params: int
+    built: tuple[Any, Any] = field(repr=False, compare=False)
+    _handed: list[bool] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def n_params(self) -> int:
+        """The parameter count of the model the plan builds."""
+        return int(self.built[1].n_params())
+
+    def take_built(self) -> tuple[Any, Any] | None:
+        """The plan's task and untrained model, the first time they are asked for; ``None`` after (trained since)."""
+        if self._handed:
+            return None
+        self._handed.append(True)
+        return self.built
 
 
 @dataclass
@@ -100,11 +115,11 @@ def plan_main_job(task: str | None = None, arch: str | None = None, preset: str 
     if trackers:
         fields["trackers"] = list(dict.fromkeys(trackers))
     cfg = TrainConfig.from_dict(fields)
-    _, model = build(cfg)
+    built = build(cfg)
     folder = Path(out) if out is not None else default_folder(task, arch, preset, task_params=overrides, steps=steps,
                                                               seed=seed, params=params)
     return MainJobPlan(cfg, RunDir(folder), experiment, eval_n or grid.EVAL_N[preset],
-                       grid.eval_lengths(experiment, cfg.task_params), model.n_params())
+                       grid.eval_lengths(experiment, cfg.task_params), built)
 
 
 def current_results(run: RunDir, n: int) -> set[str]:
@@ -140,7 +155,7 @@ def run_main_job(plan: MainJobPlan, *, force: bool = False, analyse: bool = True
         params = ", ".join(f"{k}={v}" for k, v in cfg.task_params.items())
         tell(f"training {cfg.arch} ({plan.n_params:,} parameters) on {cfg.task}" + (f" ({params})" if params else "")
              + f" for {cfg.steps} steps of batch {cfg.batch_size}, {where}, into {run.path}")
-        train_run(cfg, run, resume=resume, log_lines=log_lines)
+        train_run(cfg, run, resume=resume, log_lines=log_lines, built=plan.take_built())
     wanted = set(RESULTS) - (set() if analyse else {"geometry.json"})
     current = current_results(run, plan.eval_n) if done >= cfg.steps else set()
     missing = tuple(name for name in RESULTS if name in wanted and name not in current)

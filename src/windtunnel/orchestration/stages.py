@@ -26,15 +26,15 @@ def _rundir(run: str | Path | RunDir) -> RunDir:
 
 
 def train_run(cfg: Any, run: str | Path | RunDir, resume: bool = False, until: int | None = None,
-              log_lines: bool = False) -> RunDir:
+              log_lines: bool = False, built: tuple[Any, Any] | None = None) -> RunDir:
     """Train ``cfg`` in ``run`` (resuming from its last checkpoint if ``resume``) and record the
-    training wall time in ``timings.json`` (under ``torchrun``, rank 0 alone writes).  ``log_lines``:
+    training wall time in ``timings.json`` (under ``torchrun``, rank 0 alone writes).  ``log_lines`` and ``built``:
     see :func:`~windtunnel.training.loop.train`."""
     from ..training.loop import process_group, train
 
     rd = _rundir(run)
     t0 = time.perf_counter()
-    train(cfg, rd, resume=resume, until=until, log_lines=log_lines)
+    train(cfg, rd, resume=resume, until=until, log_lines=log_lines, built=built)
     if process_group()[0] == 0:
         rd.add_timing(train_s=rd.training_seconds() or (time.perf_counter() - t0))
     return rd
@@ -50,7 +50,7 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
     (:class:`~windtunnel.run.runs.RunError` otherwise, before any work)."""
     from ..evaluation.evaluate import evaluate
     from ..report import figures
-    from ..training.loop import load
+    from ..run.runs import load
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a folder that is not a run, before anything is written there

@@ -228,7 +228,40 @@ class RunDir:
 
     def load(self, step: int | None = None) -> tuple[Any, Any]:
         """``(task, model)`` of the run: the task and model rebuilt from ``config.json`` with the weights of
-        the latest loadable checkpoint (or of ``step``), in eval mode."""
+        the latest loadable checkpoint (or of ``step``), in eval mode.  The one way a run is loaded."""
+        task, model = self._rebuild()
+        found = self.latest_checkpoint() if step is None else self.checkpoint_at(step)
+        if found is None:
+            raise ckpt.CheckpointError(f"no complete checkpoint in {self.checkpoints}")
+        ckpt.load(found, model)
+        model.eval()
+        return task, model
+
+    def untrained(self) -> tuple[Any, str]:
+        """The run's model at initialisation, in eval mode, and how it was had: the step-0 checkpoint where the run
+        kept one, else the model rebuilt from ``config.json`` after ``torch.manual_seed(train.seed)`` (what training
+        does before building it).  The diagnostics' null; the global random state is left as it was."""
+        import torch
+
+        zero = self.checkpoint_at(0)
+        if zero is not None:
+            _, model = self._rebuild()
+            ckpt.load(zero, model)
+            how = "step-0 checkpoint"
+        else:
+            seed = int(self.read_config().get("train", {}).get("seed", 0))
+            state = torch.random.get_rng_state()
+            try:
+                torch.manual_seed(seed)
+                _, model = self._rebuild()
+            finally:
+                torch.random.set_rng_state(state)
+            how = f"rebuilt with torch.manual_seed({seed})"
+        model.eval()
+        return model, how
+
+    def _rebuild(self) -> tuple[Any, Any]:
+        """The task and a freshly initialised model of ``config.json`` (a damaged record is a :class:`RunError`)."""
         from .. import models, tasks
         from ..errors import InvalidValue
 
@@ -240,11 +273,6 @@ class RunDir:
             if models.is_external(record["model"]["arch"]):  # the user's factory, not the folder, is at fault
                 raise InvalidValue(f"{self.path}: {exc}") from None
             raise RunError(f"{self.config_path} is damaged: {exc}") from None
-        found = self.latest_checkpoint() if step is None else self.checkpoint_at(step)
-        if found is None:
-            raise ckpt.CheckpointError(f"no complete checkpoint in {self.checkpoints}")
-        ckpt.load(found, model)
-        model.eval()
         return task, model
 
     @property
@@ -565,3 +593,8 @@ def survey(root: str | Path) -> list[dict[str, Any]]:
             row["error"] = str(exc)
         out.append(row)
     return out
+
+
+def load(run_dir: str | Path | RunDir, step: int | None = None) -> tuple[Any, Any]:
+    """The task and trained model of a run folder (its latest checkpoint, or ``step``): :meth:`RunDir.load`."""
+    return (run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)).load(step)

@@ -1,6 +1,6 @@
 """Training: the loop and what it is made of.
 
-* :mod:`.loop` — the training loop, top to bottom (``train``, ``load``, ``build``);
+* :mod:`.loop` — the training loop, top to bottom (``train``, ``build``);
 * :mod:`.stacked` — several same-shaped runs trained as one batched model;
 * :mod:`.checkpointing` — the checkpoint-and-stop policy both loops follow;
 * :mod:`.streams` — fresh data per step, shards, the curriculum;

@@ -52,11 +52,11 @@ from .optim import FiniteWatch, loss_fn, lr_at, param_groups
 from ..run.config import pick_device
 from ..run.runs import RunDir
 from .streams import _global_means, curriculum_task, eval_seed, process_group, resolve_shards, step_batch, stream_seed
-from ..tasks.base import Episodes, Task
+from ..tasks.base import Task
 from ..run.trackers import Trackers
 from ..run.config import ConfigError, TrainConfig, load_config_file
 
-__all__ = ["ConfigError", "TrainConfig", "TrainingDiverged", "build", "curriculum_task", "eval_seed", "load",
+__all__ = ["ConfigError", "TrainConfig", "TrainingDiverged", "build", "curriculum_task", "eval_seed",
            "load_config_file", "loss_fn", "lr_at", "param_groups", "process_group", "resolve_shards", "step_batch",
            "stream_seed", "train"]
 
@@ -144,7 +144,7 @@ def build(cfg: TrainConfig) -> tuple[Task, torch.nn.Module]:
 
 
 def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, until: int | None = None,
-          log_lines: bool = False) -> Path:
+          log_lines: bool = False, built: tuple[Task, torch.nn.Module] | None = None) -> Path:
     """Train (or resume) a run in ``out_dir``; returns the run folder.
 
     ``until``: stop (with a checkpoint) after that step although the schedule runs to
@@ -152,12 +152,14 @@ def train(cfg: TrainConfig, out_dir: str | Path | RunDir, resume: bool = False, 
     ``log_lines``: where no progress bar is drawn (``progress`` off, or standard error not a terminal)
     print one plain line per evaluation interval on standard output instead (the command line's
     choice: a log file gets lines, not carriage returns; a library caller gets silence).
+    ``built``: the ``(task, model)`` that :func:`build` already made of ``cfg`` (a plan that built them to check the
+    config and count the parameters hands them over, so the model is built once); the model is trained in place.
     """
     run = out_dir if isinstance(out_dir, RunDir) else RunDir(out_dir)
     rank, world = process_group()
     main_proc = rank == 0
     device = pick_device(cfg.device)
-    task, model = build(cfg)  # every user error is raised here, before anything is written
+    task, model = built if built is not None else build(cfg)  # every user error is raised here, before anything is written
     shards = resolve_shards(cfg, run, resume, world)
     if main_proc:
         run.prepare()
@@ -309,8 +311,3 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     if own_group:
         torch.distributed.destroy_process_group()
     return run.path
-
-
-def load(run_dir: str | Path | RunDir, step: int | None = None) -> tuple[Task, torch.nn.Module]:
-    """The task and trained model of a run folder (latest checkpoint, or ``step``): ``RunDir.load``."""
-    return (run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)).load(step)
