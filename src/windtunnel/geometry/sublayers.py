@@ -63,6 +63,7 @@ def sublayer_ablation(model: torch.nn.Module, task: Task, *, n: int = 256, seed:
     for k in ("top", "runner_up", "top_share", "ratio_to_runner_up", "ratio_to_runner_up_ci"):
         out.pop(k, None)
     fold = {(r["layer"], r["sublayer"]): r[metric]["fold"] for r in rows}
+    p_value = {(r["layer"], r["sublayer"]): r[metric]["p_value"] for r in rows}
     attn = [fold[(l, "attn")] for l in range(L)]
     mlp = [fold[(l, "mlp")] for l in range(L)]
     logs = [math.log(m / a) for m, a in zip(mlp[1:], attn[1:]) if m and a and m > 0 and a > 0]
@@ -75,6 +76,8 @@ def sublayer_ablation(model: torch.nn.Module, task: Task, *, n: int = 256, seed:
         "summary": {
             "attn_fold_by_layer": attn,
             "mlp_fold_by_layer": mlp,
+            "attn_p_value_by_layer": [p_value[(l, "attn")] for l in range(L)],
+            "mlp_p_value_by_layer": [p_value[(l, "mlp")] for l in range(L)],
             "later_attn_fold": fold.get(("1..", "attn")),
             "all_mlp_fold": fold.get(("all", "mlp")),
             "mlp_over_attn": math.exp(sum(logs) / len(logs)) if logs else None,
@@ -94,6 +97,11 @@ def sublayer_ablation_figure(result: dict[str, Any], path: str | Path) -> Path:
     ax.bar([i + 0.2 for i in x], loggable(s["mlp_fold_by_layer"]), width=0.4, label="MLP removed")
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
     log_scale(ax, s["attn_fold_by_layer"], s["mlp_fold_by_layer"])
+    # each bar's paired sign-flip p-value against the intact model, above it
+    for part, shift in (("attn", -0.2), ("mlp", 0.2)):
+        for i, (f, pv) in enumerate(zip(s[f"{part}_fold_by_layer"], s.get(f"{part}_p_value_by_layer") or [])):
+            if f is not None and f > 0 and pv is not None:
+                ax.annotate(f"p={pv:.2g}", (i + shift, f), ha="center", va="bottom", fontsize=5)
     ax.set_xlabel("layer")
     ax.set_ylabel(f"{result['metric']} ablated / intact")
     ax.set_title("sublayer ablation: attention vs feed-forward", fontsize=9)
@@ -114,4 +122,4 @@ def _interpret(r: dict[str, Any]) -> list[Reading]:
 
 
 register(Diagnostic("sublayer_ablation", sublayer_ablation, sublayer_ablation_figure, _interpret, resamples=True,
-                    order=55, claims=("B11",)))
+                    order=55, claims=("B11",), version=2))
