@@ -268,14 +268,43 @@ def _table(values: Mapping[str, float], cis: Mapping[str, tuple[float, float]]) 
     return {k: {"value": float(values[k]), "ci": [float(cis[k][0]), float(cis[k][1])]} for k in M.METRICS}
 
 
-def _score(logits: torch.Tensor, episodes: Episodes, weights: torch.Tensor) -> tuple[dict, dict, dict]:
-    """(metrics table, curves, curve bands) of logits on episodes."""
+def _score(logits: torch.Tensor, episodes: Episodes, weights: torch.Tensor,
+           task: Task | None = None) -> tuple[dict, dict, dict]:
+    """(metrics table, curves, curve bands) of logits on episodes; with ``task``, also the metrics only some tasks
+    define (:func:`_task_metrics`)."""
     res = M.compute(logits, episodes)
     boot = bootstrap(res, weights)
     table = _table(res["values"], boot["metrics"])
     curves = {k: v.tolist() for k, v in res["curves"].items()}
     bands = {k: {"lo": lo.tolist(), "hi": hi.tolist()} for k, (lo, hi) in boot["curves"].items()}
+    if task is not None:
+        _task_metrics(task, logits, episodes, weights, table, curves, bands)
     return table, curves, bands
+
+
+def _task_metrics(task: Task, logits: torch.Tensor, episodes: Episodes, weights: torch.Tensor, table: dict,
+                  curves: dict, bands: dict) -> None:
+    """Add the class-posterior metrics (:func:`windtunnel.evaluation.metrics.class_posterior_metrics`) of a task
+    that defines them to ``table``, ``curves`` and ``bands``, with the same bootstrap resamples of the sequences as
+    every other metric: each pooled over its own mask (a resample with none of its positions gives NaN).  Any other
+    task's record is left as it was."""
+    extra = M.class_posterior_metrics(task, logits, episodes)
+    if extra is None:
+        return
+    w = weights.double()
+    for name, x in extra["per_position"].items():
+        m = extra["masks"][name].double()
+        s, cnt = w @ torch.nan_to_num(x, nan=0.0), w @ m  # [n_boot, T]
+        total = cnt.sum(1)
+        samples = torch.where(total > 0, s.sum(1) / total.clamp_min(1e-300), math.nan)
+        curve_samples = torch.where(cnt > 0, s / cnt.clamp_min(1e-300), math.nan)
+        lo, hi = percentile_ci(samples)
+        c_lo, c_hi = percentile_ci(curve_samples)
+        value = M.pooled_mean(x, m)
+        col = m.sum(0)
+        table[name] = {"value": value, "ci": [float(lo), float(hi)]}
+        curves[name] = torch.where(col > 0, torch.nan_to_num(x, nan=0.0).sum(0) / col.clamp_min(1), math.nan).tolist()
+        bands[name] = {"lo": c_lo.tolist(), "hi": c_hi.tolist()}
 
 
 def _beyond(episodes: Episodes, start: int) -> Episodes | None:
@@ -356,8 +385,8 @@ def evaluate(
 
     ep, logits, orc = run(task)
     t0 = time.perf_counter()
-    table, curves, bands = _score(logits, ep, weights)
-    oracle_table, _, _ = _score(orc, ep, weights)
+    table, curves, bands = _score(logits, ep, weights, task)
+    oracle_table, _, _ = _score(orc, ep, weights, task)
     timings["metrics_s"] += time.perf_counter() - t0
 
     per_length: dict[int, dict[str, Any]] = {}

@@ -27,6 +27,11 @@ the four entropy-MAE variants and two KL directions of the original code — the
   same targets; ``nll − bayes_nll`` is a sampled estimate of ``kl``).
 
 The first five are *errors*: the Bayes oracle scores 0 on them (``ERROR_METRICS``).
+
+A task that selects among classes of hypotheses (``class_posterior`` and ``within_class_predictive``: model
+selection) adds ``class_posterior_mae`` — the error of the class posterior read from the model's predictive, at the
+positions where it is identified — and ``class_identified_share`` (:func:`class_posterior_metrics`); no other task's
+record holds them.
 """
 
 from __future__ import annotations
@@ -41,10 +46,12 @@ from ..tasks.base import entropy_bits  # one definition, shared with the tasks
 from ..errors import InvalidValue
 
 __all__ = [
+    "CLASS_METRICS",
     "ERROR_METRICS",
     "METRICS",
     "SCORE_METRICS",
     "bayes_gap",
+    "class_posterior_metrics",
     "compute",
     "entropy_bits",
     "kl_bits",
@@ -266,3 +273,121 @@ def bayes_gap(logits: torch.Tensor, episodes: Episodes) -> float:
     log_q = _log_q(logits.to(device)[mask])  # scored rows only: [N, C]
     p = episodes.posterior.to(device)[mask].double()
     return float(_kl_from_log(p, log_q).sum() / n)
+
+
+# --- the model's class posterior (tasks that select among classes of hypotheses) -------------------------------------
+CLASS_METRICS: tuple[str, ...] = ("class_posterior_mae", "class_identified_share")
+"""The metrics :func:`class_posterior_metrics` adds for a task that defines ``class_posterior`` and
+``within_class_predictive`` (model selection); other tasks' records do not hold them."""
+
+RANK_TOL = 1e-9
+"""Within-class predictives whose matrix has a singular value below this (relative to the largest) are taken as
+coinciding: the mixture weights are not identified there."""
+_BISECTIONS = 200
+_EM_ITERATIONS = 5000
+
+
+def fit_class_weights(q: torch.Tensor, within: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+    """The mixture weights ``w`` on the simplex of the ``alive`` classes that make ``Σ_C w_C p_C`` closest to ``q``
+    in ``KL(q̃ ‖ Σ_C w_C p_C)``, row by row (float64).
+
+    ``q [N, n]`` a predictive (the model's), ``within [N, K, n]`` the classes' exact predictives ``p_C``, ``alive
+    [N, K]`` the classes still consistent with the context (``w_C = 0`` for the others).  ``q̃`` is ``q`` restricted
+    to the values some alive class allows and renormalised (mass on values no class allows — ``infeasible_mass`` —
+    cannot be explained by any mixture, and is left out).  The objective ``Σ_v q̃_v log Σ_C w_C p_Cv`` is concave in
+    ``w``: with two alive classes its maximiser is found by bisection on the derivative
+    ``Σ_v q̃_v (p_1v − p_2v) / m_v`` (decreasing in ``w_1``; to float64 precision), with more by the EM fixed point
+    ``w_C ← w_C Σ_v q̃_v p_Cv / m_v`` (5000 iterations); with one alive class ``w`` is that class.  When ``q`` is
+    itself a mixture of the ``p_C`` with weights ``P`` and the ``p_C`` are linearly independent, ``w = P``."""
+    q, within = q.double(), within.double()
+    N, K, n = within.shape
+    alive = alive.bool()
+    w = alive.double() / alive.sum(1, keepdim=True).clamp_min(1)
+    support = ((within > 0) & alive[:, :, None]).any(1)  # [N, n]
+    qt = torch.where(support, q, torch.zeros_like(q))
+    qt = qt / qt.sum(1, keepdim=True).clamp_min(1e-300)
+    count = alive.sum(1)
+    two = count == 2
+    if bool(two.any()):
+        idx = alive[two].double().argsort(dim=1, descending=True, stable=True)[:, :2]  # the two alive classes
+        p = within[two].gather(1, idx[:, :, None].expand(-1, 2, n))  # [M, 2, n]
+        p1, p2, qq = p[:, 0], p[:, 1], qt[two]
+        diff = p1 - p2
+
+        def slope(a: torch.Tensor) -> torch.Tensor:
+            m = (a[:, None] * p1 + (1 - a[:, None]) * p2).clamp_min(1e-300)
+            return torch.where(qq > 0, qq * diff / m, torch.zeros_like(qq)).sum(1)
+
+        lo = torch.zeros(p1.shape[0], dtype=torch.float64)
+        hi = torch.ones_like(lo)
+        for _ in range(_BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            up = slope(mid) > 0  # the objective still rises: the maximiser lies above mid
+            lo, hi = torch.where(up, mid, lo), torch.where(up, hi, mid)
+        a = 0.5 * (lo + hi)
+        sub = torch.zeros(p1.shape[0], K, dtype=torch.float64)
+        sub.scatter_(1, idx, torch.stack([a, 1 - a], 1))
+        w[two] = sub
+    many = count > 2
+    if bool(many.any()):
+        p, qq, v = within[many], qt[many], w[many]
+        for _ in range(_EM_ITERATIONS):
+            m = (v[:, :, None] * p).sum(1).clamp_min(1e-300)
+            v = v * torch.where(qq[:, None, :] > 0, qq[:, None, :] * p / m[:, None, :], torch.zeros_like(p)).sum(2)
+            v = v / v.sum(1, keepdim=True).clamp_min(1e-300)
+        w[many] = v
+    return w
+
+
+def class_identified(within: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+    """``[N]``: whether the mixture weights of the alive classes are identified from a predictive — at least two
+    classes alive (with one, the class is certain and there is nothing to select), and their exact predictives
+    linearly independent (no singular value of the ``[alive, n]`` matrix below :data:`RANK_TOL` of the largest: for
+    two classes, predictives that differ).  Where the within-class predictives coincide every weighting gives the
+    same predictive, so no class posterior can be read from one."""
+    alive = alive.bool()
+    count = alive.sum(1)
+    out = torch.zeros(alive.shape[0], dtype=torch.bool)
+    for k in sorted(set(count.tolist()) - {0, 1}):
+        rows = (count == k).nonzero().squeeze(1)
+        order = alive[rows].double().argsort(dim=1, descending=True, stable=True)[:, :k]
+        p = within[rows].double().gather(1, order[:, :, None].expand(-1, k, within.shape[-1]))
+        s = torch.linalg.svdvals(p)
+        out[rows] = s[:, -1] > RANK_TOL * s[:, 0].clamp_min(1e-300)
+    return out
+
+
+def class_posterior_metrics(task: Any, logits: torch.Tensor, episodes: Episodes) -> dict[str, Any] | None:
+    """The model's class posterior against the exact one, for a task that defines ``class_posterior`` and
+    ``within_class_predictive`` (``None`` for any other task: its records are unchanged).
+
+    The model states no class posterior; it is read from its predictive ``q`` at each scored position as the mixture
+    weights ``w`` whose Bayes mixture ``Σ_C w_C p_C(· | D)`` of the exact within-class predictives is closest to ``q``
+    (:func:`fit_class_weights`), and compared with the exact ``P(C | D)``:
+    ``class_posterior_mae`` is ``mean_C |w_C − P(C | D)|`` (for two classes ``|w_1 − P(C_1 | D)|``) averaged over
+    the scored positions where the weights are identified (:func:`class_identified`); the others (one class left,
+    or within-class predictives that coincide) are left out, and ``class_identified_share`` is the share of scored
+    positions kept.  The Bayes oracle's own predictive gives ``w = P`` there (0 up to rounding).
+
+    Returns ``{"per_position": {name: [B, T]}, "masks": {name: [B, T] bool}}``: each metric's elements (NaN off its
+    mask) and the positions it averages over (the identified ones for the error, the scored ones for the share)."""
+    if not (callable(getattr(task, "class_posterior", None)) and callable(getattr(task, "within_class_predictive", None))):
+        return None
+    mask = episodes.mask.detach().bool().cpu()
+    tokens, features = episodes.tokens, getattr(episodes, "features", None)
+    post = task.class_posterior(tokens, features).double()[mask]  # [N, K]
+    within = task.within_class_predictive(tokens, features).double()[mask]  # [N, K, n]
+    q = torch.softmax(logits.detach().double().cpu()[mask], dim=-1)
+    alive = post > 0
+    ident = class_identified(within, alive)
+    w = fit_class_weights(q, within, alive)
+    err = (w - post).abs().mean(1)
+    B, T = mask.shape
+    nan = torch.full((B, T), math.nan, dtype=torch.float64)
+    err_map, share_map = nan.clone(), nan.clone()
+    err_map[mask] = torch.where(ident, err, torch.full_like(err, math.nan))
+    share_map[mask] = ident.double()
+    ident_map = torch.zeros(B, T, dtype=torch.bool)
+    ident_map[mask] = ident
+    return {"per_position": {"class_posterior_mae": err_map, "class_identified_share": share_map},
+            "masks": {"class_posterior_mae": ident_map, "class_identified_share": mask}}

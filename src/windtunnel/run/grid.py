@@ -311,6 +311,49 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
            metric="kl", model={"transformer": _HMM_TRANSFORMER}) for size in (4 ** i for i in range(9))),
 )}
 
+# --- the sequel (Dalal, Misra, Parekh, arXiv 2607.19379): Bayesian model selection over function classes --------------
+# One recipe for every sequel cell and every architecture (the same budget and search effort: nothing tuned per
+# architecture or per regime), sized so that a cell trains in about two minutes on one CPU core (measured:
+# docs/model-selection.md).  Two domains: the relational classes on Z_12 (involutions need an even n, 3-cycles a
+# multiple of 3), the arithmetic pair on Z_7 (multiplications need a prime; 0 never asked: it names the class).  Z_7
+# keeps the facts control's episodes short enough for a CPU (its two operation tables are 2·49 facts of four tokens).
+_QUICK_SEQUEL = replace(_QUICK, steps=2000, eval_every=500, ckpt_every=500)
+_PAPER_SEQUEL = replace(_PAPER, params=2_800_000)  # the sequel's ≈2.8M-parameter transformer (abstract)
+SEQUEL_SYMBOLS = ("integer", "opaque", "fixed")
+"""How the sequel's cells write values (``ModelSelection.symbols``): integers, a relabelling drawn per episode and
+stated in a header, or one fixed relabelling."""
+SEQUEL_PAIRS: dict[str, dict[str, Any]] = {
+    "ms_involution": {"n": 12, "classes": "involution", "L": 10},
+    "ms_relational": {"n": 12, "classes": "involution,three_cycle", "L": 10},
+    "ms_arith": {"n": 7, "classes": "rotation,multiplication", "L": 6, "query_zero": False},
+}
+"""The sequel's three selection problems at the quick preset, by the prefix of their columns (``ms_arith_opaque`` …):
+one class alone (MS1), involutions against 3-cycles (MS2), rotations against multiplications (MS3–MS5)."""
+SEQUEL_ARCHS = ("transformer", "mamba", "lstm", "mlp")
+"""The architectures every sequel column is trained on (the papers' four)."""
+SEQUEL_LONG_FACTOR = 4
+"""The budget control of the opaque arithmetic cell: its recipe at this many times the steps."""
+
+
+def _sequel(prefix: str, symbols: str, suffix: str = "", recipe: Recipe = _QUICK_SEQUEL, **extra: Any) -> Experiment:
+    params = {**SEQUEL_PAIRS[prefix], "symbols": symbols, **extra}
+    paper_recipe = replace(_PAPER_SEQUEL, steps=recipe.steps // _QUICK_SEQUEL.steps * _PAPER_SEQUEL.steps)
+    return _exp(f"{prefix}_{symbols}{suffix}", "model_selection", params, dict(params), recipe, paper_recipe,
+                metric="kl")
+
+
+SEQUEL_EXPERIMENTS = (
+    *(_sequel(prefix, symbols) for prefix in SEQUEL_PAIRS for symbols in SEQUEL_SYMBOLS),
+    # the in-context-facts control (the arithmetic as relations between the episode's symbols, as In-Context Algebra
+    # gives a group's facts) and the budget control, both on the cell the sequel says fails
+    _sequel("ms_arith", "opaque", "_facts", facts_in_context=True),
+    _sequel("ms_arith", "opaque", "_long", replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps)),
+)
+EXPERIMENTS.update({e.name: e for e in SEQUEL_EXPERIMENTS})
+SEQUEL_COLUMNS = tuple(e.name for e in SEQUEL_EXPERIMENTS)
+"""Every sequel column, in order: ``windtunnel reproduce sequel`` trains each on :data:`SEQUEL_ARCHS` × the seeds."""
+
+
 POOL_SIZES = tuple(4 ** i for i in range(9))
 """The task-diversity sweeps' pool sizes (1 … 65,536 permutations or HMMs; the ``bijection`` and ``hmm`` columns
 are the infinite pools)."""

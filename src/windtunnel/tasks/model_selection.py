@@ -331,7 +331,8 @@ def _make_filter(name: str, B: int, n: int) -> _Filter:
     return _Table(B, n, class_table(name, n))
 
 
-def exact_filter(classes: Sequence[str], n: int, xs: torch.Tensor, ys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def exact_filter(classes: Sequence[str], n: int, xs: torch.Tensor, ys: torch.Tensor,
+                 within_out: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The exact value predictive and class posterior of a batch of episodes (values, not symbols).
 
     ``xs [B, L]`` the query points, ``ys [B, L']`` (``L' ≥ L − 1``) their shown images.  Returns
@@ -339,7 +340,9 @@ def exact_filter(classes: Sequence[str], n: int, xs: torch.Tensor, ys: torch.Ten
     and ``class_posterior[:, t]`` is ``P(C | D_{<t})`` (``D_{<t}`` the pairs before the ``t``-th query; index
     ``L`` after ``min(L, L')`` pairs).  A row where no class remains (inputs the task does not sample) is
     uniform from there on, in both.  Float64; the class weights are the chain rule
-    ``P(C)·Π_j P_C(y_j | D_{<j})``, renormalised after each pair."""
+    ``P(C)·Π_j P_C(y_j | D_{<j})``, renormalised after each pair.  ``within_out``, where given, receives the
+    within-class predictives ``P_C(f(x_t) = · | D_{<t})`` as one tensor ``[B, L, K, n]`` (a class the pairs have
+    ruled out keeps the predictive of the last pairs it allowed: read it only where its posterior is above 0)."""
     B, L = xs.shape
     K = len(classes)
     filters = [_make_filter(c, B, n) for c in classes]
@@ -349,12 +352,14 @@ def exact_filter(classes: Sequence[str], n: int, xs: torch.Tensor, ys: torch.Ten
     post = torch.empty(B, L + 1, K, dtype=torch.float64)
     uniform_v = torch.full((B, n), 1.0 / n, dtype=torch.float64)
     uniform_k = torch.full((B, K), 1.0 / K, dtype=torch.float64)
+    withins = []
     for t in range(L + 1):
         post[:, t] = torch.where(dead[:, None], uniform_k, w)
         if t == L:
             break
         x = xs[:, t]
         within = torch.stack([f.predict(x) for f in filters], 1)  # [B, K, n]
+        withins.append(within)
         pred[:, t] = torch.where(dead[:, None], uniform_v, (w[:, :, None] * within).sum(1))
         if t >= ys.shape[1]:
             continue
@@ -366,6 +371,8 @@ def exact_filter(classes: Sequence[str], n: int, xs: torch.Tensor, ys: torch.Ten
         w = torch.where(total > 0, w / total.clamp_min(1e-300), w)
         for k, f in enumerate(filters):
             f.update(x, y, (like[:, k] > 0) & (w[:, k] > 0))
+    if within_out is not None:
+        within_out.append(torch.stack(withins, 1) if withins else torch.empty(B, 0, K, n, dtype=torch.float64))
     return pred, post
 
 
@@ -630,6 +637,26 @@ class ModelSelection(Task):
         out[:, self.body_start :: 2] = post[:, :nq]
         ny = len(range(self.body_start + 1, T, 2))
         out[:, self.body_start + 1 :: 2] = post[:, 1 : ny + 1]
+        return out
+
+    def within_class_predictive(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """Each class's own exact predictive over the symbol index at each query, ``[B, T, K, n]`` float64:
+        ``P_C(c = π(v) | D_{<t}) = N_C(D_{<t} ∪ {x_t ↦ v}) / N_C(D_{<t})``, so that :meth:`posterior` is
+        ``Σ_C class_posterior[..., C] · within_class_predictive[..., C, :]`` at every query.  Uniform (``1/n``) off
+        the queries and on a row that is not an episode of the task's form; for a class the shown pairs rule out
+        (``class_posterior = 0``) it is not defined (it holds the predictive of the last pairs the class allowed)."""
+        B, T = tokens.shape
+        K = len(self.class_names)
+        out = torch.full((B, T, K, self.n), 1.0 / self.n, dtype=torch.float64)
+        if T <= self.body_start:
+            return out
+        relabel, xs, ys, ok = self.read(tokens)
+        within: list[torch.Tensor] = []
+        exact_filter(self.class_names, self.n, xs, ys, within_out=within)
+        pred = within[0]  # [B, Lq, K, n] over values
+        symbols = torch.zeros_like(pred).scatter_(3, relabel[:, None, None, :].expand_as(pred), pred)
+        symbols = torch.where(ok[:, None, None, None], symbols, torch.full_like(symbols, 1.0 / self.n))
+        out[:, self.body_start :: 2] = symbols
         return out
 
     def decode(self, episodes: Episodes, index: int = 0) -> list[str]:
