@@ -145,6 +145,7 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
     except DiagnosticFailed as exc:  # a crash is not a result: the command fails (the other diagnostics are kept)
         failure = exc
     _print_readings(run.geometry_path)
+    _print_not_applicable(run)
     diverged = divergence_note(run, "analysed")
     if diverged:
         print(diverged, file=sys.stderr)
@@ -153,6 +154,33 @@ def cmd_analyze(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"windtunnel analyze: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_not_applicable(run: Any) -> None:
+    """Print, one line each, the diagnostics of the run's ``geometry.json`` that did not apply and why (the part
+    of the model or task each lacks); for a model of the user's own (``module:factory``), one line more saying
+    where its stream comes from: the layers stream discovery found and what it exposes, or why none was found."""
+    doc = json.loads(Path(run.geometry_path).read_text())
+    skipped = [(k, v.get("reason", "")) for k, v in doc.items()
+               if k not in ("summary", "meta") and isinstance(v, dict) and v.get("applicable", True) is False]
+    if skipped:
+        print(f"{len(skipped)} diagnostic(s) did not apply:")
+        for name, reason in skipped:
+            print(f"  {name}: {reason}")
+    model = run.read_config().get("model") or {}
+    arch = str(model.get("arch", ""))
+    if ":" in arch and not arch.startswith("hf:"):
+        from .. import models
+        from ..errors import InvalidValue
+
+        try:
+            built = models.build(model)
+        except InvalidValue as exc:
+            print(f"the model's stream: not known (rebuilding {arch} failed: {exc})")
+            return
+        describe = getattr(built, "describe_stream", None)
+        if callable(describe):
+            print(f"the model's stream: {describe()}")
 
 
 def _print_readings(path: Path) -> None:

@@ -52,14 +52,16 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
 
-from .base import HookPoint, ModelConfig, WindTunnelModel, bypass_by_hooks
+from .base import HookFn, HookPoint, ModelConfig, WindTunnelModel, bypass_by_hooks
 from .contract import check_contract
+from . import discovery
+from .discovery import NotFound, Stream
 from .sizing import TOLERANCE
 from ..errors import InvalidValue
 
@@ -125,7 +127,7 @@ class ExternalConfig(ModelConfig):
 class ExternalModel(WindTunnelModel):
     """A user's module behind the :class:`WindTunnelModel` interface (``net`` is the user's module)."""
 
-    def __init__(self, config: ExternalConfig) -> None:
+    def __init__(self, config: ExternalConfig, *, discover: bool = True) -> None:
         super().__init__(config)
         from .. import tasks
 
@@ -157,6 +159,41 @@ class ExternalModel(WindTunnelModel):
         if not any(True for _ in self.parameters()):
             raise InvalidValue(f"invalid arch {config.arch!r}: the model has no parameters")
         check_contract(self, task)
+        self.stream: Stream | NotFound | None = None
+        """What stream discovery found (:mod:`windtunnel.models.discovery`): a :class:`Stream`, the reason none
+        was found (:class:`NotFound`), or ``None`` where it did not run (the user's own hooks under ``blocks``
+        name the stream already, or ``discover=False``)."""
+        if discover and not self._own_stream():
+            ep = task.sample(2, seed=0)
+            self.stream = discovery.find_stream(self, self.net, {k: v for k, v in ep.inputs.items()})
+        self._layers = nn.ModuleList(self._found().layers) if self._found() is not None else None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_layers":  # the discovered layers, listed without registering them twice (they live in net)
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _own_stream(self) -> bool:
+        """Whether the user's own hook points name the stream after every layer (``blocks.{l}.hook_resid_post``)."""
+        names = {self._public_name(n) for n, m in self.named_modules() if isinstance(m, HookPoint)}
+        L = len(self.blocks)
+        return L > 0 and all(f"blocks.{l}.hook_resid_post" in names for l in range(L))
+
+    def _found(self) -> Stream | None:
+        """The discovered stream, if discovery found one (``None`` before it ran, or where it found none)."""
+        stream = self.__dict__.get("stream")
+        return stream if isinstance(stream, Stream) else None
+
+    def describe_stream(self) -> str:
+        """One line saying where the model's stream comes from: the user's own hooks, what discovery found
+        (the layers, the hooks exposed, the readout, what is not exposed and why), or why none was found."""
+        stream = self.__dict__.get("stream")
+        if stream is not None:
+            return stream.describe()
+        if self._own_stream():
+            return f"layers: blocks ({len(self.blocks)}), with the model's own hook points"
+        return "stream discovery not run"
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         return self.net(tokens, features) if self.with_features else self.net(tokens)
@@ -165,9 +202,13 @@ class ExternalModel(WindTunnelModel):
     @property
     def blocks(self) -> nn.Module:  # type: ignore[override]
         """The user's layers: their module's ``blocks`` when it is an ``nn.ModuleList`` or ``nn.Sequential``,
-        else no layers (an empty list).  Not registered a second time: the parameters live under ``net``."""
+        else the list of layers stream discovery found, else no layers (an empty list).  Not registered a
+        second time: the parameters live under ``net``."""
         layers = getattr(self.net, "blocks", None)
-        return layers if isinstance(layers, (nn.ModuleList, nn.Sequential)) else nn.ModuleList()
+        if isinstance(layers, (nn.ModuleList, nn.Sequential)):
+            return layers
+        found = self.__dict__.get("_layers")
+        return found if found is not None else nn.ModuleList()
 
     def __getattr__(self, name: str) -> Any:
         """``norm`` and ``head`` are the user's module's, when it has them (the readout of the skeleton)."""
@@ -184,7 +225,8 @@ class ExternalModel(WindTunnelModel):
         """The hook name of the hook point at module path ``name`` (``net.<path>``): the user's own path for
         hook points under their ``blocks`` and for a top-level ``hook_embed`` / ``hook_final``."""
         inner = name[len("net."):]
-        if inner in ("hook_embed", "hook_final") or (inner.startswith("blocks.") and len(self.blocks) > 0):
+        own_blocks = isinstance(getattr(self.net, "blocks", None), (nn.ModuleList, nn.Sequential))
+        if inner in ("hook_embed", "hook_final") or (inner.startswith("blocks.") and own_blocks):
             return inner
         return name
 
@@ -194,8 +236,35 @@ class ExternalModel(WindTunnelModel):
                 module.name = self._public_name(name)
 
     def hook_points(self) -> dict[str, HookPoint]:
-        """All hook points of the user's module by hook name (see the module docstring)."""
-        return {self._public_name(name): m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+        """All hook points of the user's module by hook name (see the module docstring), then the stream's
+        that discovery found (``blocks.{l}.hook_resid_pre/post``), where the user's own do not take the name."""
+        points = {self._public_name(name): m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+        found = self._found()
+        if found is not None:
+            points.update({n: p for n, p in found.points.items() if n not in points})
+        return points
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Sequence[tuple[str, HookFn]]) -> Iterator["ExternalModel"]:
+        """:meth:`WindTunnelModel.hooks`; where a hook point of the discovered stream is among those hooked,
+        the forward hooks that feed it from the user's layers are registered for the block too, and removed
+        on exit, also when the body or a hook raises."""
+        found = self._found()
+        with ExitStack() as stack:
+            if found is not None:
+                virtual = set(found.points.values())
+                points = self.hook_points()
+                if any(points[n] in virtual for name, _ in fwd_hooks for n in self._select(name)):
+                    stack.enter_context(found.routed())
+            stack.enter_context(super().hooks(fwd_hooks))
+            yield self
+
+    def reset_hooks(self) -> None:
+        """Remove every forward hook from every hook point, and the discovered stream's hooks on the layers."""
+        super().reset_hooks()
+        found = self._found()
+        if found is not None:
+            found.detach()
 
     def _net_capabilities(self) -> frozenset[str]:
         if isinstance(self.net, WindTunnelModel):
@@ -203,12 +272,16 @@ class ExternalModel(WindTunnelModel):
         return frozenset(m for m in ("unembed", "unrotated_keys") if callable(getattr(self.net, m, None)))
 
     def capabilities(self) -> frozenset[str]:
-        """``unembed`` when the user's module has ``norm`` and ``head`` or defines ``unembed``;
+        """``unembed`` when the user's module has ``norm`` and ``head`` or defines ``unembed``, or stream
+        discovery found a readout that reproduces the logits;
         ``unrotated_keys`` when it defines that; ``bypass_layer`` when every layer exposes
         ``blocks.{l}.hook_resid_pre`` and ``blocks.{l}.hook_resid_post``."""
         own = self._net_capabilities()
         caps = {m for m in ("unembed", "unrotated_keys") if m in own}
         if all(isinstance(getattr(self.net, part, None), nn.Module) for part in ("norm", "head")):
+            caps.add("unembed")
+        found = self._found()
+        if found is not None and found.readout is not None:
             caps.add("unembed")
         names = set(self.hook_names())
         L = len(self.blocks)
@@ -218,9 +291,14 @@ class ExternalModel(WindTunnelModel):
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
         """The user's readout of a residual-stream state: their ``unembed(x)`` if they define one, else
-        ``head(norm(x))`` (float32 logits).  ``InvalidValue`` for a module with neither."""
+        ``head(norm(x))``, else the readout stream discovery found (float32 logits).  ``InvalidValue`` for a
+        module with none."""
         if "unembed" in self._net_capabilities() and callable(getattr(self.net, "unembed", None)):
             return self.net.unembed(x).float()
+        found = self._found()
+        own = all(isinstance(getattr(self.net, part, None), nn.Module) for part in ("norm", "head"))
+        if not own and found is not None and found.readout is not None:
+            return found.unembed(x)
         if "unembed" not in self.capabilities():
             raise InvalidValue(f"invalid unembed: the {self.config.arch} model has no readout (define unembed(x), "
                                "or submodules norm and head)")
@@ -247,13 +325,15 @@ class ExternalModel(WindTunnelModel):
 
 
 
-def make_external(arch: str, task: Any, params: int | None = None, **options: Any) -> ExternalModel:
-    """Build the user model ``arch`` (``module:factory``) for ``task``; see the module docstring."""
+def make_external(arch: str, task: Any, params: int | None = None, *, discover: bool = True,
+                  **options: Any) -> ExternalModel:
+    """Build the user model ``arch`` (``module:factory``) for ``task``; see the module docstring.
+    ``discover=False`` leaves the stream undiscovered (the model as it was before discovery)."""
     config = ExternalConfig(
         arch=arch, vocab_size=task.vocab_size, n_classes=task.n_classes, n_features=task.n_features,
         task=task.name, task_params=task.params(), params=params, options=dict(options),
     )
-    return ExternalModel(config)
+    return ExternalModel(config, discover=discover)
 
 
 def build_external(config: dict[str, Any]) -> ExternalModel:
