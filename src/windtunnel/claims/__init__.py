@@ -1,7 +1,7 @@
 """The trilogy's claims as data, each with its verdict read from committed artifacts.
 
 ``CLAIMS`` maps an id (``A1`` … ``D24``: A Paper I behaviour, B Paper I mechanism and geometry,
-C Paper II, D Paper III) to a :class:`Claim`; :func:`assess_all` applies every claim's rule to the
+C Paper II, D Paper III; ``MS1`` … ``MS6`` the model-selection sequel) to a :class:`Claim`; :func:`assess_all` applies every claim's rule to the
 results folder and :func:`render` writes ``results/CLAIMS.md`` (``windtunnel claims``).  Nothing in
 that file is typed by hand: the papers' numbers and sources are in the claim modules, ours come from
 the files each verdict names.
@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import paper1, paper2, paper3  # noqa: F401  (each registers its claims)
+from . import paper1, paper2, paper3, sequel  # noqa: F401  (each registers its claims)
 from . import pages as _render
 from .base import (AGREE, AGREE_BY_CONSTRUCTION, CLAIMS, DISAGREE, DISAGREE_CLOSES, DISAGREE_PERSISTS,
                    DISAGREE_UNCONTROLLED, IDENTITY, INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, PROVENANCE, UNINFORMATIVE,

@@ -230,7 +230,7 @@ def claim(id: str, paper: str, version: str, section: str, statement: str, numbe
 
 
 def _key(cid: str) -> tuple[str, int, str]:
-    m = re.fullmatch(r"([A-Z])(\d+)(\w*)", cid)
+    m = re.fullmatch(r"([A-Z]+)(\d+)(\w*)", cid)
     return (m.group(1), int(m.group(2)), m.group(3)) if m else (cid, 0, "")
 
 

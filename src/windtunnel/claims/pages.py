@@ -21,7 +21,8 @@ from .evidence import Measure, _g
 from .judge import EXACT_NULLS, NULL_NAMES, REDUCED_SCALE, SCALES, Judgement
 
 SECTIONS = {"A": "Paper I — behaviour", "B": "Paper I — mechanism and geometry", "C": "Paper II — gradient dynamics",
-            "D": "Paper III — production language models"}
+            "D": "Paper III — production language models",
+            "M": "The sequel — Bayesian model selection (arXiv 2607.19379)"}
 DETAILS = "claims"
 """The folder beside ``CLAIMS.md`` that holds one detail file per claim."""
 STATEMENT_CHARS = 80
@@ -322,6 +323,6 @@ def detail(j: Judgement) -> str:
 
 
 def slug(cid: str) -> str:
-    if not re.fullmatch(r"[A-Z]\d+\w*", cid):
+    if not re.fullmatch(r"[A-Z]+\d+\w*", cid):
         raise ValueError(f"claim id {cid!r} is not a file name")
     return f"{cid}.md"

@@ -26,7 +26,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {"steps": 2000, "batch_size": 64, "lr": 1e-3}
 EVAL_SEED = 12345
 """``windtunnel.evaluation.evaluate.EVAL_SEED``: the seed of every run's evaluation episodes."""
 
-REPRODUCE_TARGETS: tuple[str, ...] = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
+REPRODUCE_TARGETS: tuple[str, ...] = ("paper1", "paper2", "paper3", "sequel", "beyond", "scale", "all")
 """``windtunnel.orchestration.reproduce.TARGETS``: whose cells ``reproduce`` and ``status`` work or follow."""
 
 

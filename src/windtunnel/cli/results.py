@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     rep = sub.add_parser("reproduce", help="train, evaluate and analyse what the papers' claims need and results/ lacks")
     rep.add_argument("target", choices=list(REPRODUCE_TARGETS),
-                     help="whose claims: paper1 (Paper I's cells and their controls), paper2, paper3, beyond (the "
+                     help="whose claims: paper1 (Paper I's cells and their controls), paper2, paper3, sequel (the "
+                          "model-selection sequel's cells on four architectures, with its controls), beyond (the "
                           "tests beyond the papers: belief geometry on Mess3, the task-diversity sweeps), scale (the "
                           "cells the claims read at the papers' size: the main job's recipe, HMM in the authors' "
                           "regime, the paper table's cells a claim reads; --preset paper, a GPU's work), or all")

@@ -1,6 +1,6 @@
 """``windtunnel reproduce``: run whatever the papers' claims need and their committed artifacts lack.
 
-A *target* (``paper1``, ``paper2``, ``paper3``, ``all``) is a list of grid cells
+A *target* (``paper1``, ``paper2``, ``paper3``, ``sequel``, ``all``) is a list of grid cells
 (:class:`~windtunnel.run.grid.Cell`: preset, experiment, architecture, seed), each with the stages it
 needs — train and evaluate, and for the geometry claims ``analyze``.  A cell is worked in an
 ordinary run folder under ``results/{preset}/runs/`` (git-ignored; the same folders the table
@@ -37,7 +37,7 @@ from ..io import copy_atomic
 from ..errors import InvalidValue
 from ..run.runs import RunDir
 
-TARGETS = ("paper1", "paper2", "paper3", "beyond", "scale", "all")
+TARGETS = ("paper1", "paper2", "paper3", "sequel", "beyond", "scale", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
 GEOMETRY = "geometry.json"
 REFERENCES = "references.json"
@@ -58,15 +58,17 @@ class Job:
         return ARTIFACTS + ((GEOMETRY,) if self.analyze else ())
 
 
-PAPERS = {"paper1": "I", "paper2": "II", "paper3": "III"}
-"""The reproduction targets that are one paper's claims, and the paper each stands for."""
+PAPERS = {"paper1": "I", "paper2": "II", "paper3": "III", "sequel": "sequel"}
+"""The reproduction targets that are one paper's claims, and the paper each stands for (``sequel``: the model-selection
+sequel, arXiv 2607.19379, whose claims are registered with paper ``"sequel"``)."""
 
 
 def plan(target: str, preset: str = "quick") -> list[Job]:
     """The cells ``target`` needs under ``preset``, in the order the claims read them.
 
     A paper's target is the union of the cells its claims declare (``Claim.cells``; a test holds each declaration
-    equal to what the claim reads), analysed where a claim reads their geometry; ``scale`` is the cells the claims
+    equal to what the claim reads), analysed where a claim reads their geometry (``sequel`` also every sequel column
+    on each of the papers' four architectures, :data:`SEQUEL_CELLS`: the same budget for each); ``scale`` is the cells the claims
     read at the papers' size whatever preset they are judged at (``main_paper_size@paper``, ``hmm_fixed@paper`` …:
     meant for ``--preset paper``, a GPU's work); ``beyond`` holds the tests beyond the papers, which no claim reads
     (belief-state geometry on Mess3, the task-diversity sweeps); ``all`` every cell of the papers and beyond.
@@ -80,17 +82,28 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
 
     if target in PAPERS:
         cells = declared((PAPERS[target],))
+        if target == "sequel":
+            for cell in SEQUEL_CELLS:
+                cells.setdefault(cell, False)
     elif target == "scale":
         cells = declared(tuple(PAPERS.values()), fixed="paper")
     elif target == "beyond":
         cells = beyond
     else:
         cells = declared(tuple(PAPERS.values()))
+        for cell in SEQUEL_CELLS:
+            cells.setdefault(cell, False)
         for cell, analysed in beyond.items():
             cells[cell] = cells.get(cell, False) or analysed
     return [Job(grid.Cell(preset, column, arch, seed), analyze=analysed)
             for (column, arch), analysed in cells.items() for seed in SEEDS]
 
+
+SEQUEL_CELLS = tuple((column, arch) for column in grid.SEQUEL_COLUMNS for arch in grid.SEQUEL_ARCHS)
+"""The sequel's cells (model selection, arXiv 2607.19379): every sequel column — {involution alone, involutions vs
+3-cycles, rotations vs multiplications} × {integer, opaque, fixed} symbols, the in-context-facts and budget controls of
+the opaque arithmetic cell — on each of the papers' four architectures, one recipe for all; its claims read the
+transformer's (and the header probe on the arithmetic cells)."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)
