@@ -567,5 +567,29 @@ def test_by_declaration_a_gru_stack_meets_every_stream_diagnostic(user: Path) ->
     after = _make("gru", task)
     assert before.stream is None and len(before.blocks) == 0
     assert {k for k, d in diags.items() if d.applies(before)} == {"reference_predictors"}
-    assert {k for k, d in diags.items() if d.applies(after)} == _stream_only() | {"reference_predictors"}
+    met = {k for k, d in diags.items() if d.applies(after)}
+    print(f"plain GRU stack by declaration: 1 of {len(diags)} diagnostics before, {len(met)} of {len(diags)} after")
+    assert met == _stream_only() | {"reference_predictors"}
     assert STREAM_DIAGNOSTICS <= _stream_only()
+
+
+def test_discovery_leaves_the_parameters_and_checkpoint_keys_as_they_were(user: Path) -> None:
+    """Nothing is registered in the module tree: the state dict and the parameters are those of the model built
+    without discovery, and a deep copy keeps its own working stream."""
+    import copy
+
+    from windtunnel.models.external import make_external
+
+    task = _task()
+    torch.manual_seed(0)
+    plain = make_external("user_models:gru", task, discover=False)
+    found = _make("gru", task)
+    assert list(plain.state_dict()) == list(found.state_dict())
+    assert sum(p.numel() for p in plain.parameters()) == found.n_params()
+    twin = copy.deepcopy(found)
+    assert twin.stream.layers[0] is twin.net.rnns[0] and twin.blocks[2] is twin.net.rnns[2]
+    tokens = task.sample(2, 0).tokens
+    with torch.no_grad(), twin.hooks([("blocks.2.hook_resid_post", lambda x, _: torch.zeros_like(x))]):
+        zeroed = twin(tokens)
+    torch.testing.assert_close(zeroed, twin.net.head(torch.zeros(2, tokens.shape[1], 16)).expand_as(zeroed))
+    assert discovery.hooks_on(list(found.modules())) == 0

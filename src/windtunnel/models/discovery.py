@@ -406,7 +406,10 @@ def _find(model: nn.Module, net: nn.Module, inputs: dict[str, torch.Tensor]) -> 
                         f"parameters (a list of layers){rnn_note}")
     refused: list[str] = []
     for cand in cands:
-        why, seen = _probe(model, cand, inputs)
+        try:
+            why, seen = _probe(model, cand, inputs)
+        except Exception as exc:  # noqa: BLE001 - a forward pass that fails under the probe refuses the candidate
+            why, seen = f"the forward pass failed under the probe ({type(exc).__name__}: {exc})", {}
         if why is not None:
             refused.append(f"{cand.path} ({len(cand.layers)} x {type(cand.layers[0]).__name__}): {why}")
             continue
@@ -416,7 +419,10 @@ def _find(model: nn.Module, net: nn.Module, inputs: dict[str, torch.Tensor]) -> 
             l = next(l for l, (x, y) in enumerate(zip(seen["in"], seen["out"])) if x.shape != y.shape)
             notes.append(f"layer {l} maps width {seen['in'][l].shape[-1]} to {seen['out'][l].shape[-1]}, so the "
                          "stream before each layer (hook_resid_pre) and layer bypass are not exposed")
-        readout, paths, why_not = _readout(net, model, cand, inputs, seen["out"][-1], seen["logits"])
+        try:
+            readout, paths, why_not = _readout(net, model, cand, inputs, seen["out"][-1], seen["logits"])
+        except Exception as exc:  # noqa: BLE001 - a readout that cannot be replayed is no readout
+            readout, paths, why_not = None, [], f"replaying the modules after the last layer failed ({exc})"
         if why_not is not None:
             notes.append(f"no readout: {why_not}")
         return Stream(path=cand.path, layers=list(cand.layers), inputs=seen["inputs"], pre=pre, readout=readout,

@@ -30,6 +30,19 @@ named ``net.<path>``.  The diagnostics read these names, so a user's transformer
 ``attn.hook_q|k|v|scores|pattern|z`` gets every diagnostic our transformer gets
 (``windtunnel.geometry.registry.capabilities_markdown`` lists what each one reads).
 
+**Stream discovery.**  A module with no hook names of ours still has a residual stream when it keeps its
+layers in a list: :mod:`windtunnel.models.discovery` finds the list (the longest ``nn.ModuleList`` /
+``nn.Sequential`` run of same-typed modules whose members each run once, in order, each taking the previous
+one's output, the last reaching the logits — the rule in full is that module's docstring) and exposes the
+stream entering and leaving each layer as ``blocks.{l}.hook_resid_pre`` / ``blocks.{l}.hook_resid_post``, by
+forward hooks on the user's layers that are registered only inside :meth:`ExternalModel.hooks` (and so
+``run_with_cache``, patching, steering and ``bypass_layer``), and the modules after the last layer as the readout
+``unembed`` where applying them to the last stream reproduces the logits.  The user's own hook points win: where
+their layers under ``blocks`` already name ``blocks.{l}.hook_resid_post``, discovery does not run.
+:attr:`ExternalModel.stream` holds what it found, or why it found nothing; :meth:`ExternalModel.describe_stream`
+says it in one line (``windtunnel analyze`` prints it).  Nothing is added to the module tree: the parameters and
+the checkpoint's keys are the user's.
+
 **Parts and methods.**  ``norm`` and ``head`` of the user's module (the final norm and the output head,
 ``logits = head(norm(x))``) are the model's readout (``unembed``, a readout learning rate); a module
 without them may define ``unembed(x)`` itself.  ``unrotated_keys(tokens)`` (keys before any rotary
