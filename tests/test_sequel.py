@@ -126,12 +126,14 @@ def test_the_class_metrics_are_recorded_for_model_selection_only() -> None:
 # --- the cells ------------------------------------------------------------------------------------------------------
 
 def test_the_sequel_cells_are_one_recipe_on_four_architectures() -> None:
-    """``reproduce sequel`` plans every sequel column on the papers' four architectures at every seed; every column
+    """``reproduce sequel`` plans every sequel column on the papers' four architectures at every seed (the facts
+    control, twenty times as long an episode, on the transformer alone); every column
     trains on one recipe (the budget control on four times its steps), differs from its pair's cells only in the
     symbols (the facts control: and the facts), and makes a valid task."""
     plan = reproduce.plan("sequel")
     assert {(j.cell.column, j.cell.arch) for j in plan} >= set(reproduce.SEQUEL_CELLS)
-    assert len(reproduce.SEQUEL_CELLS) == 11 * 4 and len(plan) == 11 * 4 * len(grid.SEEDS)
+    assert len(reproduce.SEQUEL_CELLS) == 10 * 4 + 1 and len(plan) == (10 * 4 + 1) * len(grid.SEEDS)
+    assert [a for c, a in reproduce.SEQUEL_CELLS if c.endswith("_facts")] == ["transformer"]
     assert {(j.cell.column, j.cell.arch) for j in plan if j.analyze} == {("ms_arith_opaque", "transformer")}
     base = grid.EXPERIMENTS["ms_arith_opaque"].recipes["quick"]
     for column in grid.SEQUEL_COLUMNS:

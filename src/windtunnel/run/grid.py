@@ -313,8 +313,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
 
 # --- the sequel (Dalal, Misra, Parekh, arXiv 2607.19379): Bayesian model selection over function classes --------------
 # One recipe for every sequel cell and every architecture (the same budget and search effort: nothing tuned per
-# architecture or per regime), sized so that a cell trains in about two minutes on one CPU core: 100k parameters
-# in the quick recipe's 4 layers of 4 heads, 1500 steps of 64 episodes (measured: docs/model-selection.md).  Two domains: the relational classes on Z_12 (involutions need an even n, 3-cycles a
+# architecture or per regime), sized so that a cell trains in two to three minutes on one CPU core: 100k parameters
+# in the quick recipe's 4 layers of 4 heads, 1500 steps of 64 episodes (each committed cell's timings.json records
+# its seconds; the facts control's episodes are twenty times as long, and so is its cell: docs/model-selection.md).  Two domains: the relational classes on Z_12 (involutions need an even n, 3-cycles a
 # multiple of 3), the arithmetic pair on Z_7 (multiplications need a prime; 0 never asked: it names the class).  Z_7
 # keeps the facts control's episodes short enough for a CPU (its two operation tables are 2·49 facts of four tokens).
 _QUICK_SEQUEL = replace(_QUICK, params=100_000, steps=1500, eval_every=500, ckpt_every=500)
