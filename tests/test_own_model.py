@@ -139,8 +139,9 @@ def test_a_users_transformer_gets_every_diagnostic_ours_gets(own_module: Path,
     err = capsys.readouterr().err
     assert "Traceback" not in err and " failed (" not in err, err
     assert applicable["own_transformer:factory"] == applicable["transformer"]
-    # everything but what the task (no hidden state) or the transformer (no selective step sizes) lacks
-    assert applicable["transformer"] == set(registry.discover()) - {"belief_geometry", "selection"}
+    # everything but what the task (no hidden state, no relabelling header) or the transformer (no selective step
+    # sizes) lacks
+    assert applicable["transformer"] == set(registry.discover()) - {"belief_geometry", "header_probe", "selection"}
 
 
 def test_the_own_model_names_its_layers_like_ours(own_module: Path) -> None:
@@ -265,8 +266,10 @@ def _run(diag: registry.Diagnostic, model: WindTunnelModel, task: tasks.Task, n:
     return diag.compute(model, task, **kw)
 
 
-CONTRACT_TASKS = (("recall", RECALL), ("hmm", {"S": 2, "O": 2, "K": 4}))
-"""Tasks the contract runs each diagnostic on (the first where the model has everything and the task too)."""
+CONTRACT_TASKS = (("recall", RECALL), ("hmm", {"S": 2, "O": 2, "K": 4}),
+                  ("model_selection", {"n": 6, "L": 5, "symbols": "opaque"}))
+"""Tasks the contract runs each diagnostic on (the first where the model has everything and the task too; model
+selection for the header probe, which reads a relabelling header)."""
 
 
 @pytest.mark.parametrize("name", [n for n, d in registry.discover().items() if not d.checkpoints])
