@@ -119,7 +119,7 @@ def test_grid_experiments_for_the_controls_change_only_the_routing() -> None:
     assert {"main_gqa-transformer-s0", "main-transformer-s2"} <= folders("paper3")
     assert {f"{c}_uniform-transformer-s{s}" for c in ("main", "hmm", "recall") for s in reproduce.SEEDS} <= folders("paper2")
     assert "main_gqa-transformer-s0" not in folders("paper1") and folders("paper1") | folders("paper2") | folders("beyond") | \
-        folders("paper3") == folders("all")
+        folders("paper3") | folders("sequel") == folders("all")
 
 
 def test_layer_norm_option_centres_and_keeps_a_bias() -> None:

@@ -65,9 +65,8 @@ MS1_RULE = Every(AtMost(0.01, "bits", of="the sequel's"), "symbol regime (intege
 
 
 @claim("MS1", PAPER, "v1", "abstract",
-       "Identifying a fixed-point-free involution from observed pairs, a small transformer matches the Bayes-optimal "
-       "predictive, with integer tokens and with opaque symbols re-drawn every episode",
-       "0.01 bits (≈2.8M parameters, 3 seeds)", "paper",
+       "A small transformer matches Bayes on involutions, with integer and with opaque symbols",
+       "0.01 bits (≈2.8M, 3 seeds)", "paper",
        "entropy_mae_curve (bits), transformer, ms_involution_integer and ms_involution_opaque (n = 12, L = 10), "
        "3 seeds", MS1_RULE, REPRO, cells=reads(*INVOLUTION))
 def _ms1(ev: Evidence) -> Verdict:
@@ -88,8 +87,7 @@ MS2_RULE = All(LEARNS, IntervalBelow(0.001, "", of="the class-posterior MAE's"))
 
 
 @claim("MS2", PAPER, "v1", "abstract",
-       "Choosing between involutions and permutations of 3-cycles (neither class contains the other), the model "
-       "selects the class as Bayes does: genuine model selection, not a simplicity or subset bias",
+       "Involutions vs 3-cycles (neither contains the other): the class posterior is Bayes's",
        "class-posterior MAE < 0.001", "paper",
        "kl (bits) and class_posterior_mae — the class posterior read from the model's predictive as the KL-closest "
        "Bayes mixture of the exact within-class predictives, where identified — transformer, ms_relational_integer "
@@ -140,10 +138,8 @@ def _header(ev: Evidence, column: str) -> Measure | None:
 
 
 @claim("MS3", PAPER, "v1", "abstract",
-       "Where telling the classes apart needs arithmetic (rotations x ↦ x + c against multiplications x ↦ c·x mod p), "
-       "selection succeeds with integer tokens and fails completely with opaque symbols re-drawn every episode",
-       "qualitative (the failure persists from 2.8M to 316M parameters; immune to extended training: secondary)",
-       "paper",
+       "Rotations vs multiplications mod p: selection succeeds with integers, fails with opaque symbols",
+       "qualitative (immune to longer training: secondary)", "paper",
        "kl (bits) against the context-blind floor, transformer, ms_arith_integer and ms_arith_opaque (p = 7, L = 6, 0 "
        "never asked), 3 seeds; controls: four times the steps (ms_arith_opaque_long), one fixed relabelling "
        "(ms_arith_fixed), the arithmetic given as facts in context (ms_arith_opaque_facts), the header probe",
@@ -187,7 +183,7 @@ def _ms3(ev: Evidence) -> Verdict:
 
 
 claim("MS3b", PAPER, "v1", "abstract",
-      "The opaque-symbol failure survives a 112× increase in size (2.8M → 316M parameters)", "2.8M → 316M", "paper",
+      "The opaque failure survives 112× the size (2.8M → 316M parameters)", "316M", "paper",
       "kl (bits), a 316M-parameter transformer", "—", REPRO)(
     fixed(NOT_MEASURABLE, "a 316M-parameter model trained to the sequel's budget is beyond the machines available "
                           "here; the paper preset's sequel cells are at the sequel's 2.8M"))
@@ -199,8 +195,8 @@ MS4_RULE = AtMost(0.009, "bits", of="the sequel's")
 
 
 @claim("MS4", PAPER, "v1", "abstract",
-       "Control: opaque symbols under one fixed relabelling (the same in every episode) succeed on the arithmetic pair "
-       "— stable meaning, not integer identity, is what lets the circuit form", "0.009 bits MAE", "paper",
+       "One fixed relabelling succeeds on the arithmetic pair: stable meaning forms the circuit", "0.009 bits",
+       "paper",
        "entropy_mae_curve (bits), transformer, ms_arith_fixed (p = 7, L = 6), 3 seeds", MS4_RULE, REPRO,
        cells=reads(FIXED))
 def _ms4(ev: Evidence) -> Verdict:
@@ -217,8 +213,8 @@ MS5_RULE = All(AtLeast(MARGIN, "the header probe's margin"), FloorShare(FLOOR_FR
 
 
 @claim("MS5", PAPER, "v1", "abstract",
-       "Diagnostics on the relabelling header place the failure at composing header inversion with arithmetic, not "
-       "at parsing the header", "qualitative", "paper",
+       "The failure is in composing header inversion with arithmetic, not in parsing the header", "qualitative",
+       "paper",
        "header_probe (geometry.json): held-out accuracy of a linear probe reading each body symbol's value π⁻¹(symbol) "
        "from the stream, its best layer against the token alone and the untrained model; with the opaque cell's kl "
        "against the context-blind floor; transformer, ms_arith_opaque, 3 seeds",
@@ -238,8 +234,8 @@ def _ms5(ev: Evidence) -> Verdict:
 # --- MS6: frontier language models ------------------------------------------------------------------------------------
 
 claim("MS6", PAPER, "v1", "abstract",
-      "Frontier LLMs on the same tasks are qualitatively Bayesian with a calibration gap, measured through lossy "
-      "probes (directional, not exact)", "≈55× calibration gap", "paper", "—", "—", "—")(
+      "Frontier LLMs are qualitatively Bayesian, with a calibration gap (lossy probes)", "≈55×", "paper", "—", "—",
+      "—")(
     fixed(NOT_MEASURABLE, "frontier language models are not available here, and the sequel's probe (a mixture "
                           "inversion at hand-picked positions, by a secondary note) is not public"))
 
