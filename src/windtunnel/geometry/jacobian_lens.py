@@ -101,7 +101,8 @@ def average_jacobians(model: torch.nn.Module, episodes: Episodes, chunk: int = 1
     jac: dict[str, torch.Tensor] = {}
     sums: dict[str, torch.Tensor] = {}
     count = 0
-    with eval_mode(model), torch.enable_grad():
+    # cuDNN's recurrent kernels have no backward pass in eval mode: differentiate a GRU/LSTM through the native ones
+    with eval_mode(model), torch.enable_grad(), torch.backends.cudnn.flags(enabled=False):
         for part in episodes.chunks(chunk):
             streams: dict[str, torch.Tensor] = {}
 
