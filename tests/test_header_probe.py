@@ -52,6 +52,12 @@ def test_the_token_alone_reads_a_fixed_meaning_and_not_a_per_episode_one() -> No
     assert s["chance_accuracy"] < 0.3  # six values asked (0 never is): ≈ 1/6
     assert s["best_accuracy"] < s["token_only_accuracy"] + hp.MARGIN  # an untrained network has not parsed the header
     assert hp.reads_header(s) is False
+    # the reading: undecided where the token alone gives the value (nothing to parse), else the rule's
+    readings = {k: hp._interpret({"summary": v})[0] for k, v in out.items()}
+    assert readings["integer"].consistent is None and readings["integer"].flags
+    assert readings["fixed"].consistent is None and readings["opaque"].consistent is False
+    parsed = {**s, "best_accuracy": max(s["token_only_accuracy"], s["best_accuracy_untrained"]) + hp.MARGIN + 0.01}
+    assert hp.reads_header(parsed) is True and hp._interpret({"summary": parsed})[0].consistent is True
 
 
 def test_the_probe_reads_a_value_written_in_the_stream_and_not_noise() -> None:

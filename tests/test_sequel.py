@@ -207,3 +207,40 @@ def test_ms2_is_judged_from_cells_reproduce_writes(tmp_path: Path, monkeypatch: 
     j = claims.judge(claims.CLAIMS["MS2"], Evidence(root))
     assert j.kind == claims.DISAGREE_UNCONTROLLED and j.scale == sequel.SCALE
     shutil.rmtree(root / "quick" / "runs")
+
+
+def test_ms3_declares_its_controls_and_the_judge_decides_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MS3's rule on readings given by hand (each column's KL and floor): met, it agrees and consults nothing;
+    failed, it declares the budget, fixed-relabelling and facts controls with the rule's outcome on each and whether
+    each learned its task (below half its floor), and the header probe as a control that settles no part of the rule;
+    the judge makes the disagreement persist under the controls that learned and fail it, and names the others."""
+    from windtunnel.claims.evidence import Measure
+
+    floor = 2.0
+    kls: dict[str, float] = {}
+    monkeypatch.setattr(sequel, "_reading", lambda ev, c: (Measure(kls[c], None, 3, (kls[c],) * 3, (f"{c}.json",)), floor)
+                        if c in kls else None)
+    monkeypatch.setattr(sequel, "_header", lambda ev, c: Measure(0.4, None, 3, (0.4,) * 3, ("probe.json",)))
+    monkeypatch.setattr(sequel, "learned_task", lambda ev, c, arch: kls[c] < 0.5 * floor)
+    ev = Evidence(tmp_path)
+    ms3 = claims.CLAIMS["MS3"]
+
+    kls.update({sequel.ARITH: 0.05, sequel.OPAQUE: 1.9})  # integers learn, opaque symbols fail: the claim
+    v = ms3.assess(ev)
+    assert v.kind == claims.AGREE and not v.consulted
+
+    kls.update({sequel.OPAQUE: 1.0, sequel.LONG: 0.6, sequel.FIXED: 0.05, sequel.FACTS: 1.5})  # opaque half-learns
+    v = ms3.assess(ev)
+    assert v.kind == claims.DISAGREE
+    got = {c.factor: (c.outcome, c.learned) for c in v.consulted}
+    assert got == {"budget": (claims.DISAGREE, True), "data regime": (claims.DISAGREE, True),
+                   "layout": (claims.DISAGREE, False), "mechanism": (claims.INCONCLUSIVE, False)}
+    j = claims.judge(ms3, ev)
+    assert j.kind == claims.DISAGREE_PERSISTS
+    assert set(j.verdict.controls) == {"budget", "data regime"} and set(j.verdict.unheard) == {"layout", "mechanism"}
+
+    kls.update({sequel.LONG: 1.9})  # four times the steps and it fails: but a model that learned nothing cannot speak
+    j = claims.judge(ms3, ev)
+    assert j.kind == claims.DISAGREE_PERSISTS and "budget" in j.verdict.unheard  # the fixed relabelling still speaks
+    kls.update({sequel.ARITH: 1.9})  # integers fail too: no control of the opaque cell can close that
+    assert ms3.assess(ev).kind == claims.DISAGREE

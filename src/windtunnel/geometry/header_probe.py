@@ -179,12 +179,15 @@ def reads_header(summary: dict[str, Any]) -> bool | None:
 
 def _interpret(r: dict[str, Any]) -> list[Reading]:
     s = r["summary"]
-    ok = reads_header(s)
+    fixed_meaning = s["token_only_accuracy"] >= 1.0 - MARGIN  # integers, one fixed relabelling: nothing to parse
+    ok = None if fixed_meaning else reads_header(s)
     meaning = (f"a linear probe of layer {s['best_layer']} reads each body symbol's value to {s['best_accuracy']:.0%} "
                f"held out (the token alone {s['token_only_accuracy']:.0%}, chance {s['chance_accuracy']:.0%})")
+    flags = ("the token alone gives the value (the symbols' meaning is fixed): there is no header to parse",) \
+        if fixed_meaning else ()
     return [Reading("header_probe.best_accuracy", s["best_accuracy"], "the token alone", s["token_only_accuracy"],
                     f"at least {MARGIN:.0%} above the token alone and the untrained model: the header is parsed", ok,
-                    "MS5", meaning)]
+                    "MS5", meaning, flags)]
 
 
 register(Diagnostic("header_probe", header_probe, header_probe_figure, _interpret, untrained=True, order=62,
