@@ -336,11 +336,16 @@ SEQUEL_LONG_FACTOR = 4
 """The budget control of the opaque arithmetic cell: its recipe at this many times the steps."""
 
 
+# the transformer reads the relabelling header by absolute slot (header position i states pi(i)), as the HMM column
+# reads its matrices: learned absolute positions, as there, in every regime (so regimes differ in the symbols alone)
+_SEQUEL_TRANSFORMER = _HMM_TRANSFORMER
+
+
 def _sequel(prefix: str, symbols: str, suffix: str = "", recipe: Recipe = _QUICK_SEQUEL, **extra: Any) -> Experiment:
     params = {**SEQUEL_PAIRS[prefix], "symbols": symbols, **extra}
     paper_recipe = replace(_PAPER_SEQUEL, steps=recipe.steps // _QUICK_SEQUEL.steps * _PAPER_SEQUEL.steps)
     return _exp(f"{prefix}_{symbols}{suffix}", "model_selection", params, dict(params), recipe, paper_recipe,
-                metric="kl")
+                metric="kl", model={"transformer": dict(_SEQUEL_TRANSFORMER)})
 
 
 SEQUEL_EXPERIMENTS = (
