@@ -56,7 +56,6 @@ def _share(r: tuple[Measure, float]) -> str:
 
 
 LEARNS = FloorShare(LEARNED_FRACTION, what="the KL")
-FAILS = FloorShare(FLOOR_FRACTION, below=False, what="the KL")
 
 
 # --- MS1: one class, the involutions --------------------------------------------------------------------------------
