@@ -329,6 +329,41 @@ def _b9(ev: Evidence) -> Verdict:
                    f"{seeds} seeds: the ordering may be the schedule's")
 
 
+def causal_beside(ev: Evidence, column: str = "main") -> tuple[str, tuple[Measure, ...]]:
+    """What the interventions say beside a probe's reading, on ``column``'s transformer cells that hold them: the
+    steering diagnostic's edit in the stream's own metric (the model's KL to the counterfactual context's exact
+    posterior, against no edit and a random edit of the same spread, with their sign-flip p-values) and state
+    patching at the edited position (the best layer's KL against the least of its four controls).  Evidence read
+    beside a verdict, never judged: ``("", ())`` where no cell holds them."""
+    def at(key: str, seeds: tuple[int, ...]) -> Measure | None:
+        return ev.geometry(column, "transformer", seeds, key)
+
+    seeds = tuple(s for s in SEEDS if at("steering.data_metric_steered_kl", (s,)) is not None)
+    if not seeds:
+        return "", ()
+    steered, none = at("steering.data_metric_steered_kl", seeds), at("steering.no_edit_kl", seeds)
+    rnd, reads_b = at("steering.data_metric_random_kl", seeds), at("steering.reads_B_kl", seeds)
+    p_none, p_rnd = at("steering.data_metric_p_vs_no_edit", seeds), at("steering.data_metric_p_vs_random", seeds)
+    patched, controls = at("state_patching.at_t_best_patched_kl", seeds), at("state_patching.at_t_controls_min_kl", seeds)
+    p_patch = at("state_patching.at_t_p_max_vs_controls", seeds)
+    if steered is None or none is None or rnd is None or reads_b is None:
+        return "", ()
+    where = "the main job, V=10, 200k parameters" if column == "main" else column
+    said = (f"; the interventions beside it ({where}, seed{'s' if len(seeds) > 1 else ''} "
+            f"{', '.join(map(str, seeds))}; evidence, not judged): moving the stream along the probe to a "
+            f"counterfactual context's belief brings the model to {steered.text()} bits of that context's exact "
+            f"posterior, against {none.text()} unedited, {rnd.text()} for a random edit of the same spread and "
+            f"{reads_b.text()} for the model reading the context itself")
+    if p_none is not None and p_rnd is not None:
+        said += f" (sign-flip p {p_none.value:.2g} against no edit, {p_rnd.value:.2g} against the random edit)"
+    if patched is not None and controls is not None:
+        said += (f"; patching the counterfactual's stream in at the best layer gives {patched.text()} bits, its "
+                 f"controls at least {controls.text()}")
+        if p_patch is not None:
+            said += f" (largest p against them {p_patch.value:.2g})"
+    return said, tuple(m for m in (steered, patched) if m is not None)
+
+
 B10_RULE = EachSeed("the best probe's KL is at most half the position-only probe's and below the untrained model's")
 
 
@@ -351,20 +386,24 @@ def _b10(ev: Evidence) -> Verdict:
                 f"position-only {pos.text()}, untrained {un.text()} bits")
 
     reduced, paper = reading("main"), reading(PAPER_CELL)
+    causal, shown = causal_beside(ev)
     if paper is not None and not learned_task(ev, PAPER_CELL, "transformer"):  # a model that has not learned explains nothing
         if reduced is None:
             return missing("main-job geometry")
         kind, best, said = reduced
-        return Verdict(kind, best, f"{said}; the papers'-size cells are committed but have not learned the task, so "
-                       "the claim is judged at reduced scale")
+        return Verdict(kind, with_files(best, *shown), f"{said}; the papers'-size cells are committed but have not "
+                       f"learned the task, so the claim is judged at reduced scale{causal}")
     if paper is None:
-        return missing("main-job geometry") if reduced is None else Verdict(*reduced)
+        if reduced is None:
+            return missing("main-job geometry")
+        kind, best, said = reduced
+        return Verdict(kind, with_files(best, *shown), f"{said}{causal}")
     kind, best, said = paper
     beside = (f"; at reduced scale (V=10, 200k parameters) the probe's KL is {reduced[1].text()} bits, "
               f"{reduced[2]} ({reduced[0].split(' ')[0]} by the same rule)") if reduced else ""
-    return Verdict(kind, with_files(best, *((reduced[1],) if reduced else ())),
+    return Verdict(kind, with_files(best, *((reduced[1],) if reduced else ()), *shown),
                    f"on the papers' own cell at their size (it learned the task): the probe's KL {best.text()} bits, "
-                   f"{said}{beside}", scale=PAPER_SCALE)
+                   f"{said}{beside}{causal}", scale=PAPER_SCALE)
 
 
 B11_RULE = EverySeed(1, ">", what="the MLP's fold over the attention's")
