@@ -46,6 +46,7 @@ episode), and the patch is compared with each control by a paired sign-flip p-va
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ import torch
 from ..evaluation.metrics import _kl_from_log
 from ..evaluation.stats import bootstrap_mean, paired_effect
 from ..tasks.base import Episodes, Task
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .registry import Diagnostic, Reading, needs, register
@@ -229,6 +231,11 @@ def _linear(none: float | None, patched: float | None, ref: float | None) -> flo
     return (none - patched) / (none - ref)
 
 
+def _drawable(x: float | None) -> bool:
+    """Whether a log axis can draw ``x``: computed, finite and positive."""
+    return x is not None and math.isfinite(x) and x > 0
+
+
 def state_patching_figure(result: dict[str, Any], path: str | Path) -> Path:
     """Per scored target (at t; after t), the KL to the patched context's exact posterior by patched layer, the
     patch beside its controls with 95% bootstrap error bars, the no-patch and reads-counterfactual levels, and
@@ -247,22 +254,23 @@ def state_patching_figure(result: dict[str, Any], path: str | Path) -> Path:
             m = _plot.nan(lay[cond]["mean"] for lay in lays)
             lo = [max(0.0, a - (lay[cond]["ci"][0] if lay[cond]["ci"][0] is not None else a)) for a, lay in zip(m, lays)]
             hi = [max(0.0, (lay[cond]["ci"][1] if lay[cond]["ci"][1] is not None else a) - a) for a, lay in zip(m, lays)]
-            ax.errorbar(x, m, yerr=[lo, hi], fmt=fmt, color=color, capsize=3, label=cond)
+            # a log axis draws only positive finite values (loggable: the rest become gaps; log_scale says how many)
+            ax.errorbar(x, loggable(m), yerr=[lo, hi], fmt=fmt, color=color, capsize=3, label=cond)
             shown += [v for v in m if v == v]
         for ref, color, ls in (("no_patch", "C3", "--"), ("reads_counterfactual", "C2", "-.")):
             s = rec[ref]
             if s["mean"] is not None:
-                ax.axhline(s["mean"], color=color, ls=ls, label=f"{ref} {s['mean']:.3g}")
                 shown.append(s["mean"])
-                if s["ci"][0] is not None:
+            if _drawable(s["mean"]):
+                ax.axhline(s["mean"], color=color, ls=ls, label=f"{ref} {s['mean']:.3g}")
+                if s["ci"][0] is not None and all(_drawable(v) for v in s["ci"]):
                     ax.axhspan(s["ci"][0], s["ci"][1], color=color, alpha=0.12)
         for lay in lays:
             ps = [v["p_value"] for v in lay["vs"].values() if v["p_value"] is not None]
             if ps and lay["patch"]["mean"] is not None:
                 ax.annotate(f"p≤{max(ps):.2g}", (lay["layer"], lay["patch"]["mean"]), fontsize=6,
                             textcoords="offset points", xytext=(3, 5))
-        ax.set_yscale("log" if shown and min(shown) > 0 else "symlog", **({} if shown and min(shown) > 0
-                                                                          else {"linthresh": 1e-3}))
+        log_scale(ax, shown)
         ax.set_xticks(x)
         ax.set_xlabel("layer patched (blocks.l.hook_resid_post, position t)")
         ax.set_ylabel("KL(exact counterfactual ‖ model), bits")

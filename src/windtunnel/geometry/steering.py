@@ -80,6 +80,7 @@ import torch
 from ..evaluation.metrics import _kl_from_log
 from ..evaluation.stats import bootstrap_mean, paired_effect
 from ..tasks.base import Episodes, Task
+from ..evaluation.log_axis import log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, collect_scored, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .probes import posterior_probe
@@ -416,6 +417,11 @@ def _err(stats: list[dict[str, Any]]) -> tuple[list[float], list[list[float]]]:
     return m, [lo, hi]
 
 
+def _drawable(x: float | None) -> bool:
+    """Whether a log axis can draw ``x``: computed, finite and positive."""
+    return x is not None and math.isfinite(x) and x > 0
+
+
 def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
     """KL to the counterfactual's exact posterior per steered layer (95% bootstrap error bars) beside the no-edit,
     random-direction and reads-B levels; each layer's p-value against no edit and against random in the text."""
@@ -425,12 +431,14 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
     a = ax[0, 0]
     lays = result["layers"]
     x = [lay["layer"] for lay in lays]
+    # a log axis draws only positive finite values (loggable: the rest become gaps; log_scale says how many)
     m, e = _err([lay["steered"] for lay in lays])
-    a.errorbar(x, m, yerr=e, fmt="o-", color="C0", capsize=3, label="steered along the probe")
+    a.errorbar(x, loggable(m), yerr=e, fmt="o-", color="C0", capsize=3, label="steered along the probe")
     m, e = _err([lay["random"] for lay in lays])
-    a.errorbar(x, m, yerr=e, fmt="x:", color="0.5", capsize=3, label="random direction, same norm")
+    a.errorbar(x, loggable(m), yerr=e, fmt="x:", color="0.5", capsize=3, label="random direction, same norm")
     if all("data_metric" in lay for lay in lays):
         m, e = _err([lay["data_metric"]["steered"] for lay in lays])
+        m = loggable(m)
         a.errorbar(x, m, yerr=e, fmt="s-", color="C4", capsize=3, label="steered, data metric")
         for lay, y in zip(lays, m):
             p1, p2 = lay["data_metric"]["vs_no_edit"]["p_value"], lay["data_metric"]["vs_random"]["p_value"]
@@ -438,11 +446,13 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
                 a.annotate(f"p={p1:.2g}/{p2:.2g}", (lay["layer"], y), fontsize=6, color="C4",
                            textcoords="offset points", xytext=(3, -9))
         m, e = _err([lay["data_metric"]["random"] for lay in lays])
-        a.errorbar(x, m, yerr=e, fmt="+:", color="C5", capsize=3, label="random, data metric")
+        a.errorbar(x, loggable(m), yerr=e, fmt="+:", color="C5", capsize=3, label="random, data metric")
     for key, style, label in (("no_edit", ("C3", "--"), "no edit"), ("reads_B", ("C2", "-."), "model reading B")):
         s = result[key]
+        if not _drawable(s["mean"]):
+            continue  # not computed, or not positive and finite: no level to draw
         a.axhline(s["mean"], color=style[0], ls=style[1], label=f"{label} {s['mean']:.3g}")
-        if s["ci"][0] is not None:
+        if s["ci"][0] is not None and all(_drawable(v) for v in s["ci"]):
             a.axhspan(s["ci"][0], s["ci"][1], color=style[0], alpha=0.12)
     for lay in lays:
         p1, p2 = lay["vs_no_edit"]["p_value"], lay["vs_random"]["p_value"]
@@ -452,10 +462,7 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
     shown = [v for v in (*(lay["steered"]["mean"] for lay in lays), *(lay["random"]["mean"] for lay in lays),
                          *(lay.get("data_metric", {}).get("steered", {}).get("mean") for lay in lays),
                          result["no_edit"]["mean"], result["reads_B"]["mean"]) if v is not None]
-    if shown and min(shown) > 0:
-        a.set_yscale("log")
-    else:
-        a.set_yscale("symlog", linthresh=1e-3)
+    log_scale(a, shown)
     a.set_xticks(x, ["embed" if v == EMBED else str(v) for v in x])
     a.set_xlabel("layer steered (blocks.l.hook_resid_post; embed: blocks.0.hook_resid_pre)")
     a.set_ylabel("KL(p_B ‖ model) at t, bits")
