@@ -11,14 +11,15 @@ import math
 from typing import Any
 
 
+def drawable(x: Any) -> bool:
+    """Whether a log axis can draw ``x``: computed (not ``None``), finite and positive."""
+    return x is not None and math.isfinite(float(x)) and float(x) > 0
+
+
 def loggable(values: Any) -> list[float]:
     """``values`` as a log axis can draw them: each one that is ``None``, NaN, infinite or ≤ 0 becomes NaN (a gap
     in a line, no bar)."""
-    out = []
-    for v in values:
-        x = float("nan") if v is None else float(v)
-        out.append(x if math.isfinite(x) and x > 0 else float("nan"))
-    return out
+    return [float(v) if drawable(v) else float("nan") for v in values]
 
 
 def log_scale(ax: Any, *series: Any) -> int:

@@ -46,7 +46,6 @@ episode), and the patch is compared with each control by a paired sign-flip p-va
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ import torch
 from ..evaluation.metrics import _kl_from_log
 from ..evaluation.stats import bootstrap_mean, paired_effect
 from ..tasks.base import Episodes, Task
-from ..evaluation.log_axis import log_scale, loggable
+from ..evaluation.log_axis import drawable, log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .registry import Diagnostic, Reading, needs, register
@@ -231,11 +230,6 @@ def _linear(none: float | None, patched: float | None, ref: float | None) -> flo
     return (none - patched) / (none - ref)
 
 
-def _drawable(x: float | None) -> bool:
-    """Whether a log axis can draw ``x``: computed, finite and positive."""
-    return x is not None and math.isfinite(x) and x > 0
-
-
 def state_patching_figure(result: dict[str, Any], path: str | Path) -> Path:
     """Per scored target (at t; after t), the KL to the patched context's exact posterior by patched layer, the
     patch beside its controls with 95% bootstrap error bars, the no-patch and reads-counterfactual levels, and
@@ -261,9 +255,9 @@ def state_patching_figure(result: dict[str, Any], path: str | Path) -> Path:
             s = rec[ref]
             if s["mean"] is not None:
                 shown.append(s["mean"])
-            if _drawable(s["mean"]):
+            if drawable(s["mean"]):
                 ax.axhline(s["mean"], color=color, ls=ls, label=f"{ref} {s['mean']:.3g}")
-                if s["ci"][0] is not None and all(_drawable(v) for v in s["ci"]):
+                if s["ci"][0] is not None and all(drawable(v) for v in s["ci"]):
                     ax.axhspan(s["ci"][0], s["ci"][1], color=color, alpha=0.12)
         for lay in lays:
             ps = [v["p_value"] for v in lay["vs"].values() if v["p_value"] is not None]

@@ -80,7 +80,7 @@ import torch
 from ..evaluation.metrics import _kl_from_log
 from ..evaluation.stats import bootstrap_mean, paired_effect
 from ..tasks.base import Episodes, Task
-from ..evaluation.log_axis import log_scale, loggable
+from ..evaluation.log_axis import drawable, log_scale, loggable
 from . import _plot
 from ._common import GEOMETRY_SEED, clean, collect_scored, device_of, episodes_for, eval_mode, n_layers, not_applicable
 from .probes import posterior_probe
@@ -417,11 +417,6 @@ def _err(stats: list[dict[str, Any]]) -> tuple[list[float], list[list[float]]]:
     return m, [lo, hi]
 
 
-def _drawable(x: float | None) -> bool:
-    """Whether a log axis can draw ``x``: computed, finite and positive."""
-    return x is not None and math.isfinite(x) and x > 0
-
-
 def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
     """KL to the counterfactual's exact posterior per steered layer (95% bootstrap error bars) beside the no-edit,
     random-direction and reads-B levels; each layer's p-value against no edit and against random in the text."""
@@ -449,10 +444,10 @@ def steering_figure(result: dict[str, Any], path: str | Path) -> Path:
         a.errorbar(x, loggable(m), yerr=e, fmt="+:", color="C5", capsize=3, label="random, data metric")
     for key, style, label in (("no_edit", ("C3", "--"), "no edit"), ("reads_B", ("C2", "-."), "model reading B")):
         s = result[key]
-        if not _drawable(s["mean"]):
+        if not drawable(s["mean"]):
             continue  # not computed, or not positive and finite: no level to draw
         a.axhline(s["mean"], color=style[0], ls=style[1], label=f"{label} {s['mean']:.3g}")
-        if s["ci"][0] is not None and all(_drawable(v) for v in s["ci"]):
+        if s["ci"][0] is not None and all(drawable(v) for v in s["ci"]):
             a.axhspan(s["ci"][0], s["ci"][1], color=style[0], alpha=0.12)
     for lay in lays:
         p1, p2 = lay["vs_no_edit"]["p_value"], lay["vs_random"]["p_value"]
