@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,61 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
         assert p.returncode == 2, (argv, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
         assert p.stdout == "" and not (tmp_path / "c").exists()  # refused before anything is said or written
+
+
+class _Restricted(check.Evidence):
+    """The committed results with each cell's ``geometry.json`` cut down to the diagnostics in ``keep``."""
+
+    def __init__(self, root: Path, keep: check.Diagnostics, preset: str = "quick") -> None:
+        super().__init__(root, preset)
+        self.keep = keep
+
+    def at(self, preset: str) -> "_Restricted":
+        if preset == self.preset:
+            return self
+        return self._presets.setdefault(preset, _Restricted(self.root, self.keep, preset))  # type: ignore[return-value]
+
+    def json(self, rel: str):  # type: ignore[no-untyped-def]
+        doc = super().json(rel)
+        m = check._GEOMETRY.fullmatch(rel)
+        if m is None or not isinstance(doc, dict):
+            return doc
+        keep = self.keep.get((m["preset"], m["column"], m["arch"]), set())
+        names = {k for k in doc if k not in ("summary", "interpretation", "meta")}
+        return {k: v for k, v in doc.items() if k not in names or k in keep} | {
+            "summary": {k: v for k, v in doc["summary"].items() if k.partition(".")[0] in keep}}
+
+
+def test_what_a_check_analyses_is_everything_its_claims_read() -> None:
+    """Each claim, assessed on the committed results with every geometry.json cut down to the diagnostics
+    ``diagnostics_read`` finds it reads, comes to the same outcome and number as on the whole records: nothing a
+    claim reads escapes the reader, so a check that analyses only those loses nothing."""
+    read_any = 0
+    for cid, claim in CLAIMS.items():
+        if not any(n.analysed for n in claim.cells):
+            continue
+        keep = check.diagnostics_read([cid], RESULTS)
+        whole, cut = claim.assess(check.Evidence(RESULTS)), claim.assess(_Restricted(RESULTS, keep))
+        assert (cut.kind, cut.ours_text) == (whole.kind, whole.ours_text), cid
+        read_any += bool(keep)
+    assert read_any >= 20
+    b1 = check.diagnostics_read(["B1"], RESULTS)
+    assert b1[("quick", "main", "transformer")] == {"key_orthogonality"}
+    assert b1[("paper", "main_paper_size", "transformer")] == {"key_orthogonality"}
+
+
+def test_a_check_analyses_what_its_claims_read_and_what_its_own_cells_lead_them_to(tmp_path: Path) -> None:
+    """B7 (the value manifold of the bijection-with-replacement cell) checked on one seed trained 20 steps, told
+    that its claim reads only key_orthogonality: its cell is analysed with that, the claim then reads value_manifold
+    of the check's own cell, so a second round analyses that too — and nothing else — before the claim is judged."""
+    cell = ("quick", "bijection_replacement", "transformer")
+    scale = check.Scale(steps=20, seeds=1)
+    planned = check.jobs(["B7"], "quick", scale, {cell: {"key_orthogonality"}})
+    assert [j.diagnostics for j in planned["quick"]] == [("key_orthogonality",)]
+    worked, (one,) = check.check(["B7"], tmp_path, "quick", scale, RESULTS, workers=1, threads=1,
+                                 diagnostics={cell: {"key_orthogonality"}})
+    assert worked == {"quick": ["bijection_replacement-transformer-s0"]}
+    doc = json.loads((tmp_path / "quick" / "cells" / "bijection_replacement-transformer-s0" / "geometry.json").read_text())
+    analysed = {k for k in doc if k not in ("summary", "interpretation", "meta")}
+    assert analysed == {"key_orthogonality", "value_manifold"}
+    assert one.claim == "B7" and one.word != "not measured" and one.committed_word

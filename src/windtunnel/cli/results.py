@@ -147,8 +147,12 @@ def cmd_check(args: argparse.Namespace, extra: list[str]) -> int:
     scale = check.Scale(args.steps, args.seeds)
     check.jobs(args.claims, args.preset, scale)  # an unknown claim is refused before anything is said or written
     print(f"checking {' '.join(args.claims)} at {scale.text()} in {out}/", flush=True)
+    wanted = check.diagnostics_read(args.claims, results, args.preset)
+    if wanted:
+        names = sorted(set().union(*wanted.values()))
+        print(f"analysed with the diagnostics these claims read of the committed cells: {', '.join(names)}", flush=True)
     worked, checked = check.check(args.claims, out, args.preset, scale, results, args.workers, args.threads,
-                                  args.dry_run)
+                                  args.dry_run, wanted)
     for at, cells in worked.items():
         said = "would train" if args.dry_run else "trained"
         print(f"{at} cells at {scale.text()}: {said} {len(cells)}" + (f" ({', '.join(cells)})" if cells else ""))

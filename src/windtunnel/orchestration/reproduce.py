@@ -53,9 +53,24 @@ class Job:
 
     cell: grid.Cell
     analyze: bool
+    #: the diagnostics the cell is analysed with (``None``: every registered one; ``windtunnel check``: those its
+    #: claims read)
+    diagnostics: tuple[str, ...] | None = None
+
+    def stale(self, doc: dict[str, Any] | None) -> list[str]:
+        """The diagnostics of this job that ``doc`` (a ``geometry.json``, ``None`` for none) lacks or holds from an
+        older version of the code."""
+        return _stale(doc, self.diagnostics)
 
     def artifacts(self) -> tuple[str, ...]:
         return ARTIFACTS + ((GEOMETRY,) if self.analyze else ())
+
+
+def _stale(doc: dict[str, Any] | None, diagnostics: Sequence[str] | None) -> list[str]:
+    """The diagnostics among ``diagnostics`` (``None``: every registered one) that ``doc`` lacks or holds stale."""
+    from ..geometry.run import stale_diagnostics
+
+    return [d for d in stale_diagnostics(doc) if diagnostics is None or d in diagnostics]
 
 
 PAPERS = {"paper1": "I", "paper2": "II", "paper3": "III", "sequel": "sequel"}
@@ -180,11 +195,8 @@ def missing(job: Job, results: Path) -> list[str]:
     out = [a for a in job.artifacts() if not (d / a).is_file()]
     if REFERENCES not in out and _stale_references(job, d / REFERENCES):
         out.append(REFERENCES)
-    if job.analyze and GEOMETRY not in out:
-        from ..geometry.run import stale_diagnostics
-
-        if stale_diagnostics(json.loads((d / GEOMETRY).read_text())):
-            out.append(GEOMETRY)
+    if job.analyze and GEOMETRY not in out and job.stale(json.loads((d / GEOMETRY).read_text())):
+        out.append(GEOMETRY)
     return out
 
 
@@ -313,12 +325,11 @@ def _work_claimed(job: dict[str, Any]) -> dict[str, Any]:
             (Path(job["cell_dir"]) / GEOMETRY).unlink(missing_ok=True)
         _copy_artifacts(rd.path, Path(job["cell_dir"]), ARTIFACTS)
     if job["analyze"]:
-        from ..geometry import stale_diagnostics
-
         doc = rd.read_geometry()
-        stale = stale_diagnostics(doc)
+        only = job.get("diagnostics")
+        stale = _stale(doc, only)
         if doc is None:
-            analyze_run(rd, n=job.get("analyze_n", ANALYZE_N))
+            analyze_run(rd, n=job.get("analyze_n", ANALYZE_N), only=only)
         elif stale:  # only what changed since the cell was analysed (analyze_s keeps the full analysis's time)
             analyze_run(rd, n=job.get("analyze_n", ANALYZE_N), only=stale, report=False)
     return {"run_dir": job["run_dir"], "wall_s": time.perf_counter() - t0}
@@ -390,6 +401,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
             "config": {**j.cell.config(), "compile": compile}, "run_dir": str(run_dir(results, j.cell)), "cell_dir": str(cell_dir(results, j.cell)),
             "eval_n": _eval_n(preset), "lengths": list(j.cell.experiment.lengths or []) or None,
             "threads": threads, "device": f"cuda:{i % n_gpu}" if n_gpu else None, "analyze": j.analyze,
+            "diagnostics": None if j.diagnostics is None else list(j.diagnostics),
             "analyze_n": analyze_n, "job": j, "results": str(results),
         })
     t0 = time.perf_counter()
