@@ -130,6 +130,30 @@ def test_intervals_are_cut_to_what_their_quantity_can_take() -> None:
     assert quantity_range("probes.final_entropy_r2") == (-math.inf, 1.0)
     assert quantity_range("routing_law.max_score_rel_error") == (0.0, math.inf)
     assert quantity_range("qk_alignment.alignment_by_layer") == (-math.inf, math.inf)
+    assert quantity_range("train_s") == (0.0, math.inf)  # a time in seconds
+
+
+def test_no_committed_fact_or_page_prints_an_interval_outside_its_quantity() -> None:
+    """Every ``cells:`` fact span of the documents (README, docs, results) prints its interval inside the range of
+    the quantity it reads — a KL, a time, an accuracy never below 0 — and no page prints a percentage as ``-0%``."""
+    from windtunnel.claims.docs import FACT, documents
+
+    number = r"-?[\d.]+(?:e[-+]?\d+)?"
+    checked = 0
+    for doc in documents(REPO):
+        text = doc.read_text()
+        assert "-0%" not in text, doc
+        for m in FACT.finditer(text):
+            key, said = m.group(1), m.group(2)
+            if not key.startswith("cells:"):
+                continue
+            lo_hi = re.fullmatch(rf"{number} \[({number}), ({number})\]", said.strip())
+            if lo_hi is None:
+                continue
+            low, high = quantity_range(key.rsplit(":", 1)[1].removesuffix(".value"))
+            assert low <= float(lo_hi[1]) and float(lo_hi[2]) <= high, (doc.name, key, said)
+            checked += 1
+    assert checked >= 20
 
 
 # --- the judge at every boundary ---------------------------------------------------------------------

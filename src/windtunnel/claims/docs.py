@@ -52,7 +52,7 @@ from typing import Any
 from ..errors import UserError, is_real
 from .base import (AGREE, AGREE_BY_CONSTRUCTION, DISAGREE_CLOSES, DISAGREE_PERSISTS, DISAGREE_UNCONTROLLED, IDENTITY,
                    INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED, UNINFORMATIVE, Verdict)
-from .evidence import Evidence, _g
+from .evidence import Evidence, _g, quantity_range
 
 FACT = re.compile(r"<!-- fact (\S+) -->(.*?)<!-- /fact -->", re.S)
 COUNT_NAMES = {"agree": AGREE, "by-construction": AGREE_BY_CONSTRUCTION, "identities": IDENTITY,
@@ -151,7 +151,8 @@ def fact(key: str, ev: Evidence, verdicts: dict[str, Verdict]) -> str:
         if kind == "cells":
             column, arch, file, path = rest.split(":", 3)
             column, _, preset = column.partition("@")
-            m = (ev.at(preset) if preset else ev).cell_stat(column, arch, SEEDS, file, lambda d: float(_dig(d, path)))
+            m = (ev.at(preset) if preset else ev).cell_stat(column, arch, SEEDS, file, lambda d: float(_dig(d, path)),
+                                                            quantity_range(path.removesuffix(".value")))
             if m is None:
                 raise KeyError(key)
             return _span(list(m.values)) if spread else m.text()

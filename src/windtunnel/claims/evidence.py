@@ -71,8 +71,8 @@ def quantity_range(name: str) -> tuple[float, float]:
     """The values the quantity ``name`` can take — an evaluation metric (``accuracy``, ``kl``, ``entropy_mae_curve``
     …) or a geometry statistic (``"diagnostic.statistic"``), read from its name: a probability, an accuracy, a share
     of variance, a responsibility or an |cos| or |ρ| lies in [0, 1]; a correlation or an adjusted Rand index in
-    [−1, 1]; an R² at most 1; a KL, an entropy, an error, a fold change or a ratio (``ratio``, ``a_over_b``, a
-    ``jump``) at least 0; anything else is not bounded."""
+    [−1, 1]; an R² at most 1; a KL, an entropy, an error, a fold change, a ratio (``ratio``, ``a_over_b``, a
+    ``jump``) or a time in seconds (``train_s``) at least 0; anything else is not bounded."""
     stat = name.rpartition(".")[2]
     words = set(stat.split("_"))
     if (stat in ("accuracy", "tv", "infeasible_mass") or words & {"accuracy", "responsibility", "var", "share"}
@@ -82,7 +82,7 @@ def quantity_range(name: str) -> tuple[float, float]:
         return (-1.0, 1.0)
     if "r2" in words:
         return (-math.inf, 1.0)
-    if words & {"kl", "entropy", "fold", "mae", "curve", "error", "ratio", "over", "jump"}:
+    if words & {"kl", "entropy", "fold", "mae", "curve", "error", "ratio", "over", "jump"} or stat.endswith("_s"):
         return (0.0, math.inf)
     return UNBOUNDED
 

@@ -183,6 +183,14 @@ def _reduction(g: dict) -> float:
     return 1 - e[-1] / e[0]
 
 
+def _pct(m: Measure) -> str:
+    """A share as percentages with its interval, ``23% [0%, 47%]`` (rounded before formatting: never ``-0%``)."""
+    def one(x: float) -> str:
+        return f"{round(x, 2) + 0.0:.0%}"
+
+    return one(m.value) + (f" [{one(m.ci[0])}, {one(m.ci[1])}]" if m.ci else "")
+
+
 D10_RULE = Ordered("the GQA model", "the MHA model")
 
 
@@ -216,8 +224,7 @@ def _d10(ev: Evidence) -> Verdict:
     p_gqa = paper.cell_stat("hmm_fixed_gqa", "transformer", SEEDS, "geometry.json", _reduction)
     if p_mha is not None and p_gqa is not None:
         scale_note = (f"; on HMM at the papers' size (2.68M parameters, the authors' regime; windtunnel reproduce scale "
-                      f"--preset paper): MHA ↓{p_mha.value:.0%} [{p_mha.ci[0]:.0%}, {p_mha.ci[1]:.0%}], GQA "
-                      f"↓{p_gqa.value:.0%} [{p_gqa.ci[0]:.0%}, {p_gqa.ci[1]:.0%}]")
+                      f"--preset paper): MHA ↓{_pct(p_mha)}, GQA ↓{_pct(p_gqa)}")
         files_p = p_mha.files + p_gqa.files
     else:  # trained and evaluated, not every side analysed (a lease that ended during the analysis): their error
         p_err = {c: paper.eval_metric(c, "transformer", SEEDS, "kl", 20) for c in ("hmm_fixed", "hmm_fixed_gqa")}
@@ -229,8 +236,7 @@ def _d10(ev: Evidence) -> Verdict:
                           f"{p_err['hmm_fixed'].text()}; the {unmeasured} cells' focusing is not yet measured")
             files_p = p_err["hmm_fixed"].files + p_err["hmm_fixed_gqa"].files
     files = mha.files + gqa.files + files_p
-    return Verdict(kind, f"MHA ↓{mha.value:.0%} [{mha.ci[0]:.0%}, {mha.ci[1]:.0%}], GQA ↓{gqa.value:.0%} "
-                   f"[{gqa.ci[0]:.0%}, {gqa.ci[1]:.0%}]",
+    return Verdict(kind, f"MHA ↓{_pct(mha)}, GQA ↓{_pct(gqa)}",
                    f"a wind-tunnel analogue of the papers' cross-model contrast (one task, one budget, only the key/value "
                    f"sharing differs); the GQA model's entropy error {err.text()} bits{hmm_note}{scale_note}",
                    files=files)
