@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,22 @@ def test_a_check_analyses_what_its_claims_read_and_what_its_own_cells_lead_them_
     analysed = {k for k in doc if k not in ("summary", "interpretation", "meta")}
     assert analysed == {"key_orthogonality", "value_manifold"}
     assert one.claim == "B7" and one.word != "not measured" and one.committed_word
+
+
+@pytest.mark.slow
+def test_the_laptop_check_benchmark_times_a_real_check_and_keeps_its_verdicts(tmp_path: Path) -> None:
+    """``benchmarks/check_laptop.py`` runs the check in a new folder and records its wall time, what it printed and
+    each cell's own seconds; bad input is one line and exit 2."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import check_laptop
+
+    record = tmp_path / "check.json"
+    assert check_laptop.main(["--claims", "A3", "--steps", "20", "--workers", "1", "--record", str(record)]) == 0
+    doc = json.loads(record.read_text())
+    assert doc["command"] == "windtunnel check A3 --steps 20 --seeds 1 --out <new folder> --results results --workers 1"
+    assert any(line.startswith("A3 at laptop scale: 20 steps a cell, 1 seed:") for line in doc["printed"])
+    (cell,) = doc["cells"]
+    assert cell == "quick/main-transformer-s0" and doc["cells"][cell]["train_s"] > 0
+    assert doc["wall_s"] >= doc["cells"][cell]["train_s"] and doc["cores"] == os.cpu_count()
+    (tmp_path / "file").write_text("")
+    assert check_laptop.main(["--record", str(tmp_path / "file" / "x.json")]) == 2
