@@ -393,9 +393,15 @@ def test_sula_claims_hold_on_each_model_or_not_at_all() -> None:
 
 
 # --- windtunnel reproduce ------------------------------------------------------------------------
+TINY_DIAGNOSTICS = ("key_orthogonality", "value_manifold")
+"""What the tiny plan's cells are analysed with: two cheap diagnostics stand for all (these tests are of the
+reproduction's stages, and the Jacobian lens alone costs more than the rest of a tiny cell)."""
+
+
 def _tiny_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     def plan(target: str, preset: str = "quick") -> list[reproduce.Job]:
-        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=True)
+        return [reproduce.Job(grid.Cell(preset, "main", "transformer", s, params=20_000, steps=6), analyze=True,
+                              diagnostics=TINY_DIAGNOSTICS)
                 for s in (0, 1)]
 
     monkeypatch.setattr(reproduce, "plan", plan)

@@ -236,7 +236,11 @@ class MambaBlock(Block):
         self.conv1d = nn.Conv1d(Di, Di, cfg.d_conv, groups=Di, padding=cfg.d_conv - 1, bias=True)
         self.x_proj = nn.Linear(Di, R + 2 * N, bias=False)
         self.dt_proj = nn.Linear(R, Di, bias=True)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(Di, 1))
+        # the initial values are computed on the CPU and moved to the device the layer is built on: on the meta
+        # device (a model only counted, models.sizing) PyTorch would run this arithmetic through slow reference code
+        built_on = self.dt_proj.bias.device
+        A = torch.log(torch.arange(1, N + 1, dtype=torch.float32, device="cpu")).repeat(Di, 1)
+        self.A_log = nn.Parameter(A.to(built_on))
         self.D = nn.Parameter(torch.ones(Di))
         self.out_proj = nn.Linear(Di, d, bias=False)
         self.hook_state = HookPoint()
@@ -249,9 +253,9 @@ class MambaBlock(Block):
             std = R**-0.5
             nn.init.uniform_(self.dt_proj.weight, -std, std)
             dt = torch.exp(
-                torch.rand(Di) * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min)
+                torch.rand(Di, device="cpu") * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min)
             ).clamp(min=cfg.dt_init_floor)
-            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+            self.dt_proj.bias.copy_((dt + torch.log(-torch.expm1(-dt))).to(built_on))
         self.A_log._no_weight_decay = True  # type: ignore[attr-defined]
         self.D._no_weight_decay = True  # type: ignore[attr-defined]
 

@@ -16,9 +16,32 @@ TOLERANCE = 0.03
 """Relative tolerance of capacity matching: ``|n_params - N| <= 0.03 N``."""
 
 
+class _NoInitialisers(torch.overrides.TorchFunctionMode):
+    """A mode in which initialisers do nothing: every ``torch.nn.init`` function and the tensor methods that only
+    write values (``normal_``, ``uniform_``, ``zero_``, ``fill_``, ``copy_``) return their tensor untouched, and the
+    ranges a constructor builds its initial values from (``arange``, ``linspace``, ``logspace``) are made on the CPU
+    and moved to the meta device.  On the meta device there are no values to write, and PyTorch runs these ops
+    through its Python reference implementations (importing its compiler on the first call), which made counting a
+    model cost more than training a tiny one."""
+
+    _WRITES = frozenset({"normal_", "uniform_", "zero_", "fill_", "copy_"})
+    _RANGES = frozenset({"arange", "linspace", "logspace"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in self._RANGES and kwargs.get("device") in (None, "meta"):
+            return func(*args, **{**kwargs, "device": "cpu"}).to("meta")
+        target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+        if isinstance(target, torch.Tensor) and target.is_meta and (
+                getattr(func, "__module__", None) == "torch.nn.init" or getattr(func, "__name__", None) in self._WRITES):
+            return target
+        return func(*args, **kwargs)
+
+
 def count_params(config: ModelConfig) -> int:
-    """Parameter count of the model ``config`` describes, built on the meta device (no memory, no init cost)."""
-    with torch.device("meta"):
+    """Parameter count of the model ``config`` describes, built on the meta device with its initialisers skipped
+    (no memory, no init cost)."""
+    with torch.device("meta"), _NoInitialisers():
         model = _arch(config.arch).model(config)
     return model.n_params()
 
