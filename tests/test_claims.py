@@ -14,7 +14,7 @@ from windtunnel import claims
 from windtunnel.run import grid
 from windtunnel.orchestration import reproduce
 from windtunnel.claims import docs
-from windtunnel.claims.evidence import Evidence, Measure, _g, pooled
+from windtunnel.claims.evidence import Evidence, Measure, _g, pooled, quantity_range
 
 REPO = Path(__file__).parents[1]
 RESULTS = REPO / "results"
