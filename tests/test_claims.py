@@ -95,7 +95,7 @@ def test_a_drifted_fact_is_caught_and_refreshed(tmp_path: Path) -> None:
         shutil.copytree(RESULTS / "paper" / "cells" / f"hmm_fixed-transformer-s{s}",
                         results / "paper" / "cells" / f"hmm_fixed-transformer-s{s}")
     paper = pooled([json.loads((results / f"paper/cells/hmm_fixed-transformer-s{s}/eval.json").read_text())
-                    ["lengths"]["20"]["metrics"]["kl"]["value"] for s in range(3)]).text()
+                    ["lengths"]["20"]["metrics"]["kl"]["value"] for s in range(3)], bounds=quantity_range("kl")).text()
     assert docs.fact("cells:hmm_fixed@paper:transformer:eval.json:lengths.20.metrics.kl.value", ev, {}) == paper
     with pytest.raises(UserError, match="reads nothing"):
         docs.fact("cells:hmm_fixed:transformer:eval.json:lengths.20.metrics.kl.value", ev, {})
