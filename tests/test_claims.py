@@ -707,6 +707,28 @@ def test_the_committed_table_and_its_committed_cells_are_one_set_of_runs() -> No
     assert checked >= 10
 
 
+def test_a_retrained_table_seed_leaves_the_table_out_of_step_and_reproduce_says_so(tmp_path: Path) -> None:
+    """``table.out_of_step`` finds exactly the committed seed whose evaluation no longer matches the table (a seed
+    retrained since), and ``reproduce``'s external artifacts name the table with the command that remakes it."""
+    from windtunnel.orchestration.table import out_of_step
+
+    quick = tmp_path / "quick"
+    (quick / "cells").mkdir(parents=True)
+    shutil.copy(RESULTS / "quick" / "table.json", quick / "table.json")
+    for s in reproduce.SEEDS:
+        shutil.copytree(RESULTS / "quick" / "cells" / f"hmm-transformer-s{s}", quick / "cells" / f"hmm-transformer-s{s}")
+    assert out_of_step(quick) == [] and reproduce.external("paper1", "quick", tmp_path) == [
+        ("quick/references.json", "windtunnel table --preset quick --seeds 3", "is missing")]
+    path = quick / "cells" / "hmm-transformer-s1" / "eval.json"
+    doc = json.loads(path.read_text())
+    doc["lengths"]["30"]["metrics"]["kl"]["value"] *= 1.001  # a retrained seed: another number at one length
+    path.write_text(json.dumps(doc))
+    assert out_of_step(quick) == ["hmm-transformer-s1"]
+    (rel, cmd, why), _ = reproduce.external("paper1", "quick", tmp_path)
+    assert rel == "quick/table.json" and cmd == "windtunnel table --preset quick --seeds 3"
+    assert why.startswith("no longer holds the numbers of the committed cells hmm-transformer-s1")
+
+
 def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_its_task() -> None:
     """``with_controls`` on the committed cells with rules that pass exactly where told: a passing control
     that learned its task explains (and is cited); one at its context-blind floor does not; an uncommitted

@@ -87,8 +87,8 @@ def cmd_reproduce(args: argparse.Namespace, extra: list[str]) -> int:
     if args.only and not summary["cells"]:
         raise UsageError(f"invalid only: no cell of {args.target} matches {' '.join(args.only)} "
                          f"(`windtunnel reproduce {args.target} --dry-run` lists the missing ones)")
-    for rel, cmd in summary["external"]:
-        print(f"{results / rel} is missing: it is made by `{cmd}`", file=sys.stderr)
+    for rel, cmd, why in summary["external"]:
+        print(f"{results / rel} {why}: it is made by `{cmd}`", file=sys.stderr)
     if args.dry_run:
         print(f"{args.target} ({args.preset}): {summary['cells']} cells, {summary['missing']} missing"
               + ("".join(f"\n  {f}  ({summary['progress'][f]})" for f in summary["todo"])))

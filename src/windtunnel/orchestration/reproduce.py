@@ -166,15 +166,21 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
 them and names the command of each missing one, without running it."""
 
 
-def external(target: str, preset: str, results: Path) -> list[tuple[str, str]]:
-    """The (file, command) pairs of ``target``'s other artifacts that are missing under ``results``."""
+def external(target: str, preset: str, results: Path) -> list[tuple[str, str, str]]:
+    """The (file, command, what is wrong) triples of ``target``'s other artifacts that are missing under ``results``,
+    or, for a table, that no longer hold the numbers of the committed cells they aggregate (a seed retrained since)."""
+    from .table import out_of_step
+
     names = ("paper1", "paper2", "paper3") if target == "all" else (target,)
     out = []
     for name in names:
         for rel, cmd in EXTERNAL.get(name, ()):
             rel, cmd = rel.format(preset=preset), cmd.format(preset=preset)
             if not (results / rel).is_file():
-                out.append((rel, cmd))
+                out.append((rel, cmd, "is missing"))
+            elif rel.endswith("table.json") and (stale := out_of_step((results / rel).parent)):
+                out.append((rel, cmd, f"no longer holds the numbers of the committed cells {', '.join(stale)} "
+                                      "(retrained since); the table takes them as they are now"))
     return out
 
 
@@ -436,6 +442,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         said = "finished by another task" if "skipped" in out else f"{out['wall_s']:.0f} s"
         print(f"  done {job.cell.folder} ({len(summary['done'])}/{len(todo)}, {said})", flush=True)
     summary["wall_s"] = time.perf_counter() - t0
+    summary["external"] = external(target, preset, results)  # a retrained table cell leaves its table out of step
     if failed:  # the first failure as itself: a user's mistake stays one line, a bug keeps its traceback
         # a real failure before a stop (a stopped or unstarted cell is only waiting for the next run)
         failed.sort(key=lambda f: executors.what_became(f[1]) != "failed")
