@@ -24,6 +24,16 @@ that ``windtunnel reproduce`` committed under ``OUT/cells/`` with the same recip
 taken from there (``committed_cell``): the committed cells and the table are one set of runs.  Cells run in parallel in worker
 processes (``concurrent.futures`` from the standard library): three per GPU when GPUs are present (``grid.CELLS_PER_GPU``),
 otherwise CPU workers splitting the cores.
+
+The same command makes the sequel's table (``family="sequel"``, ``windtunnel table --family sequel``: Bayesian
+model selection over function classes, the model-selection sequel of the wind-tunnel papers, arXiv 2607.19379):
+columns :data:`grid.SEQUEL_COLUMNS` (a selection problem — one class, involutions vs 3-cycles, rotations vs
+multiplications — under a symbol regime, and the arithmetic cell's two controls), rows :data:`grid.SEQUEL_ARCHS`,
+headline metric ``kl`` (bits against the exact posterior predictive) and a second block with ``class_posterior_mae``
+(the class posterior read from the model's predictive against the exact ``P(C | D)``) where the column has one.  Its
+cells are the ones ``windtunnel reproduce sequel`` trains and commits (the in-context-facts control on the transformer
+alone); it writes ``sequel_table.{md,html,json}`` and ``sequel_references.json`` beside the primitives table, whose
+files it never touches.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +59,56 @@ COLUMNS: dict[str, dict[str, Any]] = {
 }
 """Column name -> primitive, headline metric, unit and evaluation lengths (from ``grid``)."""
 ARCHS = list(grid.TABLE_ARCHS)
+SECOND_METRIC = "class_posterior_mae"
+"""The sequel table's second block of columns: the class-posterior error
+(:func:`windtunnel.evaluation.metrics.class_posterior_metrics`)."""
+
+
+def _selection(e: grid.Experiment) -> str:
+    """What a sequel column selects among, in words: its classes (``rotation vs multiplication``), its symbol
+    regime, and the control it is (facts in context, the longer budget)."""
+    params = e.task_params["quick"]
+    text = f"{params['classes'].replace(',', ' vs ')}, {params['symbols']} symbols"
+    if params.get("facts_in_context"):
+        text += ", facts in context"
+    if e.recipes["quick"].steps != grid.experiment(e.name.removesuffix("_long")).recipes["quick"].steps:
+        text += f", {grid.SEQUEL_LONG_FACTOR}× steps"
+    return text
+
+
+SEQUEL_COLUMNS: dict[str, dict[str, Any]] = {
+    name: {"primitive": _selection(e), "metric": e.metric, "unit": e.unit}
+    for name, e in ((n, grid.experiment(n)) for n in grid.SEQUEL_COLUMNS)
+}
+"""Sequel column name -> what it selects among (in the ``primitive`` slot), headline metric (``kl``) and unit."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A table the command makes: its columns, its rows and the files it writes under ``OUT``."""
+
+    name: str
+    columns: dict[str, dict[str, Any]]
+    archs: tuple[str, ...]
+    stem: str  # OUT/{stem}.{md,html,json}
+    references: str  # OUT/{references}: the reference rows of its columns
+    title: str  # the html page's title and heading
+
+    def has_cell(self, column: str, arch: str) -> bool:
+        """Whether (column, arch) is one of the family's cells: every pair, except that the sequel's
+        in-context-facts control is the transformer's alone (``reproduce.SEQUEL_CELLS``: its episodes are twenty
+        times as long, and *In-Context Algebra* trained a transformer)."""
+        return self.name != "sequel" or not column.endswith("_facts") or arch == "transformer"
+
+
+FAMILIES: dict[str, Family] = {
+    "primitives": Family("primitives", COLUMNS, grid.TABLE_ARCHS, "table", "references.json",
+                         "Architecture × inference primitive"),
+    "sequel": Family("sequel", SEQUEL_COLUMNS, grid.SEQUEL_ARCHS, "sequel_table", "sequel_references.json",
+                     "Architecture × model-selection problem (the sequel)"),
+}
+"""The tables ``windtunnel table --family`` makes: ``primitives`` (Paper I's, the default) and ``sequel``."""
+_ALL_COLUMNS: dict[str, dict[str, Any]] = {**COLUMNS, **SEQUEL_COLUMNS}
 DEFAULT_SEEDS = 3
 EVAL_N = grid.EVAL_N  # the grid decides the evaluation size of every cell
 
@@ -119,14 +180,15 @@ def _run_cell(job: dict[str, Any]) -> dict[str, Any]:
     return cell
 
 
-def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Group seeds of the same (task, arch) into one table cell with mean/std (and the seed CI)."""
+def aggregate_cells(cells: list[dict[str, Any]], family: str = "primitives") -> list[dict[str, Any]]:
+    """Group seeds of the same (task, arch) into one table cell with mean/std (and the seed CI), in the order of
+    ``family``'s columns and rows (others after them, by name)."""
     from ..evaluation.evaluate import mean_std
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     # the table's own order (its columns, then its rows, then seeds), whatever order the cells finished in,
     # so a cell's place in table.json and the order of its per-seed values are the same on every run
-    columns, rows = list(COLUMNS), list(ARCHS)
+    columns, rows = list(FAMILIES[family].columns), list(FAMILIES[family].archs)
 
     def order(c: dict[str, Any]) -> tuple[Any, ...]:
         return (columns.index(c["task"]) if c["task"] in columns else len(columns), c["task"],
@@ -158,13 +220,14 @@ def aggregate_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def out_of_step(out: Path) -> list[str]:
-    """The committed cells (``OUT/cells/``) whose numbers ``OUT/table.json`` no longer holds: for each table cell
-    whose seeds are all committed, the folders of the seeds whose ``eval.json`` value of a table metric differs from
-    the table's (a seed retrained since the table was made).  Empty where there is no table.  The table is then
-    regenerated by ``windtunnel table``, which takes the committed cells."""
+def out_of_step(out: Path, name: str = "table.json") -> list[str]:
+    """The committed cells (``OUT/cells/``) whose numbers ``OUT/{name}`` (``table.json``, or the sequel's
+    ``sequel_table.json``) no longer holds: for each table cell whose seeds are all committed, the folders of the
+    seeds whose ``eval.json`` value of a table metric differs from the table's (a seed retrained since the table was
+    made).  Empty where there is no table.  The table is then regenerated by ``windtunnel table``, which takes the
+    committed cells."""
     try:
-        table = json.loads((out / "table.json").read_text())
+        table = json.loads((out / name).read_text())
         cells = table["cells"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
@@ -191,7 +254,7 @@ def out_of_step(out: Path) -> list[str]:
 
 
 def _num(column: str, x: float) -> str:
-    if COLUMNS[column]["unit"] == "%":
+    if _ALL_COLUMNS[column]["unit"] == "%":
         return f"{100 * x:.1f}%"
     return f"{x:.2e}" if abs(x) < 1e-2 else f"{x:.3f}"
 
@@ -203,7 +266,7 @@ def _fmt(column: str, m: dict[str, Any] | None) -> str:
     s = _num(column, m["mean"])
     if m.get("ci95"):
         lo, hi = m["ci95"]
-        if COLUMNS[column]["unit"] == "%":
+        if _ALL_COLUMNS[column]["unit"] == "%":
             lo, hi = max(lo, 0.0), min(hi, 1.0)
         return s + f" [{_num(column, max(lo, 0.0))}, {_num(column, hi)}]"
     boot = (m.get("bootstrap_ci") or [None])[0]
@@ -255,6 +318,68 @@ def _markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str],
     return "\n".join(lines + notes) + "\n"
 
 
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def second_block(cells: list[dict[str, Any]], columns: list[str], references: dict[str, dict[str, Any]]) -> list[str]:
+    """The sequel columns shown again with :data:`SECOND_METRIC`: those whose cells record it and whose Bayes oracle
+    has a value of it on the evaluation episodes.  Which positions identify the class weights depends on the task
+    alone, not on the model (:func:`windtunnel.evaluation.metrics.class_identified`), so the oracle has a value
+    exactly where the cells do: a column of one class (``ms_involution_*``) has none."""
+    recorded = {c["task"] for c in cells if SECOND_METRIC in c["metrics"]}
+    return [col for col in columns if col in recorded
+            and _finite(references.get(col, {}).get("oracle", {}).get("metrics", {}).get(SECOND_METRIC))]
+
+
+def _sequel_markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], meta: dict[str, Any],
+                     references: dict[str, dict[str, Any]]) -> str:
+    """The sequel table in markdown: a row per architecture and the two reference rows (the Bayes oracle — the Bayes
+    answer as one more model, 0 by construction — and the context-blind optimum); a block of ``kl`` columns, then
+    a block of ``class_posterior_mae`` columns (:func:`second_block`); each cell mean [95% interval across seeds]."""
+    by = {(c["task"], c["arch"]): c for c in cells}
+    block = second_block(cells, columns, references)
+    head = ["model", "params"] + [f"{c} ({SEQUEL_COLUMNS[c]['primitive']}; {SEQUEL_COLUMNS[c]['metric']})"
+                                  for c in columns]
+    head += [f"{c} {SECOND_METRIC}" for c in block]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arch in archs:
+        params = next((by[(c, arch)]["params"] for c in columns if (c, arch) in by), None)
+        row = [arch, f"{params:,}" if params else "—"]
+        for col in columns:
+            cell = by.get((col, arch))
+            row.append(_fmt(col, cell["metrics"].get(SEQUEL_COLUMNS[col]["metric"]) if cell else None))
+        for col in block:
+            cell = by.get((col, arch))
+            row.append(_fmt(col, cell["metrics"].get(SECOND_METRIC) if cell else None))
+        lines.append("| " + " | ".join(row) + " |")
+    for ref, label in (("oracle", "Bayes oracle"), ("context_blind", "context-blind optimum")):
+        row = [label, "0"]
+        for name, cols in ((None, columns), (SECOND_METRIC, block)):
+            for col in cols:
+                x = references.get(col, {}).get(ref, {}).get("metrics", {}).get(name or SEQUEL_COLUMNS[col]["metric"])
+                row.append(_num(col, x) if _finite(x) else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    seeds_done = sorted({len(c["seeds"]) for c in cells})
+    notes = [
+        "",
+        f"Preset `{meta['preset']}`, {meta['seeds']} seed(s) requested, {'/'.join(map(str, seeds_done))} per cell "
+        "finished. Bayesian model selection over function classes on Z_n (the sequel): `kl` is the mean "
+        "KL(Bayes‖model) at the queries, in bits against the exact posterior predictive (every class's hypotheses "
+        "consistent with the shown pairs, weighted by the exact class posterior); `class_posterior_mae` is the class "
+        "posterior read from the model's predictive (the weights whose mixture of the exact within-class predictives "
+        "is closest to it) against the exact P(C | D), mean over classes of |w_C − P(C | D)|, at the positions where "
+        "the weights are identified (a column of one class has none). Each cell: mean over seeds [95% interval "
+        "across seeds, Student's t]; with one seed, [its bootstrap interval over sequences]b; per-seed values in "
+        "sequel_table.json. The Bayes oracle is 0 by construction; the context-blind optimum sees only its position "
+        "and its own token: the floor without in-context inference. The in-context-facts control is the "
+        "transformer's alone.",
+        _time_line(meta),
+        f"Command: `{meta['command']}`",
+    ]
+    return "\n".join(lines + notes) + "\n"
+
+
 def _time_line(meta: dict[str, Any]) -> str:
     """Training time of every cell in the table, and this invocation's wall time (cells finished by
     an earlier invocation are reused, so the wall time alone would understate a table's cost)."""
@@ -264,13 +389,16 @@ def _time_line(meta: dict[str, Any]) -> str:
     return line + (f", {reused} of {meta['cells']} cells reused from earlier invocations)." if reused else ").")
 
 
-def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str]) -> str:
-    return _html_grid(markdown, cells, columns, archs, "entropy.png", "Entropy per position (model vs Bayes)") \
-        + _html_grid("", cells, columns, archs, "training.png", "Learning curves (seed 0)")
+def _html(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str],
+          family: str = "primitives") -> str:
+    """The table as a web page, then each cell's entropy and learning-curve figures (seed 0) in a grid."""
+    return _html_grid(markdown, cells, columns, archs, "entropy.png", "Entropy per position (model vs Bayes)",
+                      family) \
+        + _html_grid("", cells, columns, archs, "training.png", "Learning curves (seed 0)", family)
 
 
 def _html_grid(markdown: str, cells: list[dict[str, Any]], columns: list[str], archs: list[str], figure: str,
-               title: str) -> str:
+               title: str, family: str = "primitives") -> str:
     by = {(c["task"], c["arch"]): c for c in cells}
     rows = []
     for line in markdown.splitlines():
@@ -291,11 +419,12 @@ def _html_grid(markdown: str, cells: list[dict[str, Any]], columns: list[str], a
         grid.append("</tr>")
     grid.append("</table>")
     notes = "".join(f"<p>{html.escape(l)}</p>" for l in markdown.splitlines() if l and not l.startswith("|"))
+    page = "inference-primitives table" if family == "primitives" else f"{family} table"
     head = (
-        "<!doctype html><meta charset=utf-8><title>windtunnel: inference-primitives table</title>"
+        f"<!doctype html><meta charset=utf-8><title>windtunnel: {page}</title>"
         "<style>body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style>"
-        "<h1>Architecture × inference primitive</h1><table>" + "".join(rows) + "</table>" + notes
+        f"<h1>{html.escape(FAMILIES[family].title)}</h1><table>" + "".join(rows) + "</table>" + notes
     ) if markdown else ""
     return head + f"<h2>{html.escape(title)}</h2>" + "".join(grid)
 
@@ -417,12 +546,16 @@ def run_table(
     slurm: "executors.SlurmOptions | None" = None,
     stack: str = "auto",
     compile: bool = False,
+    family: str = "primitives",
 ) -> Path:
     """Train and evaluate every cell (resuming what exists) and write table.{md,html,json}; with ``slurm``, the
     cells are worked as a SLURM job array (:func:`windtunnel.orchestration.executors.run_slurm`) and the table is written once
     every one has come back.  ``stack``: a cell's seeds as one stacked model (:mod:`windtunnel.orchestration.stacking`):
     ``auto`` where the cells run on GPUs, ``on``, ``off``.  ``compile``: each cell's model through ``torch.compile``
-    (not part of its recipe: a cell trained either way is the same cell)."""
+    (not part of its recipe: a cell trained either way is the same cell).  ``family``: ``primitives`` (Paper I's
+    table, the default) or ``sequel`` (the model-selection sequel's: its columns and rows, written to
+    ``sequel_table.{md,html,json}`` with its reference rows in ``sequel_references.json``; :data:`FAMILIES`).
+    Returns the markdown's path."""
     import functools
 
     import torch
@@ -430,8 +563,11 @@ def run_table(
     from .. import models
     from ..io import write_text_atomic
 
-    archs = archs or list(ARCHS)
-    columns = tasks or list(COLUMNS)
+    if family not in FAMILIES:
+        raise InvalidValue(f"unknown table family {family!r}: choose from {', '.join(FAMILIES)}")
+    fam = FAMILIES[family]
+    archs = archs or list(fam.archs)
+    columns = tasks or list(fam.columns)
     for a in archs:
         if models.is_external(a):
             models.load_factory(a)
@@ -439,8 +575,15 @@ def run_table(
             raise InvalidValue(f"unknown arch {a!r}{did_you_mean(a, models.names())}: choose from "
                                f"{', '.join(models.names())} or package.module:factory")
     for c in columns:
-        if c not in COLUMNS:
-            raise InvalidValue(f"unknown table column {c!r}: choose from {', '.join(COLUMNS)}")
+        if c not in fam.columns:
+            other = next((f.name for f in FAMILIES.values() if c in f.columns), None)
+            if other is not None:
+                raise InvalidValue(f"{c!r} is a column of the {other} table, not of the {family} table: pass "
+                                   f"--family {other}, or choose from {', '.join(fam.columns)}")
+            raise InvalidValue(f"unknown table column {c!r}: choose from {', '.join(fam.columns)}")
+    if not any(fam.has_cell(c, a) for c in columns for a in archs):
+        raise InvalidValue(f"no cells to make: {', '.join(columns)} is trained on the transformer alone; "
+                           "add transformer to --archs")
     if not isinstance(seeds, int) or seeds < 1:
         raise InvalidValue(f"invalid seeds: must be a positive integer, got {seeds!r}")
     if out is not None and str(out).strip() == "":
@@ -453,8 +596,9 @@ def run_table(
     _validate_cells(preset, columns, archs, params, steps)  # every config builds, before anything is written
     if out.exists() and not out.is_dir():
         raise InvalidValue(f"invalid out: {out} is a file")
-    if (out / "table.md").exists() and not _is_table(out / "table.json"):
-        raise InvalidValue(f"invalid out: {out} holds a table.md that windtunnel did not write; choose another folder")
+    if (out / f"{fam.stem}.md").exists() and not _is_table(out / f"{fam.stem}.json"):
+        raise InvalidValue(f"invalid out: {out} holds a {fam.stem}.md that windtunnel did not write; "
+                           "choose another folder")
     if slurm is not None:  # refused before the table touches its folder
         executors.environment_ok()
     try:
@@ -472,13 +616,13 @@ def run_table(
     jobs = []
     for seed in range(seeds):
         for col in columns:
-            for arch in archs:
+            for arch in (a for a in archs if fam.has_cell(col, a)):
                 jobs.append({
                     "column": col, "arch": arch, "seed": seed,
                     "config": {**cell_config(preset, col, arch, seed, params, steps), "compile": compile},
                     "run_dir": str(out / "runs" / grid.Cell(preset, col, arch, seed).folder),
                     "eval_n": eval_n or EVAL_N[preset],
-                    "lengths": COLUMNS[col].get("lengths"),
+                    "lengths": fam.columns[col].get("lengths"),
                     "threads": threads,
                     "device": f"cuda:{len(jobs) % n_gpu}" if n_gpu else None,
                 })
@@ -534,11 +678,12 @@ def run_table(
                         "run the table again when they finish (finished cells are reused)")
     wall = time.perf_counter() - t0
     wall_total = sum(c["train_s"] for c in cells)
-    table = aggregate_cells(cells)
-    argv = ["windtunnel", "table", "--preset", preset, "--seeds", str(seeds)]
-    if archs != ARCHS:
+    table = aggregate_cells(cells, family)
+    argv = ["windtunnel", "table", *(["--family", family] if family != "primitives" else []),
+            "--preset", preset, "--seeds", str(seeds)]
+    if archs != list(fam.archs):
         argv += ["--archs", *archs]
-    if columns != list(COLUMNS):
+    if columns != list(fam.columns):
         argv += ["--tasks", *columns]
     if params is not None:
         argv += ["--params", str(params)]
@@ -554,16 +699,18 @@ def run_table(
         "device": f"{n_gpu} GPU(s)" if n_gpu else f"{cores} CPU cores",
         "workers": workers,
         "command": " ".join(argv),
+        **({"family": family} if family != "primitives" else {}),
     }
-    refs_path = out / "references.json"
+    refs_path = out / fam.references
     refs = json.loads(refs_path.read_text()) if refs_path.is_file() else {}
     key = {"eval_n": eval_n or EVAL_N[preset]}
     for col in columns:
         if refs.get(col, {}).get("key") != key:
-            refs[col] = {"key": key, **references(preset, col, key["eval_n"], COLUMNS[col].get("lengths"))}
+            refs[col] = {"key": key, **references(preset, col, key["eval_n"], fam.columns[col].get("lengths"))}
     write_text_atomic(refs_path, json.dumps(refs, indent=1))
-    md = _markdown(table, columns, archs, meta, refs)
-    write_text_atomic(out / "table.md", md)
-    write_text_atomic(out / "table.html", _html(md, table, columns, archs))
-    write_text_atomic(out / "table.json", json.dumps({"meta": meta, "cells": table, "references": refs}, indent=1))
-    return out / "table.md"
+    md = (_markdown if family == "primitives" else _sequel_markdown)(table, columns, archs, meta, refs)
+    write_text_atomic(out / f"{fam.stem}.md", md)
+    write_text_atomic(out / f"{fam.stem}.html", _html(md, table, columns, archs, family))
+    write_text_atomic(out / f"{fam.stem}.json",
+                      json.dumps({"meta": meta, "cells": table, "references": refs}, indent=1))
+    return out / f"{fam.stem}.md"
