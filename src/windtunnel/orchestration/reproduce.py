@@ -161,6 +161,8 @@ EXTERNAL: dict[str, tuple[tuple[str, str], ...]] = {
                ("llm/global-smollm2-135m-instruct-q4-gemma-3-270m-q4.json",
                 "windtunnel llm global SMOLLM2.gguf GEMMA3-270M.gguf --out …"),
                ("llm/matched/summary.json", "windtunnel llm matched --workers 2")),
+    "sequel": (("{preset}/sequel_table.json", "windtunnel table --family sequel --preset {preset} --seeds 3"),
+               ("{preset}/sequel_references.json", "windtunnel table --family sequel --preset {preset} --seeds 3")),
 }
 """Artifacts the claims read that other commands make (hours of work, or a model file): ``reproduce`` checks
 them and names the command of each missing one, without running it."""
@@ -171,14 +173,14 @@ def external(target: str, preset: str, results: Path) -> list[tuple[str, str, st
     or, for a table, that no longer hold the numbers of the committed cells they aggregate (a seed retrained since)."""
     from .table import out_of_step
 
-    names = ("paper1", "paper2", "paper3") if target == "all" else (target,)
+    names = ("paper1", "paper2", "paper3", "sequel") if target == "all" else (target,)
     out = []
     for name in names:
         for rel, cmd in EXTERNAL.get(name, ()):
             rel, cmd = rel.format(preset=preset), cmd.format(preset=preset)
             if not (results / rel).is_file():
                 out.append((rel, cmd, "is missing"))
-            elif rel.endswith("table.json") and (stale := out_of_step((results / rel).parent)):
+            elif rel.endswith("table.json") and (stale := out_of_step((results / rel).parent, Path(rel).name)):
                 out.append((rel, cmd, f"no longer holds the numbers of the committed cells {', '.join(stale)} "
                                       "(retrained since); the table takes them as they are now"))
     return out
