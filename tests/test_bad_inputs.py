@@ -268,6 +268,7 @@ def full_run(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("entry", LAYOUT)
 @pytest.mark.parametrize("command", list(READERS))
+@pytest.mark.slow
 def test_an_entry_of_the_wrong_kind_is_refused_before_anything_changes(entry: str, command: str, full_run: Path,
                                                                        tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
@@ -317,6 +318,7 @@ PERMISSION_CASES = {
 
 
 @pytest.mark.parametrize("case", list(PERMISSION_CASES))
+@pytest.mark.slow
 def test_permissions_are_one_line_and_change_nothing(case: str, full_run: Path, tmp_path: Path) -> None:
     import os
     import stat
@@ -427,6 +429,7 @@ FINISHED_RESULTS = {
 
 
 @pytest.mark.parametrize("command", list(FINISHED_RESULTS))
+@pytest.mark.slow
 def test_a_finished_result_is_replaced_only_with_force(command: str, tmp_path: Path, capsys) -> None:
     """A second run into a folder that holds a finished result — the same recipe or a smoke run of
     another — is refused before any work; ``--force`` replaces it."""

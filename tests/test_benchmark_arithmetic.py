@@ -171,6 +171,7 @@ def test_the_columns_the_table_stacks_together_are_measured_as_one_stack() -> No
         ["bijection", "bijection_replacement"], ["hmm"], ["recall"]]
 
 
+@pytest.mark.slow
 def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -> None:
     """The GPU script runs here as it will there (the graph way eager, and said so), writes a row per cell and a
     summary, and a second command measures only what the first did not."""
@@ -208,6 +209,7 @@ def test_the_step_is_counted_by_part_and_its_update_does_not_grow_with_the_param
     assert small["total_per_parameter"] == small["total"] - small["clip_and_update"] + small["clip_and_update_per_parameter"]
 
 
+@pytest.mark.slow
 def test_two_columns_of_one_shape_are_timed_as_one_stack_on_a_cpu(tmp_path: Path) -> None:
     """The paper preset's two bijection columns, one seed each: the first row times both as one stack of two members
     (its speed-up counts both), the second only its seed alone, and the table's stacked hours are the stack's once."""

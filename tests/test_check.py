@@ -43,6 +43,7 @@ def test_a_scale_says_what_it_is_and_refuses_nonsense() -> None:
         check.jobs(["A1", "Z99"], "quick", check.Scale())
 
 
+@pytest.mark.slow
 def test_a_check_trains_judges_and_compares_with_the_committed_verdict(tmp_path: Path) -> None:
     """A3 (the main job's KL in nats) checked on one seed trained 20 steps: its cell is written under the check's
     folder through the reproduction's own code, judged there, and the committed verdict is read beside it; a second
@@ -60,6 +61,7 @@ def test_a_check_trains_judges_and_compares_with_the_committed_verdict(tmp_path:
     assert again == {"quick": []}
 
 
+@pytest.mark.slow
 def test_the_command_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     for argv in (["check", "Z99", "--out", str(tmp_path / "c"), "--dry-run"],
                  ["check", "A1", "--seeds", "9", "--out", str(tmp_path / "c")],
@@ -111,6 +113,7 @@ def test_what_a_check_analyses_is_everything_its_claims_read() -> None:
     assert b1[("paper", "main_paper_size", "transformer")] == {"key_orthogonality"}
 
 
+@pytest.mark.slow
 def test_a_check_analyses_what_its_claims_read_and_what_its_own_cells_lead_them_to(tmp_path: Path) -> None:
     """B7 (the value manifold of the bijection-with-replacement cell) checked on one seed trained 20 steps, told
     that its claim reads only key_orthogonality: its cell is analysed with that, the claim then reads value_manifold

@@ -431,6 +431,7 @@ def test_a_cell_of_another_recipe_or_shape_is_refused_not_read(tmp_path: Path) -
         Evidence(tmp_path).eval_metric("main", "transformer", reproduce.SEEDS, "kl")
 
 
+@pytest.mark.slow
 def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _tiny_plan(monkeypatch)
@@ -460,6 +461,7 @@ def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: 
     assert reproduce.missing(reproduce.plan("paper1")[0], results) == ["geometry.json"]
 
 
+@pytest.mark.slow
 def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture) -> None:
     """``--dry-run`` reads each missing cell's run folder: not started, killed part-way (the step it resumes
@@ -488,6 +490,7 @@ def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, m
         "main-transformer-s1": "committed without eval.json; no run folder here, so trained again"}
 
 
+@pytest.mark.slow
 def test_a_cell_stopped_while_analysed_keeps_its_trained_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reproduction stopped during a cell's analysis (a GPU lease that runs out) has already exported the
     trained cell's files: its error is kept, its geometry is what is missing — a committed geometry.json of an
@@ -564,6 +567,7 @@ def test_claims_under_another_preset_leave_claims_md_and_the_documents_alone(tmp
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.slow
 def test_a_cell_that_fails_costs_the_others_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     workers: int) -> None:
     """One broken cell (its run folder's place taken by a file) is reported and re-raised only after every
@@ -611,6 +615,7 @@ def test_new_commands_refuse_bad_input_in_one_line(tmp_path: Path, capsys: pytes
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_paper_preset_cells_are_read_as_the_hmm_controls_at_the_papers_size(tmp_path: Path, monkeypatch) -> None:
     """The scale cells (``reproduce scale --preset paper``, here with a tiny paper recipe so they train in
     seconds) join A6's HMM controls, A11/A12's length controls and D10's note, read from the paper preset's
@@ -772,6 +777,7 @@ def test_a_control_explains_a_disagreement_only_where_it_passes_and_has_learned_
     assert controls.with_size_controls(ev, lambda ev, column: None, "main-job geometry").kind == claims.NOT_MEASURED
 
 
+@pytest.mark.slow
 def test_a_references_file_missing_a_row_is_made_again_without_training(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A regression cell's references.json holds the windowed references (the current input alone, the last m
@@ -843,6 +849,7 @@ def test_a19_and_a23_judge_binding_at_the_largest_store_both_are_measured_at(tmp
     assert claims.CLAIMS["A23"].assess(Evidence(tmp_path)).ours.startswith("recall at 8 pairs")
 
 
+@pytest.mark.slow
 def test_a19_reads_the_state_control_beside_the_ladder(tmp_path: Path, monkeypatch) -> None:
     """The 16-pair rung's controls for Mamba (d_state 64; the 64-pair rung's schedule), trained by ``reproduce``
     with a tiny recipe beside the ladder's own 16-pair Mamba cell, join A19's note with the reading their
@@ -978,6 +985,7 @@ def test_a_first_fact_reads_the_first_line_a_numeric_selector_picks(tmp_path: Pa
                      Evidence(RESULTS), {}) == _g(want)
 
 
+@pytest.mark.slow
 def test_the_initialisation_control_joins_the_hmm_claims(tmp_path: Path, monkeypatch) -> None:
     """``hmm_torch_init`` (here with a tiny recipe so it trains in seconds, beside the committed quick cells) is one
     more HMM control: A6 names it with its KL and counts initialisation among the factors the gap persists under
@@ -1028,6 +1036,7 @@ reproduce.reproduce("paper1", results=sys.argv[1], workers=2, threads=1)
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_worker_of_a_parallel_reproduce(tmp_path: Path) -> None:
     """Ctrl-C on ``reproduce --workers 2`` stops it at once: the command exits, no worker trains on (each run's
     training log stops growing and its lock is free), and the queued cell is never started."""

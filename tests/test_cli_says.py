@@ -13,6 +13,7 @@ from windtunnel.cli import main
 TINY = ["bijection", "--V", "4", "--L", "4", "--steps", "12", "--n", "16", "--params", "6000", "--no-progress"]
 
 
+@pytest.mark.slow
 def test_run_says_what_it_trains_and_a_finished_run_is_not_redone(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
     assert main(["run", *TINY, "--out", str(out)]) == 0
@@ -43,6 +44,7 @@ def test_no_flag_is_taken_from_a_prefix_and_a_slip_gets_the_nearest_name(argv: l
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_compare_says_what_each_run_is_and_writes_its_figure_beside_them(tmp_path: Path, monkeypatch,
                                                                           capsys: pytest.CaptureFixture) -> None:
     a, b = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
@@ -89,6 +91,7 @@ def test_runs_lists_where_each_run_stands(tmp_path: Path, capsys: pytest.Capture
     assert main(["runs", str(tmp_path / "none")]) == 2
 
 
+@pytest.mark.slow
 def test_eval_says_when_it_works_on_an_unfinished_run_and_keeps_run_s_size(tmp_path: Path, capsys) -> None:
     from windtunnel.training.loop import TrainConfig, train
 

@@ -200,6 +200,7 @@ def test_the_array_plan_is_read_from_committed_timings() -> None:
     assert reproduce.estimate_seconds(job, RESULTS) == pytest.approx(sum(seconds) / 3)
 
 
+@pytest.mark.slow
 def test_a_local_reproduce_leaves_a_cell_another_process_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _tiny_plan(monkeypatch, (0, 1))
     results = tmp_path / "results"
@@ -231,6 +232,7 @@ def test_the_command_line_refuses_slurm_options_without_the_slurm_executor(capsy
     assert "--slurm-config needs --executor slurm" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_dry_run_prints_the_array_plan(capsys: pytest.CaptureFixture) -> None:
     from windtunnel.cli import main
 
@@ -240,6 +242,7 @@ def test_the_dry_run_prints_the_array_plan(capsys: pytest.CaptureFixture) -> Non
     assert "as a SLURM job array of" in out and "3 cell(s) at once" in out and "the array ends in ≈" in out
 
 
+@pytest.mark.slow
 def test_status_says_what_is_done_running_failed_and_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture) -> None:
     """Built by the code that writes it in real use: one cell reproduced, one whose last attempt failed, one held by

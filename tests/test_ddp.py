@@ -148,6 +148,7 @@ def _losses(run: Path) -> dict[int, float]:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finding torchrun's workers needs /proc")
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="this torch build has no gloo backend")
+@pytest.mark.slow
 def test_torchrun_two_processes_equal_one_and_resume_after_a_kill(tmp_path: Path) -> None:
     """``torchrun --nproc_per_node=2`` (gloo, CPU) trains the weights a one-process run with the same
     global batch trains (to ``ROUNDING``), logs the same global loss, and a two-process run killed by SIGKILL

@@ -115,6 +115,7 @@ def test_the_generator_finds_every_integer_field_and_its_maximum() -> None:
 
 
 @pytest.mark.parametrize("name,field,value", task_extreme_cases())
+@pytest.mark.slow
 def test_an_integer_task_parameter_at_an_extreme(name: str, field: str, value: int,
                                                  capsys: pytest.CaptureFixture) -> None:
     """``tasks show NAME --FIELD VALUE`` at an extreme works, or is refused in one line naming the field (or
@@ -240,6 +241,7 @@ def diverged_evaluated_run(diverged_run: Path, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("evaluated", [False, True], ids=["trained", "evaluated"])
 @pytest.mark.parametrize("command", list(ON_A_RUN), ids=" ".join)
+@pytest.mark.slow
 def test_every_command_on_a_diverged_run(command: tuple[str, ...], evaluated: bool, diverged_run: Path,
                                          diverged_evaluated_run: Path, tmp_path: Path,
                                          capsys: pytest.CaptureFixture) -> None:
@@ -390,6 +392,7 @@ def reader_cases() -> list[Any]:
             for name in ARTIFACTS for reader in READERS]
 
 
+@pytest.mark.slow
 def test_the_full_run_holds_every_artifact_and_each_gets_mutations(full_run: Path) -> None:
     """The run the mutations start from holds every JSON artifact of the layout (so a new one is mutated
     without an edit here), and every field of each gets at least one wrong value."""
@@ -403,6 +406,7 @@ def test_the_full_run_holds_every_artifact_and_each_gets_mutations(full_run: Pat
 
 
 @pytest.mark.parametrize("name,reader", reader_cases())
+@pytest.mark.slow
 def test_a_field_of_the_wrong_type_or_shape_is_read_or_refused(name: str, reader: str, full_run: Path,
                                                                tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Every mutation of the artifact (:func:`mutations`: each field null, of another type, or a list of the

@@ -126,6 +126,7 @@ def diverged_main_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_analyze_of_a_blown_up_run_draws_every_figure_and_says_it_diverged(diverged_run: Path, tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture) -> None:
     """The last good checkpoint's readout blown up (finite): the routing law's gradients are 0 or NaN on every head,
@@ -142,6 +143,7 @@ def test_analyze_of_a_blown_up_run_draws_every_figure_and_says_it_diverged(diver
     assert (run / "figures" / "geometry_routing_law.png").is_file()
 
 
+@pytest.mark.slow
 def test_analyze_passes_over_a_checkpoint_whose_weights_are_not_finite(diverged_run: Path, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture) -> None:
     """A checkpoint between the first and the last holding NaN weights: the diagnostics over training read the others
@@ -255,6 +257,7 @@ def every_float(value: Any, by: float) -> Any:
     return value
 
 
+@pytest.mark.slow
 def test_every_figure_draws_values_that_are_not_finite_or_not_positive(analysed_run: Path, tmp_path: Path) -> None:
     """Each registered diagnostic's figure, drawn from its result on the diverged run with every number NaN,
     infinite, zero or negative (what a diverged model's diagnostics can return): none raises, and each writes its

@@ -26,6 +26,7 @@ def _cells(results: Path, arch: str, prior: str, seeds=(0, 1)) -> None:
             RunDir(results / "quick" / "cells" / f"{column}-{arch}-s{seed}").write_eval(result.to_dict())
 
 
+@pytest.mark.slow
 def test_the_memoriser_never_switches_and_the_inferrer_infers_from_the_smallest_pool(tmp_path: Path, capsys) -> None:
     _cells(tmp_path, "transformer", "task")
     _cells(tmp_path, "lstm", "true")

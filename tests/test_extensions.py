@@ -156,6 +156,7 @@ def extension(tmp_path: Path):
         geometry_registry._REGISTRY.pop("stream_norm", None)
 
 
+@pytest.mark.slow
 def test_a_task_an_architecture_and_a_diagnostic_each_from_one_file(extension, tmp_path: Path) -> None:
     assert "copy_previous_demo" in tasks.names() and "gru_demo" in models.names()
     task = tiny_task("copy_previous_demo")

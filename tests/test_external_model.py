@@ -157,6 +157,7 @@ def test_a_target_the_factory_cannot_take_is_refused(third_party: Path) -> None:
         models.make("thirdparty:ignores_target", task, params=50_000)
 
 
+@pytest.mark.slow
 def test_train_resume_and_table_through_the_cli(third_party: Path, capsys: pytest.CaptureFixture) -> None:
     out = third_party / "run"
     args = ["train", "--task", "bijection", "--V", "4", "--L", "4", "--arch", "thirdparty:make", "--params", "3000",
@@ -193,6 +194,7 @@ def test_train_resume_and_table_through_the_cli(third_party: Path, capsys: pytes
     assert "thirdparty:make" in md.read_text()
 
 
+@pytest.mark.slow
 def test_the_console_script_finds_a_module_in_the_current_folder(third_party: Path) -> None:
     exe = Path(sys.executable).with_name("windtunnel")
     if not exe.exists():

@@ -244,6 +244,7 @@ test_analyze_run_writes_json_figures_and_report)."""
 
 @pytest.mark.parametrize("name", ON_A_MODEL)
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_every_diagnostic_runs_on_every_architecture(arch: str, name: str, tmp_path: Path) -> None:
     """What docs/extending.md asks of a diagnostic, on every architecture: a dict ``json`` writes with finite
     numbers; "not applicable" with a reason on a model without what it declares, or on a task without what it
@@ -267,6 +268,7 @@ def test_every_diagnostic_runs_on_every_architecture(arch: str, name: str, tmp_p
             assert "clusters" in r
 
 
+@pytest.mark.slow
 def test_analyze_run_writes_json_figures_and_report(tmp_path: Path) -> None:
     from windtunnel.training.loop import TrainConfig, train
 

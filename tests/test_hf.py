@@ -142,6 +142,7 @@ def test_hook_names_patterns_and_patching(arch: str, options: dict) -> None:
     assert torch.equal(bypassed["blocks.1.hook_resid_post"], bypassed["blocks.1.hook_resid_pre"])
 
 
+@pytest.mark.slow
 def test_trained_hf_model_gets_the_attention_diagnostics(tmp_path: Path) -> None:
     """``windtunnel analyze`` on a trained hf:llama run: focusing, value manifold, probes and layer
     ablation apply; the diagnostics that need our transformer's projections say why they do not."""
@@ -186,6 +187,7 @@ def test_unrotated_keys_are_the_key_projection_of_the_normed_stream(arch: str, o
 
 
 @pytest.mark.parametrize("arch, options", FAMILIES)
+@pytest.mark.slow
 def test_unembed_of_the_last_layer_is_the_output_and_the_bayes_lens_reads_every_family(arch: str, options: dict) -> None:
     """``unembed`` (the family's final norm, then its head) applied to the last decoder layer's output
     gives the model's logits, so the Bayes lens is the logit lens on every family."""

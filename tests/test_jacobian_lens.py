@@ -54,6 +54,7 @@ def _final_given(model: nn.Module, tokens: torch.Tensor, name: str, final: str, 
 
 
 @pytest.mark.parametrize("arch", models.names())
+@pytest.mark.slow
 def test_the_average_jacobian_is_autograds_same_position_jacobian_averaged(arch: str) -> None:
     """``J̄_l`` is the mean over scored (episode, position) of ``∂x_L[t]/∂x_l[t]`` computed one position at a time
     by ``torch.autograd.functional.jacobian`` (the other positions held fixed), in float64; the mean streams are

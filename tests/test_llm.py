@@ -245,6 +245,7 @@ def test_an_llm_result_that_could_not_be_written_is_refused_before_the_model_is_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+@pytest.mark.slow
 def test_sula_end_to_end_with_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     folder = sula_model(tmp_path / "llama", 0)
     out = tmp_path / "sula.json"
@@ -424,6 +425,7 @@ def test_docs_pool_is_real_documentation_text_cut_at_word_boundaries() -> None:
     assert len(picked) == 75 and all(((picked >= 240 * q) & (picked < 240 * (q + 1))).sum() == 15 for q in range(5))
 
 
+@pytest.mark.slow
 def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
     folder = sula_model(tmp_path / "llama", 1)
     out = tmp_path / "sula.json"
@@ -456,6 +458,7 @@ def test_sula_cuts_each_layer_alone_as_the_paper_does(tmp_path: Path) -> None:
         assert part["cut"][name] == {k: v for k, v in full["cut"][name].items() if k != "alone"}
 
 
+@pytest.mark.slow
 def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Path) -> None:
     """Claim D19's reading after the cut.  The cut layer's own values, read after the edit, have no
     component along u whatever the cut does to the model, so ρ there is rounding residue, not a
@@ -503,6 +506,7 @@ def test_sula_cut_is_read_downstream_not_on_the_values_it_projected(tmp_path: Pa
     assert cut["entropy_axis"]["alone"]["3"]["paper_read_at"] == "readout"
 
 
+@pytest.mark.slow
 def test_sula_cuts_the_papers_layers_at_the_same_relative_depth(tmp_path: Path) -> None:
     """Paper III cuts layers of its 24-layer Pythia-410M (the Bayesian layers 12 and 23; the five layers 8, 12,
     16, 20, 23); on a model of L layers each becomes the layer at the same relative depth, round(l·(L−1)/23),
@@ -539,6 +543,7 @@ def test_sula_cuts_the_papers_layers_at_the_same_relative_depth(tmp_path: Path) 
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.slow
 def test_sula_axis_only_and_shift_are_read_downstream_and_per_layer(tmp_path: Path) -> None:
     """Claims D21 and D22.  Paper III projects and shifts "each of two Bayesian layers" on its own, and its
     axis-only statement is about the axis–entropy correlation.  On the projected values themselves that

@@ -36,6 +36,7 @@ def test_arms_have_matched_size_and_differ_only_in_key_value_heads() -> None:
     assert configs[1].intermediate_size > configs[8].intermediate_size
 
 
+@pytest.mark.slow
 def test_held_out_documents_stay_out_of_training_and_the_prompts_come_from_them() -> None:
     train, held = matched.split_documents(TINY)
     assert len(train) + len(held) == TINY.max_documents and not set(train) & set(held)
@@ -95,6 +96,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return root, summary
 
 
+@pytest.mark.slow
 def test_summary_is_read_from_the_per_run_files(experiment: tuple[Path, dict]) -> None:
     root, summary = experiment
     out = root / "out"

@@ -17,6 +17,7 @@ def _hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.slow
 def test_the_main_job_runs_once_then_redoes_only_what_is_not_current(tmp_path: Path) -> None:
     out = tmp_path / "main"
     lines: list[str] = []
@@ -46,6 +47,7 @@ def test_the_main_job_runs_once_then_redoes_only_what_is_not_current(tmp_path: P
     assert bigger.redone == ("eval.json", "report.html") and bigger.trained_from == 4  # the report reads it
 
 
+@pytest.mark.slow
 def test_a_folder_of_another_configuration_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     out = tmp_path / "main"
     main_job(steps=2, out=out, eval_n=16, analyse=False, progress=False, say=lambda line: None)
@@ -63,6 +65,7 @@ def test_a_folder_of_another_configuration_is_refused_and_left_as_it_was(tmp_pat
     assert (replaced.trained_from, replaced.trained_to) == (0, 3)
 
 
+@pytest.mark.slow
 def test_the_model_is_built_once_and_is_the_model_a_plain_training_run_trains(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan builds the task and model to check the config and count parameters; training takes that model over

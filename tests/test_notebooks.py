@@ -13,6 +13,7 @@ DOCS = Path(__file__).parents[1] / "docs"
 
 
 @pytest.mark.parametrize("notebook", sorted(p.name for p in DOCS.glob("*.ipynb")))
+@pytest.mark.slow
 def test_notebook_runs(notebook: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nb = json.loads((DOCS / notebook).read_text())
     assert nb["nbformat"] == 4

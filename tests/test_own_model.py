@@ -120,6 +120,7 @@ def _applicable(geometry: dict[str, Any]) -> set[str]:
             and geometry[name].get("applicable", True) and "error" not in geometry[name]}
 
 
+@pytest.mark.slow
 def test_a_users_transformer_gets_every_diagnostic_ours_gets(own_module: Path,
                                                              capsys: pytest.CaptureFixture) -> None:
     """Train + analyse through the CLI: the user's from-scratch transformer and this package's transformer
@@ -273,6 +274,7 @@ selection for the header probe, which reads a relabelling header)."""
 
 
 @pytest.mark.parametrize("name", [n for n, d in registry.discover().items() if not d.checkpoints])
+@pytest.mark.slow
 def test_every_diagnostic_runs_on_exactly_its_declaration_and_names_what_is_missing(
         own_module: Path, name: str) -> None:
     """On a model exposing exactly ``requires`` the diagnostic applies and returns numbers (on a task that

@@ -117,6 +117,7 @@ def instances(task, ep):
         (dict(d=2, points=4, C=6, sigma_w=0.7, sigma=0.8, y_range=1.5), 60),
     ],
 )
+@pytest.mark.slow
 def test_posterior_matches_quadrature(params, n_seq):
     task = make("regression", **params)
     ep = task.sample(n_seq, seed=11)

@@ -30,6 +30,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run.path
 
 
+@pytest.mark.slow
 def test_figures_exist(run_dir: Path) -> None:
     for name in ("calibration", "entropy", "kl", "training"):
         p = run_dir / "figures" / f"{name}.png"
@@ -105,6 +106,7 @@ def test_training_time_accumulates_across_a_resume(tmp_path: Path) -> None:
     assert run.timings()["train_s"] == run.training_seconds()
 
 
+@pytest.mark.slow
 def test_the_main_job_report_opens_with_the_bayes_gap_then_the_geometry(tmp_path: Path) -> None:
     """``windtunnel run`` analyses its model: the report shows the metrics first, then what each
     diagnostic says about its claim (keys against their null, focusing, the frame head, the manifold)."""
@@ -134,6 +136,7 @@ def test_the_main_job_report_opens_with_the_bayes_gap_then_the_geometry(tmp_path
     assert not (tmp_path / "bare" / "geometry.json").exists()
 
 
+@pytest.mark.slow
 def test_results_record_their_checkpoint_and_the_report_flags_stale_ones(tmp_path: Path) -> None:
     """eval.json and geometry.json carry the checkpoint step and a config hash; after more training the
     report says which result is from an older checkpoint."""
@@ -156,6 +159,7 @@ def test_results_record_their_checkpoint_and_the_report_flags_stale_ones(tmp_pat
     assert "geometry.json is from checkpoint step 4" in html
 
 
+@pytest.mark.slow
 def test_compare_lines_up_the_scored_positions_of_runs_of_different_layouts(tmp_path: Path) -> None:
     """``curves`` drops the unscored padding (the HMM header) and numbers the scored positions 1..n;
     ``windtunnel compare`` prints the runs side by side and writes the overlay."""

@@ -71,6 +71,7 @@ def test_score_gradients_is_the_gradient_of_the_mean_scored_cross_entropy() -> N
     assert abs(numeric - float(grad[b, i, j])) < 1e-8 * max(1.0, abs(numeric))
 
 
+@pytest.mark.slow
 def test_law_on_a_trained_transformer_to_float_precision(tmp_path: Path) -> None:
     cfg = TrainConfig(task="bijection", task_params={"V": 5, "L": 5}, arch="transformer",
                       model={"n_layers": 2, "n_heads": 2, "d_model": 32}, steps=60, lr=3e-3, warmup=5,
@@ -206,6 +207,7 @@ def test_authors_deep_variant_trains_with_dropout_but_measures_without_it() -> N
     assert a["loss"][0] != pytest.approx(clean, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_killed_em_run_resumes_from_its_partial_file_and_ends_bitwise_as_an_unbroken_one(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The authors' model (dropout: the masks' random state must be carried over too), killed after its state
@@ -354,6 +356,7 @@ def test_timescales_of_a_known_exponential() -> None:
     assert s["precision_t90"] == 10 and s["precision_log_t90"] == 1000 and s["frame_t90"] == 100
 
 
+@pytest.mark.slow
 def test_run_timescales_on_real_tiny_runs(tmp_path: Path) -> None:
     setup = TS.TimescaleSetup(task_params={"V": 4, "L": 4}, model={"n_layers": 1, "n_heads": 2, "d_model": 16},
                               steps=40, checkpoints=4, seeds=(0, 1), n=16)

@@ -204,6 +204,7 @@ def test_every_ruled_claim_has_a_rule_object() -> None:
 
 
 @pytest.mark.parametrize("forced", [A, D])
+@pytest.mark.slow
 def test_every_verdict_is_decided_by_its_rule_object(monkeypatch: pytest.MonkeyPatch, forced: str) -> None:
     """Force every rule object to one outcome: every claim's verdict must follow (agree, or uninformative where its
     nulls now meet the rule too; a disagreement of one kind or another, or uninformative where exact inference fails

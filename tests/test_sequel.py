@@ -169,6 +169,7 @@ def test_with_no_sequel_cell_every_claim_says_so(tmp_path: Path) -> None:
     assert "MS3.md" in claims.render_details(judgements)
 
 
+@pytest.mark.slow
 def test_ms2_is_judged_from_cells_reproduce_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real results folder: the involution-vs-3-cycle integer cells trained by ``windtunnel reproduce`` on a tiny
     recipe (6 steps), evaluated and referenced as the grid's are.  MS2's verdict is its rule applied by hand to the

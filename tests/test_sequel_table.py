@@ -53,6 +53,7 @@ def _same(a: float | None, b: float | None) -> bool:
     return a == b or (none(a) and none(b))
 
 
+@pytest.mark.slow  # one real sequel table, trained and evaluated: its module fixture
 def test_the_sequel_table_writes_its_own_files_and_leaves_the_primitives_table_alone(made: Path) -> None:
     for name in ("sequel_table.md", "sequel_table.html", "sequel_table.json", "sequel_references.json"):
         assert (made / name).is_file(), name
@@ -68,6 +69,7 @@ def test_the_sequel_table_writes_its_own_files_and_leaves_the_primitives_table_a
     assert "inference primitive" not in page.split("</h1>")[0]
 
 
+@pytest.mark.slow  # one real sequel table, trained and evaluated: its module fixture
 def test_per_seed_values_are_each_cells_own_evaluation(made: Path) -> None:
     table = json.loads((made / "sequel_table.json").read_text())
     md = (made / "sequel_table.md").read_text()
@@ -85,6 +87,7 @@ def test_per_seed_values_are_each_cells_own_evaluation(made: Path) -> None:
         assert f"{shown} [" in row  # mean [95% interval across seeds]
 
 
+@pytest.mark.slow  # one real sequel table, trained and evaluated: its module fixture
 def test_reference_rows_and_the_class_posterior_block(made: Path) -> None:
     table = json.loads((made / "sequel_table.json").read_text())
     refs = json.loads((made / "sequel_references.json").read_text())
@@ -110,6 +113,7 @@ def test_reference_rows_and_the_class_posterior_block(made: Path) -> None:
         assert words in md, words
 
 
+@pytest.mark.slow  # one real sequel table, trained and evaluated: its module fixture
 def test_a_second_invocation_reuses_the_cells_and_a_committed_cell_is_taken(
         made: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from windtunnel.orchestration import reproduce

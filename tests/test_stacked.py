@@ -47,7 +47,8 @@ def float64():
     torch.set_default_dtype(old)
 
 
-@pytest.mark.parametrize("arch", ["transformer", pytest.param("lstm", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["transformer", "lstm"])
 def test_each_member_follows_its_seed_trained_alone(tmp_path: Path, arch: str, float64: None) -> None:
     """Float64, a clipping bound every step hits (so a clip shared across members would show), three seeds: each
     member's logged losses, gradient norms, held-out metrics and checkpointed weights equal its seed's run alone;
@@ -74,6 +75,7 @@ def test_each_member_follows_its_seed_trained_alone(tmp_path: Path, arch: str, f
     assert _losses(tmp_path / "stacked0") != _losses(tmp_path / "stacked1")
 
 
+@pytest.mark.slow
 def test_a_stacked_run_resumes_from_its_members_checkpoints(tmp_path: Path, float64: None) -> None:
     """Stopped at step 30 and resumed, the stacked runs end where an unbroken stacked run ends; a member resumes
     alone from its stacked checkpoint (the single-run format) and ends there too."""
@@ -112,6 +114,7 @@ def _same_runs(a: Path, b: Path, rel: float = 1e-9) -> None:
     assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], rtol=rel, atol=1e-12) for k in wa)
 
 
+@pytest.mark.slow
 def test_members_that_differ_in_their_learning_rates_each_follow_their_run_alone(tmp_path: Path,
                                                                                 float64: None) -> None:
     """One seed at two rates, and a third member whose readout keeps the base rate while the others scale theirs:
@@ -128,6 +131,7 @@ def test_members_that_differ_in_their_learning_rates_each_follow_their_run_alone
     assert _losses(tmp_path / "stacked0") != _losses(tmp_path / "stacked1")
 
 
+@pytest.mark.slow
 def test_columns_whose_episodes_have_one_shape_stack_each_member_on_its_own_task(tmp_path: Path,
                                                                                 float64: None) -> None:
     """Bijection with and without replacement (the same shapes, other episodes) stack, each member trained on its own
@@ -197,6 +201,7 @@ def _broken(body, warmup, reset):
 @pytest.mark.parametrize("recorder, note", [(_faithful, "CUDA graph"), (_frozen, "did not reproduce the eager one"),
                                             (_stale, "did not reproduce the eager one"),
                                             (_broken, "could not record the step: RuntimeError")])
+@pytest.mark.slow
 def test_a_recorded_step_is_trusted_only_where_it_reproduces_the_eager_step(
         tmp_path: Path, float64: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
         recorder, note: str) -> None:
@@ -375,6 +380,7 @@ needs_compiler = pytest.mark.skipif(
 
 @needs_compiler
 @pytest.mark.parametrize("pos", ["learned", "rotary"])
+@pytest.mark.slow
 def test_a_compiled_stack_trains_each_member_as_its_seed_alone(tmp_path: Path, pos: str, float64: None,
                                                                capsys: pytest.CaptureFixture) -> None:
     """``compile``: the vmapped forward and its backward run as one inductor program (one graph, no break: rotary
@@ -423,6 +429,7 @@ def test_a_forward_the_compiler_refuses_runs_vmapped_and_says_why(tmp_path: Path
 
 @needs_compiler
 @pytest.mark.parametrize("recorder, note", [(_faithful, "CUDA graph"), (_broken, "could not record the step")])
+@pytest.mark.slow
 def test_a_compiled_step_is_recorded_and_checked_like_an_eager_one(
         tmp_path: Path, float64: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
         recorder, note: str) -> None:
@@ -451,6 +458,7 @@ def test_a_compiled_step_is_recorded_and_checked_like_an_eager_one(
 
 
 @needs_compiler
+@pytest.mark.slow
 def test_a_backward_the_compiler_refuses_is_caught_at_the_forward_and_runs_vmapped(
         tmp_path: Path, capsys: pytest.CaptureFixture, backward_refused: None) -> None:
     """A backward pass is compiled with its forward (not lazily at the first ``backward()``), so a backward the

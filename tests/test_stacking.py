@@ -17,6 +17,7 @@ def _log(run: Path) -> list[float]:
     return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
 
 
+@pytest.mark.slow
 def test_a_stacked_table_writes_what_a_table_trained_cell_by_cell_writes(tmp_path: Path) -> None:
     """Three seeds of a cell, one trained earlier alone: the other two are trained as one stack (their timings say
     so), the first is reused; every cell's training log and evaluation equal those of the table trained cell by cell
@@ -37,6 +38,7 @@ def test_a_stacked_table_writes_what_a_table_trained_cell_by_cell_writes(tmp_pat
     assert [c["seeds"] for c in tables[0]] == [c["seeds"] for c in tables[1]] == [[0, 1, 2]]
 
 
+@pytest.mark.slow
 def test_a_stacked_table_trains_two_columns_of_one_shape_together(tmp_path: Path) -> None:
     """Bijection with and without replacement at the paper preset (episodes of one shape there; small models), one
     seed each: one stack of two (their timings say so) whose cells each equal the table trained cell by cell."""
@@ -54,6 +56,7 @@ def test_a_stacked_table_trains_two_columns_of_one_shape_together(tmp_path: Path
 
 @pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
                     reason="torch.compile's CPU code generation needs a C++ compiler")
+@pytest.mark.slow
 def test_a_compiled_stacked_table_trains_the_same_cells_and_reuses_uncompiled_ones(tmp_path: Path,
                                                                                     capsys: pytest.CaptureFixture) -> None:
     """``table --stack on --compile``: the seed already trained without compiling is the same cell and is reused
@@ -121,6 +124,7 @@ def test_reproduce_hands_a_cells_seeds_out_as_one_stack_and_counts_each_seed(tmp
     assert capsys.readouterr().out.count("  done main-transformer-s") == 3
 
 
+@pytest.mark.slow
 def test_a_stack_whose_member_diverges_leaves_each_seed_to_finish_alone(tmp_path: Path, monkeypatch) -> None:
     """One seed's loss goes non-finite inside the stack: the stack stops at the last good checkpoints, and each seed
     then goes on alone from there (the command's own work) — the healthy one finishes instead of failing with its

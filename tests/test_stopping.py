@@ -182,6 +182,7 @@ def _poll(cells: Any) -> Any:
         yield item
 
 
+@pytest.mark.slow
 def test_a_stopped_reproduction_says_stopped_and_left_and_the_same_command_finishes_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     from windtunnel.orchestration import reproduce

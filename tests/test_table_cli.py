@@ -173,6 +173,7 @@ def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_go
     assert committed_cell(job, out) is None
 
 
+@pytest.mark.slow
 def test_table_cells_are_in_the_tables_order_and_read_by_column_and_row(tmp_path: Path) -> None:
     """table.json lists cells column by column, row by row, each metric's per-seed values in seed order
     whatever order the cells finished in; a ``table:`` fact finds a cell by its column and row."""

@@ -47,6 +47,7 @@ def sees_its_context(model: torch.nn.Module, task: tasks.Task) -> bool:
 
 
 @pytest.mark.parametrize("arch", models.names())
+@pytest.mark.slow
 def test_every_architecture_learns_bijection(tmp_path: Path, arch: str) -> None:
     """After 300 steps the KL to the best the architecture can reach is under 10% of the untrained KL: the best is
     the exact posterior (KL 0) for a model that sees its context, the context-blind optimum for one that does not
@@ -180,6 +181,7 @@ of that log."""
 
 
 @pytest.mark.parametrize("where", WRITES)
+@pytest.mark.slow
 def test_sigkill_inside_every_write_resumes_exactly(where: str, tmp_path: Path) -> None:
     """SIGKILL in the middle of each write (half its bytes on disk): the resume continues from the newest
     whole checkpoint and ends bitwise where an uninterrupted run ends, with a log of each step once."""
@@ -203,6 +205,7 @@ def test_sigkill_inside_every_write_resumes_exactly(where: str, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("every,log_checkpoints", [(10, True), (6, False)])
+@pytest.mark.slow
 def test_timed_checkpoints_bound_what_a_kill_loses_and_leave_no_trace(every: int, log_checkpoints: bool,
                                                                         tmp_path: Path) -> None:
     """``ckpt_minutes``: a run killed between scheduled checkpoints resumes from the last timed one (here
