@@ -276,6 +276,7 @@ def test_the_launches_of_a_compiled_function_are_counted_by_hand() -> None:
 
 @pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
                     reason="torch.compile's CPU code generation needs a C++ compiler")
+@pytest.mark.slow
 def test_a_compiled_stack_launches_fewer_kernels_than_its_eager_forward_and_backward() -> None:
     """A quick cell's stack trained compiled through the real loop: two programs (the forward pass, then its
     backward), each launching something, together fewer kernels than the eager forward and backward operations."""

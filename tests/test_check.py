@@ -95,6 +95,7 @@ class _Restricted(check.Evidence):
             "summary": {k: v for k, v in doc["summary"].items() if k.partition(".")[0] in keep}}
 
 
+@pytest.mark.slow
 def test_what_a_check_analyses_is_everything_its_claims_read() -> None:
     """Each claim, assessed on the committed results with every geometry.json cut down to the diagnostics
     ``diagnostics_read`` finds it reads, comes to the same outcome and number as on the whole records: nothing a

@@ -74,6 +74,7 @@ def test_train_seeds_trains_the_seeds_stacked_into_their_own_folders(tmp_path: P
     assert main(["train", "--task", "bijection", "--seeds", "1,2", "--seed", "4", "--out", str(out)]) == 2
 
 
+@pytest.mark.slow
 def test_runs_lists_where_each_run_stands(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """``windtunnel runs DIR``: each run folder with its task, architecture, step of steps, and which of its results
     are missing or stale — a run extended past its evaluation says its eval.json is stale."""

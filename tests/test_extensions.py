@@ -274,7 +274,9 @@ def test_the_full_suites_reach_a_task_an_architecture_and_a_diagnostic_dropped_i
     assert proc.returncode == 0, proc.stdout[-5000:]
 
 
-@pytest.mark.parametrize("arch", models.names())
+# Mamba's contract check builds and differentiates its scan many times (about a minute): the slow tier
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.slow) if a == "mamba" else a
+                                  for a in models.names()])
 def test_every_registered_architecture_keeps_the_contract(arch: str) -> None:
     check_arch_contract(arch, tasks.make("bijection", V=5, L=5))
 

@@ -401,6 +401,7 @@ def test_value_cut_on_every_attention_layout(family: str, tmp_path: Path) -> Non
     assert not torch.allclose(q, p1)
 
 
+@pytest.mark.slow
 def test_docs_pool_is_real_documentation_text_cut_at_word_boundaries() -> None:
     """The shipped ``docs`` set: 1,200 distinct openings of prose sentences of Python's own
     documentation; on the Python it was built with, the builder regenerates it exactly."""

@@ -66,6 +66,7 @@ def test_batches_depend_only_on_seed_and_step() -> None:
     assert int(a.max()) <= 1000 - TINY.context
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 

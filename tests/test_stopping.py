@@ -96,6 +96,7 @@ def test_cells_not_begun_when_the_stop_came_are_left_for_the_next_run() -> None:
     assert "asked to end" in str(outcomes[1][2])
 
 
+@pytest.mark.slow
 def test_kill_stops_training_at_a_checkpoint_with_one_line(tmp_path: Path) -> None:
     """The command line, killed as a scheduler kills it: exit status 128 + SIGTERM, one line naming the step, that
     step checkpointed, and nothing logged past it."""
@@ -125,6 +126,7 @@ def _until_asked(payload: dict[str, Any]) -> dict[str, Any]:
     return {"i": payload["i"], "asked": stopping.requested()}
 
 
+@pytest.mark.slow
 def test_a_stop_sent_to_the_pool_reaches_its_running_cells_and_leaves_the_queued(tmp_path: Path) -> None:
     """``kill`` names one process: the pool passes the request on to the cells it is working and begins no more."""
     payloads = [{"i": i, "started": str(tmp_path / f"started-{i}")} for i in range(4)]
@@ -211,6 +213,7 @@ def test_a_stopped_reproduction_says_stopped_and_left_and_the_same_command_finis
     assert len(drawn) == (60 - 31) + 60 and drawn[0] == 31  # the stopped cell resumed at its step: nothing redone
 
 
+@pytest.mark.slow
 def test_the_same_stacked_train_command_again_continues_a_stopped_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                        capsys: pytest.CaptureFixture) -> None:
     """``windtunnel train --seeds`` stopped by SIGTERM says "rerun the same command": that command continues every

@@ -509,6 +509,7 @@ def hooked(task):
     assert "unembed" not in hooked.capabilities()  # no norm and head, no unembed, and no discovery of a readout
 
 
+@pytest.mark.slow
 def test_a_plain_gru_stack_gets_the_stream_diagnostics_through_the_cli(
         user: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """The before -> after count of docs/own-model.md: a GRU stack trained and analysed through the CLI on a recall

@@ -25,6 +25,7 @@ def test_tasks_list_and_show(capsys: pytest.CaptureFixture) -> None:
     assert main(["tasks", "show", "coin", "--n"]) == 2
 
 
+@pytest.mark.slow
 def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "run"
     args = ["run", "bijection", "--V", "4", "--L", "4", "--steps", "30", "--n", "64", "--out", str(out), "--no-progress", "--no-analyze"]
@@ -41,6 +42,7 @@ def test_run_main_job_then_rerun_resumes(tmp_path: Path, capsys: pytest.CaptureF
     assert json.loads((out / "config.json").read_text())["task"]["params"]["V"] == 4
 
 
+@pytest.mark.slow
 def test_the_main_job_trains_its_recipe_and_resumes_folders_of_older_versions(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``windtunnel run`` with no task trains the grid's ``main`` experiment (only the step count is
@@ -91,6 +93,7 @@ def test_run_trains_the_main_job_of_the_size_it_names(tmp_path: Path) -> None:
     assert abs(record["n_params"] - recipe.params) <= 0.03 * recipe.params
 
 
+@pytest.mark.slow
 def test_table_resumes_without_redoing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     kw = dict(preset="quick", archs=["lstm", "mlp"], tasks=["recall"], out=tmp_path, workers=1, steps=20, eval_n=64,
               seeds=1)
@@ -127,6 +130,7 @@ def test_table_resumes_without_redoing(tmp_path: Path, capsys: pytest.CaptureFix
         run_table(preset="quick", archs=["no-such-arch"], out=tmp_path)
 
 
+@pytest.mark.slow
 def test_table_takes_the_cells_reproduce_committed_when_their_run_folders_are_gone(tmp_path: Path) -> None:
     """The committed cells and the table are one set of runs: with the (uncommitted) run folder gone, the
     table re-renders from the cell ``reproduce`` exported, without training; a committed cell of another

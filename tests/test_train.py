@@ -494,6 +494,7 @@ ARTIFACT_KILL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_inside_an_artifact_write_keeps_the_old_one_and_a_rerun_writes_it(tmp_path: Path) -> None:
     from windtunnel.run.runs import RunDir
     from windtunnel.orchestration.stages import evaluate_run
@@ -576,6 +577,7 @@ def test_a_model_the_compiler_refuses_trains_uncompiled_and_says_so(tmp_path: Pa
 
 @pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("g++", "c++", "clang++")),
                     reason="torch.compile's CPU code generation needs a C++ compiler")
+@pytest.mark.slow
 def test_a_backward_the_compiler_refuses_trains_uncompiled_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                        backward_refused: None) -> None:
     """The backward pass is compiled with the forward, so a backward the compiler refuses is met at the first
