@@ -131,6 +131,11 @@ def test_intervals_are_cut_to_what_their_quantity_can_take() -> None:
     assert quantity_range("routing_law.max_score_rel_error") == (0.0, math.inf)
     assert quantity_range("qk_alignment.alignment_by_layer") == (-math.inf, math.inf)
     assert quantity_range("train_s") == (0.0, math.inf)  # a time in seconds
+    # an element of a statistic's list, or its extreme, is the statistic: a KL by layer is a KL
+    assert quantity_range("state_patching.summary.at_t_patched_kl_by_layer.0") == (0.0, math.inf)
+    assert quantity_range("attention_focusing.summary.entropy_by_layer.min") == (0.0, math.inf)
+    assert quantity_range("belief_geometry.layers.0.r2") == (-math.inf, 1.0)
+    assert quantity_range("qk_alignment.alignment_by_layer.2") == (-math.inf, math.inf)
 
 
 def test_no_committed_fact_or_page_prints_an_interval_outside_its_quantity() -> None:

@@ -72,8 +72,12 @@ def quantity_range(name: str) -> tuple[float, float]:
     …) or a geometry statistic (``"diagnostic.statistic"``), read from its name: a probability, an accuracy, a share
     of variance, a responsibility or an |cos| or |ρ| lies in [0, 1]; a correlation or an adjusted Rand index in
     [−1, 1]; an R² at most 1; a KL, an entropy, an error, a fold change, a ratio (``ratio``, ``a_over_b``, a
-    ``jump``) or a time in seconds (``train_s``) at least 0; anything else is not bounded."""
-    stat = name.rpartition(".")[2]
+    ``jump``) or a time in seconds (``train_s``) at least 0; anything else is not bounded.  An element of a list
+    (``kl_by_layer.0``) or its ``min``/``max`` has the list's range."""
+    parts = name.split(".")
+    while len(parts) > 1 and (parts[-1].isdigit() or parts[-1] in ("min", "max")):
+        parts.pop()  # an element of a statistic's list (``kl_by_layer.0``), or its extreme, is that statistic
+    stat = parts[-1]
     words = set(stat.split("_"))
     if (stat in ("accuracy", "tv", "infeasible_mass") or words & {"accuracy", "responsibility", "var", "share"}
             or any(w in stat for w in ("abs_cos", "gaussian_expected", "spearman_abs", "abs_delta"))):
