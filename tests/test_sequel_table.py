@@ -15,7 +15,8 @@ import pytest
 
 from windtunnel.cli import main
 from windtunnel.errors import InvalidValue
-from windtunnel.orchestration.table import FAMILIES, SECOND_METRIC, out_of_step, run_table
+from windtunnel.orchestration.table import FAMILIES, out_of_step, run_table
+from windtunnel.orchestration.table_families import SECOND_METRIC
 from windtunnel.run import grid
 
 COLUMNS = ["ms_involution_integer", "ms_arith_integer"]  # one class (no class posterior to read), then two

@@ -42,71 +42,15 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import executors, stacking
+from . import executors, stacking, table_pages
 from ..run import grid, locks
 from ..errors import InvalidValue, UserError, did_you_mean, is_int
 
-COLUMNS: dict[str, dict[str, Any]] = {
-    name: {"primitive": e.primitive, "metric": e.metric, "unit": e.unit,
-           **({"lengths": list(e.lengths)} if e.lengths else {})}
-    for name, e in ((n, grid.experiment(n)) for n in grid.TABLE_COLUMNS)
-}
-"""Column name -> primitive, headline metric, unit and evaluation lengths (from ``grid``)."""
-ARCHS = list(grid.TABLE_ARCHS)
-SECOND_METRIC = "class_posterior_mae"
-"""The sequel table's second block of columns: the class-posterior error
-(:func:`windtunnel.evaluation.metrics.class_posterior_metrics`)."""
+from .table_families import FAMILIES
 
-
-def _selection(e: grid.Experiment) -> str:
-    """What a sequel column selects among, in words: its classes (``rotation vs multiplication``), its symbol
-    regime, and the control it is (facts in context, the longer budget)."""
-    params = e.task_params["quick"]
-    text = f"{params['classes'].replace(',', ' vs ')}, {params['symbols']} symbols"
-    if params.get("facts_in_context"):
-        text += ", facts in context"
-    if e.recipes["quick"].steps != grid.experiment(e.name.removesuffix("_long")).recipes["quick"].steps:
-        text += f", {grid.SEQUEL_LONG_FACTOR}× steps"
-    return text
-
-
-SEQUEL_COLUMNS: dict[str, dict[str, Any]] = {
-    name: {"primitive": _selection(e), "metric": e.metric, "unit": e.unit}
-    for name, e in ((n, grid.experiment(n)) for n in grid.SEQUEL_COLUMNS)
-}
-"""Sequel column name -> what it selects among (in the ``primitive`` slot), headline metric (``kl``) and unit."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """A table the command makes: its columns, its rows and the files it writes under ``OUT``."""
-
-    name: str
-    columns: dict[str, dict[str, Any]]
-    archs: tuple[str, ...]
-    stem: str  # OUT/{stem}.{md,html,json}
-    references: str  # OUT/{references}: the reference rows of its columns
-    title: str  # the html page's title and heading
-
-    def has_cell(self, column: str, arch: str) -> bool:
-        """Whether (column, arch) is one of the family's cells: every pair, except that the sequel's
-        in-context-facts control is the transformer's alone (``reproduce.SEQUEL_CELLS``: its episodes are twenty
-        times as long, and *In-Context Algebra* trained a transformer)."""
-        return self.name != "sequel" or not column.endswith("_facts") or arch == "transformer"
-
-
-FAMILIES: dict[str, Family] = {
-    "primitives": Family("primitives", COLUMNS, grid.TABLE_ARCHS, "table", "references.json",
-                         "Architecture × inference primitive"),
-    "sequel": Family("sequel", SEQUEL_COLUMNS, grid.SEQUEL_ARCHS, "sequel_table", "sequel_references.json",
-                     "Architecture × model-selection problem (the sequel)"),
-}
-"""The tables ``windtunnel table --family`` makes: ``primitives`` (Paper I's, the default) and ``sequel``."""
-_ALL_COLUMNS: dict[str, dict[str, Any]] = {**COLUMNS, **SEQUEL_COLUMNS}
 DEFAULT_SEEDS = 3
 EVAL_N = grid.EVAL_N  # the grid decides the evaluation size of every cell
 
@@ -530,8 +474,6 @@ def run_table(
         if refs.get(col, {}).get("key") != key:
             refs[col] = {"key": key, **references(preset, col, key["eval_n"], fam.columns[col].get("lengths"))}
     write_text_atomic(refs_path, json.dumps(refs, indent=1))
-    from . import table_pages  # it imports this module's columns: imported here, not at the top
-
     md = (table_pages.markdown if family == "primitives" else table_pages.sequel_markdown)(table, columns, archs, meta,
                                                                                         refs)
     write_text_atomic(out / f"{fam.stem}.md", md)

@@ -1,6 +1,7 @@
 """How a table is written: its Markdown (each cell the mean over seeds with the 95% interval across them, the
 reference rows beneath the networks), its web page with each cell's figures, and the numbers' format.
-:func:`windtunnel.orchestration.table.run_table` trains and aggregates the cells; this module only renders them."""
+:func:`windtunnel.orchestration.table.run_table` trains and aggregates the cells; this module only renders them
+(the columns and families it reads are :mod:`~windtunnel.orchestration.table_families`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .table import _ALL_COLUMNS, COLUMNS, FAMILIES, SECOND_METRIC, SEQUEL_COLUMNS
+from .table_families import _ALL_COLUMNS, COLUMNS, FAMILIES, SECOND_METRIC, SEQUEL_COLUMNS
 
 
 def _num(column: str, x: float) -> str:
