@@ -34,6 +34,13 @@ def _fmt(column: str, m: dict[str, Any] | None) -> str:
     return s + (f" [{_num(column, boot[0])}, {_num(column, boot[1])}]b" if boot else "")
 
 
+def _seeds_said(meta: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    """The preset and how many seeds were asked for and finished per cell (a table stopped early has fewer)."""
+    seeds_done = sorted({len(c["seeds"]) for c in cells})
+    return (f"Preset `{meta['preset']}`, {meta['seeds']} seed(s) requested, {'/'.join(map(str, seeds_done))} per cell "
+            "finished")
+
+
 def markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], meta: dict[str, Any],
               references: dict[str, dict[str, Any]]) -> str:
     by = {(c["task"], c["arch"]): c for c in cells}
@@ -64,11 +71,9 @@ def markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], 
                 m = references.get(col, {}).get(ref, {}).get("lengths", {}).get(str(K), {})
                 row.append(_num(col, m["kl"]) if "kl" in m else "—")
         lines.append("| " + " | ".join(row) + " |")
-    seeds_done = sorted({len(c["seeds"]) for c in cells})
     notes = [
         "",
-        f"Preset `{meta['preset']}`, {meta['seeds']} seed(s) requested, {'/'.join(map(str, seeds_done))} per cell "
-        "finished; errors in bits against the exact posterior "
+        _seeds_said(meta, cells) + "; errors in bits against the exact posterior "
         "(`entropy_mae_curve`: the papers' entropy MAE of mean curves; `kl`: mean KL(Bayes‖model)); "
         "recall: accuracy at query positions. Each cell: mean over seeds [95% interval across seeds, "
         "Student's t]; with one seed, [its bootstrap interval over sequences]b. The context-blind "
@@ -121,11 +126,9 @@ def sequel_markdown(cells: list[dict[str, Any]], columns: list[str], archs: list
                 x = references.get(col, {}).get(ref, {}).get("metrics", {}).get(name or SEQUEL_COLUMNS[col]["metric"])
                 row.append(_num(col, x) if _finite(x) else "—")
         lines.append("| " + " | ".join(row) + " |")
-    seeds_done = sorted({len(c["seeds"]) for c in cells})
     notes = [
         "",
-        f"Preset `{meta['preset']}`, {meta['seeds']} seed(s) requested, {'/'.join(map(str, seeds_done))} per cell "
-        "finished. Bayesian model selection over function classes on Z_n (the sequel): `kl` is the mean "
+        _seeds_said(meta, cells) + ". Bayesian model selection over function classes on Z_n (the sequel): `kl` is the mean "
         "KL(Bayes‖model) at the queries, in bits against the exact posterior predictive (every class's hypotheses "
         "consistent with the shown pairs, weighted by the exact class posterior); `class_posterior_mae` is the class "
         "posterior read from the model's predictive (the weights whose mixture of the exact within-class predictives "
