@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             return done.returncode
         seconds = cells(out)
     doc = {
-        "command": " ".join(c if not c.startswith(str(Path(tempfile.gettempdir()))) else "<new folder>"
-                            for c in command).replace(str(REPO / "results"), "results"),
+        # the repository's results first: a checkout may itself lie under the temporary folder
+        "command": " ".join("results" if c == str(REPO / "results") else
+                            "<new folder>" if c.startswith(str(Path(tempfile.gettempdir()))) else c for c in command),
         "wall_s": wall,
         "cores": os.cpu_count(),
         "load_at_start": load,
