@@ -116,6 +116,8 @@ def analyze_run(run: str | Path | RunDir, n: int = ANALYZE_N, report: bool = Tru
 
     rd = _rundir(run)
     rd.read_config()  # a clear error for a damaged folder before any work
+    if report and rd.eval_path.exists():
+        rd.read_eval()  # the report reads it after the diagnostics are written: a damaged one refuses first
     with rd.lock():
         old = rd.read_geometry()
         meta = (old or {}).get("meta") or {}
