@@ -73,3 +73,12 @@ def test_the_hmm_sweep_reads_its_own_cells(tmp_path: Path, capsys) -> None:
     assert "mamba (HMM): KL on fresh HMMs within 2x of the pool's from pool size 1" in capsys.readouterr().out
     assert (tmp_path / "quick" / "diversity_hmm.png").read_bytes()[:4] == b"\x89PNG"
     assert "| ∞ | 1 |" in (tmp_path / "quick" / "diversity_hmm.md").read_text()
+
+
+@pytest.mark.parametrize("kl", [[None, float("nan")], [0.0, 0.0], [float("inf"), 0.1]], ids=["not computed", "zero", "infinite"])
+def test_the_hmm_sweeps_figure_draws_cells_whose_kl_is_not_finite_or_not_positive(kl: list, tmp_path: Path) -> None:
+    """A diverged cell's KL (NaN), one not computed (``None``) or one at 0: the figure is drawn (a log axis cannot show
+    them; it leaves them out and says so) instead of failing."""
+    rows = {"transformer": [{"pool": p, "kl_to_pool": {"mean": kl[0]}, "kl_fresh": {"mean": kl[1]}} for p in (4, 16, None)]}
+    path = diversity.figure_hmm({"pool_sizes": [4, 16], "rows": rows}, tmp_path / "hmm.png")
+    assert path.is_file() and path.stat().st_size > 0

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..run import grid
 from ..evaluation.stats import json_safe, mean_std
+from ..evaluation.log_axis import log_scale, loggable
 
 ARCHS = ("transformer", "mamba", "lstm")
 SEEDS = (0, 1, 2)
@@ -186,10 +187,11 @@ def figure_hmm(doc: dict[str, Any], path: Path) -> Path:
     for j, arch in enumerate(archs):
         rs = doc["rows"][arch]
         x = [top if r["pool"] is None else r["pool"] for r in rs]
-        ax[0, j].plot(x, [r["kl_to_pool"]["mean"] for r in rs], "o-", ms=3, label="HMMs of the pool")
-        ax[0, j].plot(x, [r["kl_fresh"]["mean"] for r in rs], "s--", ms=3, label="fresh HMMs")
+        pool, fresh = [r["kl_to_pool"]["mean"] for r in rs], [r["kl_fresh"]["mean"] for r in rs]
+        ax[0, j].plot(x, loggable(pool), "o-", ms=3, label="HMMs of the pool")
+        ax[0, j].plot(x, loggable(fresh), "s--", ms=3, label="fresh HMMs")
         ax[0, j].set_xscale("log", base=4)
-        ax[0, j].set_yscale("log")
+        log_scale(ax[0, j], pool, fresh)  # a diverged cell's NaN is left out and said, not a failed figure
         ax[0, j].set_xticks([*doc["pool_sizes"][::2], top], [*map(str, doc["pool_sizes"][::2]), "∞"])
         ax[0, j].set_title(arch, fontsize=9)
         ax[0, j].set_ylabel("KL to the posterior (bits)")
