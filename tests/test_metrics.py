@@ -217,3 +217,31 @@ def test_properties(case) -> None:  # noqa: ANN001
     r2 = M.compute(logits + torch.randn(*logits.shape[:2], 1, dtype=torch.float64) * 10, ep)
     for name in M.ERROR_METRICS:
         assert r2["values"][name] == pytest.approx(v[name], rel=1e-7, abs=1e-9)
+
+
+class _CountedMoves(torch.Tensor):
+    """A posterior that records how many elements each ``.to`` of it (or of a part of it) carries."""
+
+    moved: list[int] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.to:
+            cls.moved.append(args[0].numel())
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_the_bayes_gap_moves_only_the_scored_rows_of_the_posterior() -> None:
+    """A training log scores a few positions of a batch whose posterior is mostly unscored rows (recall: the queries
+    only): only the scored rows are copied to the logits' device, and the gap is the same as from the whole."""
+    task = tasks.make("recall", pairs=8, n_keys=16, n_values=16)
+    ep = task.sample(6, 3)
+    logits = torch.randn(*ep.posterior.shape, dtype=torch.float64)
+    whole = M.bayes_gap(logits, ep)
+    n, c = int(ep.mask.sum()), ep.posterior.shape[-1]
+    assert n * c < ep.posterior.numel() // 4
+    watched = Episodes(tokens=ep.tokens, targets=ep.targets, posterior=ep.posterior.as_subclass(_CountedMoves),
+                       mask=ep.mask)
+    _CountedMoves.moved = []
+    assert M.bayes_gap(logits, watched) == pytest.approx(whole, rel=1e-12)
+    assert _CountedMoves.moved and max(_CountedMoves.moved) == n * c

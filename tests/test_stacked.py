@@ -470,3 +470,51 @@ def test_a_backward_the_compiler_refuses_is_caught_at_the_forward_and_runs_vmapp
     train_stacked(plain, [tmp_path / f"p{s}" for s in (0, 1)])
     for s in (0, 1):
         assert _losses(tmp_path / f"c{s}") == _losses(tmp_path / f"p{s}")
+
+
+def test_a_stack_with_fixed_training_sets_samples_each_members_set_once(tmp_path: Path) -> None:
+    """Members of a stack each train on their own fixed set, asked for member after member on every step: each set
+    is sampled once for the whole run (a cache of one set sampled every member's set anew on every step), the sets
+    differ between members, and a member's batches are rows of its own set."""
+    from windtunnel.training import streams
+    from windtunnel import tasks
+
+    streams.TRAINING_SETS.clear()
+    before = streams.TRAINING_SETS.draws
+    cfgs = [tiny(seed=s, steps=12, eval_every=12, ckpt_every=12, log_every=4, train_set=16) for s in SEEDS]
+    train_stacked(cfgs, [tmp_path / f"m{s}" for s in SEEDS])
+    assert streams.TRAINING_SETS.draws - before == len(SEEDS)
+    task = tasks.make(cfgs[0].task, **cfgs[0].task_params)
+    sets = [streams.training_set(c, task) for c in cfgs]
+    assert streams.TRAINING_SETS.draws - before == len(SEEDS)  # still cached after the run
+    rows = [{tuple(t.tolist()) for t in s.tokens} for s in sets]
+    assert rows[0] != rows[1] != rows[2]
+    for c, own in zip(cfgs, rows):
+        assert {tuple(t.tolist()) for t in streams.step_batch(c, task, 5, shards=1).tokens} <= own
+
+
+def test_training_sets_past_their_memory_budget_drop_the_least_recently_used() -> None:
+    """The cache keeps sets while their estimated bytes fit its budget, dropping the least recently used first, and
+    always keeps the newest; a dropped set sampled again is the same set."""
+    from windtunnel.training import streams
+    from windtunnel import tasks
+
+    cfgs = [tiny(seed=s, train_set=8) for s in SEEDS]
+    task = tasks.make(cfgs[0].task, **cfgs[0].task_params)
+    one = 8 * task.seq_len * (8 * task.n_classes + 32)
+    cache = streams.TrainingSets(budget=2 * one)
+    first = cache.get(cfgs[0], task)
+    cache.get(cfgs[1], task)
+    cache.get(cfgs[0], task)  # seed 0 used again: seed 1 is now the least recent
+    assert cache.draws == 2 and len(cache) == 2
+    cache.get(cfgs[2], task)
+    assert len(cache) == 2 and cache.draws == 3
+    cache.get(cfgs[0], task)
+    assert cache.draws == 3  # kept
+    cache.get(cfgs[1], task)
+    assert cache.draws == 4  # dropped, sampled again
+    assert torch.equal(cache.get(cfgs[0], task).tokens, first.tokens)
+    small = streams.TrainingSets(budget=1)
+    small.get(cfgs[0], task)
+    small.get(cfgs[1], task)
+    assert len(small) == 1  # the newest is kept even past the budget

@@ -109,13 +109,13 @@ def test_a_fixed_training_set_is_the_only_data_and_resumes_exactly(tmp_path: Pat
                                                               for t in batch.tokens.tolist()]])
         seen |= got
     assert len(seen) > 8  # the steps draw different rows
-    streams._TRAINING_SET.clear()  # a new process samples the same set again
+    streams.TRAINING_SETS.clear()  # a new process samples the same set again
     assert torch.equal(streams.training_set(cfg, task).tokens, data.tokens)
     fresh = streams.step_batch(tiny(batch_size=8), task, 0, shards=1)
     assert not {tuple(t.tolist()) for t in fresh.tokens} <= rows
     train(cfg, tmp_path / "straight")
     train(cfg, tmp_path / "split", until=7)
-    streams._TRAINING_SET.clear()
+    streams.TRAINING_SETS.clear()
     train(cfg, tmp_path / "split", resume=True)
     a, b = weights(tmp_path / "straight"), weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)

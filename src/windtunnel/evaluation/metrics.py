@@ -271,7 +271,9 @@ def bayes_gap(logits: torch.Tensor, episodes: Episodes) -> float:
     if n == 0:
         return math.nan
     log_q = _log_q(logits.to(device)[mask])  # scored rows only: [N, C]
-    p = episodes.posterior.to(device)[mask].double()
+    # the scored rows are picked where the posterior lives (the host, for a training batch) and only they are copied:
+    # a recall batch's whole posterior is tens of MB, its scored rows a few kB
+    p = episodes.posterior[episodes.mask.to(episodes.posterior.device).bool()].to(device).double()
     return float(_kl_from_log(p, log_q).sum() / n)
 
 

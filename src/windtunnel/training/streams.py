@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import OrderedDict
 
 import torch
 
 from ..run.runs import RunDir
-from ..tasks.base import Episodes, Task
+from ..tasks.base import Episodes, Task, physical_memory
 from ..run.config import ConfigError, TrainConfig
 
 
@@ -56,18 +57,51 @@ def step_batch(cfg: TrainConfig, task: Task, step: int, shards: int, rank: int =
     return parts[0] if len(parts) == 1 else Episodes.cat(parts)
 
 
-_TRAINING_SET: dict[tuple[str, str, int, int], Episodes] = {}
+class TrainingSets:
+    """The fixed training sets of the runs a process trains, each sampled once and kept while memory allows.
+
+    A stack trains several runs with fixed sets at once and asks for each member's set on every step, member after
+    member: a cache of one set would sample every member's set anew on every step (10,000 HMM episodes a member, host
+    work as long as a recorded GPU step).  Sets are kept, least recently used dropped first, while their estimated
+    size (:func:`windtunnel.tasks.base.check_memory`'s ``n·T·(8C + 32)`` bytes, the posterior included) stays under
+    ``budget`` bytes; the newest set is always kept.  ``draws`` counts the sets sampled."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.draws = 0
+        self._sets: OrderedDict[tuple[str, str, int, int], tuple[Episodes, int]] = OrderedDict()
+
+    def get(self, cfg: TrainConfig, task: Task) -> Episodes:
+        n = int(cfg.train_set or 0)
+        key = (task.name, json.dumps(task.params(), sort_keys=True, default=str), cfg.seed, n)
+        if key in self._sets:
+            self._sets.move_to_end(key)
+            return self._sets[key][0]
+        data = task.sample(n, _hashed_seed("train_set", cfg.seed))
+        self.draws += 1
+        self._sets[key] = (data, n * task.seq_len * (8 * task.n_classes + 32))
+        while len(self._sets) > 1 and sum(size for _, size in self._sets.values()) > self.budget:
+            self._sets.popitem(last=False)
+        return data
+
+    def clear(self) -> None:
+        """Forget every set (what a new process starts with)."""
+        self._sets.clear()
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+
+TRAINING_SETS = TrainingSets(budget=(physical_memory() // 8) or 2**31)
+"""This process's fixed training sets: up to an eighth of the machine's memory (2 GiB where it is not known)."""
 
 
 def training_set(cfg: TrainConfig, task: Task) -> Episodes:
     """The run's fixed training set (``cfg.train_set`` episodes): sampled once from a stream of its own,
     ``_hashed_seed("train_set", seed)``, so it is the same in every process and after a resume, and
-    disjoint from the fresh-episode streams and the evaluation episodes.  Kept in memory (one run's set)."""
-    key = (task.name, json.dumps(task.params(), sort_keys=True, default=str), cfg.seed, int(cfg.train_set or 0))
-    if key not in _TRAINING_SET:
-        _TRAINING_SET.clear()
-        _TRAINING_SET[key] = task.sample(key[3], _hashed_seed("train_set", cfg.seed))
-    return _TRAINING_SET[key]
+    disjoint from the fresh-episode streams and the evaluation episodes.  Kept in memory (:data:`TRAINING_SETS`:
+    every member's set of a stack, as memory allows)."""
+    return TRAINING_SETS.get(cfg, task)
 
 
 def resolve_shards(cfg: TrainConfig, run: RunDir, resume: bool, world: int) -> int:
