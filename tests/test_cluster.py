@@ -166,7 +166,9 @@ def test_slurm_options_from_a_file_and_flags(tmp_path: Path) -> None:
     cfg.write_text('[slurm]\npartition = "gpu"\ntime = 90\ngpus = 1\ntasks = 8\naccount = "lab"\n')
     opts = executors.slurm_options(cfg, time=30, qos=None)
     assert (opts.partition, opts.time, opts.gpus, opts.tasks, opts.account, opts.qos) == ("gpu", 30, 1, 8, "lab", None)
-    assert opts.cells_at_once == 3  # three cells to a GPU
+    assert opts.at_once(stacked=True) == 1  # one graphed stack to a GPU
+    assert opts.at_once(stacked=False) == 3  # three cells to a GPU
+    assert executors.slurm_options(cfg, time=30, qos=None, workers=2).at_once(stacked=True) == 2
     params = opts.parameters()
     assert params["slurm_partition"] == "gpu" and params["gpus_per_node"] == 1 and params["timeout_min"] == 30
     assert params["slurm_additional_parameters"] == {"account": "lab"}

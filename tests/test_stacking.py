@@ -124,6 +124,30 @@ def test_reproduce_hands_a_cells_seeds_out_as_one_stack_and_counts_each_seed(tmp
     assert capsys.readouterr().out.count("  done main-transformer-s") == 3
 
 
+def test_on_gpus_reproduce_runs_one_graphed_stack_per_gpu_and_three_cells_unstacked(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """Two GPUs (as ``torch.cuda`` reports them), no ``--workers``: the cells' seeds as stacks run one stack per GPU
+    (three graphed stacks on one GPU each ran slower than alone); with ``--stack off``, three cells per GPU.  The
+    stacks' devices alternate between the GPUs."""
+    import torch
+    from windtunnel.orchestration import executors, reproduce
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    seen: list[tuple[int, list[str]]] = []
+
+    def run_local(work, payloads, workers):
+        seen.append((workers, [m["device"] for p in payloads for m in stacking.members(p)]))
+        return iter(())
+
+    monkeypatch.setattr(executors, "run_local", run_local)
+    reproduce.reproduce("paper1", results=tmp_path, only=["main-transformer-s*", "hmm-transformer-s*"])
+    reproduce.reproduce("paper1", results=tmp_path, only=["main-transformer-s*", "hmm-transformer-s*"], stack="off")
+    (stacked, devices), (alone, _) = seen
+    assert stacked == 2 * 1 and alone == min(2 * 3, 6)
+    assert sorted(devices) == ["cuda:0"] * 3 + ["cuda:1"] * 3
+    assert stacking.default_workers(0, True, cores=5) == 5 and stacking.default_workers(3, False, cores=5) == 9
+
+
 @pytest.mark.slow
 def test_a_stack_whose_member_diverges_leaves_each_seed_to_finish_alone(tmp_path: Path, monkeypatch) -> None:
     """One seed's loss goes non-finite inside the stack: the stack stops at the last good checkpoints, and each seed

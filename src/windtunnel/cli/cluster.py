@@ -71,12 +71,12 @@ def slurm_from(args: argparse.Namespace) -> Any:
 
 def array_lines(plan: dict[str, Any], opts: Any) -> list[str]:
     """The dry-run's array plan, a line a task and the totals beside one node's projection."""
-    lines = [f"as a SLURM job array of {len(plan['tasks'])} task(s), {opts.cells_at_once} cell(s) at once in each "
+    lines = [f"as a SLURM job array of {len(plan['tasks'])} task(s), {opts.at_once(stacked=False)} cell(s) at once in each "
              "(hours estimated from committed timings, on the devices they were measured on):"]
     for i, t in enumerate(plan["tasks"]):
         lines.append(f"  task {i}: {len(t['cells'])} cells, ≈{t['hours']:.2f} h ({t['serial_h']:.2f} h one at a time)")
     lines.append(f"  the array ends in ≈{plan['makespan_h']:.2f} h; one such node alone would take "
-                 f"≈{plan['serial_h'] / opts.cells_at_once:.2f} h, one cell at a time ≈{plan['serial_h']:.2f} h")
+                 f"≈{plan['serial_h'] / opts.at_once(stacked=False):.2f} h, one cell at a time ≈{plan['serial_h']:.2f} h")
     return lines
 
 

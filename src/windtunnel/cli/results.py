@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "regime, the paper table's cells a claim reads; --preset paper, a GPU's work), or all")
     rep.add_argument("--preset", default="quick", choices=list(grid.PRESETS), help="quick (2 CPU cores, default) or paper (GPU)")
     rep.add_argument("--results", help="the results folder whose artifacts are checked and written (default results)")
-    rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: three per GPU, else one per core)")
+    rep.add_argument("--workers", type=positive_int, help="cells worked at once (default: one stack of a cell's seeds per GPU, three cells per GPU with --stack off, else one per core)")
     rep.add_argument("--threads", type=positive_int,
                      help="torch threads per worker on CPU (default: the cores shared out among the workers; "
                           "1 where other jobs share the machine, since a thread that waits for a busy core "

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tb.add_argument("--params", type=positive_int,
                     help="capacity of every row in parameters (default: the preset's, 200k quick, 2.67M paper)")
     tb.add_argument("--out", help="table folder (default results/PRESET)")
-    tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: three per GPU, else one per core)")
+    tb.add_argument("--workers", type=positive_int, help="cells trained at once (default: one stack of a cell's seeds per GPU, three cells per GPU with --stack off, else one per core)")
     tb.add_argument("--steps", type=positive_int, help="override every cell's training steps (smoke runs)")
     tb.add_argument("--force", action="store_true",
                     help="replace a finished table.json (with --family sequel: sequel_table.json) in the output folder")

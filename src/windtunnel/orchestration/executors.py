@@ -203,10 +203,12 @@ class SlurmOptions:
         if not isinstance(self.gpus, int) or self.gpus < 0:
             raise InvalidValue(f"invalid slurm gpus: must be a non-negative integer, got {self.gpus!r}")
 
-    @property
-    def cells_at_once(self) -> int:
-        """Cells one task works at once."""
-        return self.workers or (self.gpus * 3 if self.gpus else self.cpus)
+    def at_once(self, stacked: bool) -> int:
+        """Workers one task runs at once: ``workers``, else one graphed stack per GPU where cells train as stacks
+        (three cells per GPU where they do not), else one per CPU (:func:`~windtunnel.orchestration.stacking.default_workers`)."""
+        from .stacking import default_workers
+
+        return self.workers or default_workers(self.gpus, stacked, self.cpus)
 
     def parameters(self) -> dict[str, Any]:
         """submitit's ``update_parameters`` for these options."""
@@ -268,7 +270,8 @@ def submit(work: Work, payloads: Sequence[dict[str, Any]], opts: SlurmOptions,
     parts = shards(payloads, opts.tasks, cost)
     executor = submitit.AutoExecutor(folder=str(folder / "%j"), cluster="slurm")  # an array task: ARRAY_TASK
     executor.update_parameters(name="windtunnel", **opts.parameters())
-    jobs = executor.map_array(run_shard, [work] * len(parts), parts, [opts.cells_at_once] * len(parts))
+    at_once = opts.at_once(stacked=any("members" in p for p in payloads))
+    jobs = executor.map_array(run_shard, [work] * len(parts), parts, [at_once] * len(parts))
     return jobs, parts
 
 

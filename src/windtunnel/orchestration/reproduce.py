@@ -7,13 +7,15 @@ ordinary run folder under ``results/{preset}/runs/`` (git-ignored; the same fold
 uses, so a cell trained by either is reused by both) and its small artifacts are exported to
 ``results/{preset}/cells/{folder}/``, which is committed::
 
-    config.json     what rebuilt the task, model and optimiser
-    cell.json       the cell's summary (task, arch, seed, metrics, intervals, training seconds)
-    eval.json       the evaluation against the exact posterior (per-position curves included)
-    geometry.json   the geometric diagnostics, when the cell is analysed
-    metrics.jsonl   the training log
+    config.json       what rebuilt the task, model and optimiser
+    cell.json         the cell's summary (task, arch, seed, metrics, intervals, training seconds)
+    eval.json         the evaluation against the exact posterior (per-position curves included)
+    geometry.json     the geometric diagnostics, when the cell is analysed
+    references.json   the Bayes oracle and the context-blind floor on the cell's evaluation episodes
+    metrics.jsonl.gz  the training log, gzip-compressed (read wherever ``metrics.jsonl`` is named)
 
-Kilobytes each, never checkpoints.  A cell whose artifacts are all present is skipped without
+Kilobytes each, never checkpoints; the tables compact JSON (:meth:`RunDir.export`), since every copy of the
+repository carries them.  A cell whose artifacts are all present is skipped without
 touching anything; a missing one is regenerated from the run folder if that still holds it, else
 the cell is trained (resuming from its last checkpoint), evaluated and analysed again.  The claims
 registry (:mod:`windtunnel.claims`) reads its numbers from these files only.
@@ -33,9 +35,8 @@ from typing import Any, Sequence
 
 from . import executors, stacking
 from ..run import grid, locks, stopping
-from ..io import copy_atomic
 from ..errors import InvalidValue
-from ..run.runs import RunDir
+from ..run.runs import RunDir, stored
 
 TARGETS = ("paper1", "paper2", "paper3", "sequel", "beyond", "scale", "all")
 ARTIFACTS = ("config.json", "cell.json", "eval.json", "metrics.jsonl", "references.json")
@@ -200,7 +201,7 @@ def missing(job: Job, results: Path) -> list[str]:
     """The artifacts of ``job`` not yet committed under ``results`` (a ``geometry.json`` that lacks a
     registered diagnostic, or holds an older version of one, counts as missing)."""
     d = cell_dir(results, job.cell)
-    out = [a for a in job.artifacts() if not (d / a).is_file()]
+    out = [a for a in job.artifacts() if stored(d / a) is None]  # the log is committed packed
     if REFERENCES not in out and _stale_references(job, d / REFERENCES):
         out.append(REFERENCES)
     if job.analyze and GEOMETRY not in out and job.stale(json.loads((d / GEOMETRY).read_text())):
@@ -344,13 +345,9 @@ def _work_claimed(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _copy_artifacts(src: Path, dst: Path, names: Sequence[str]) -> None:
-    """Copy ``names`` and the run's ``timings.json`` (where written) from run folder ``src`` to cell folder ``dst``."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        copy_atomic(src / name, dst / name)
-    timings = RunDir(src).timings_path
-    if timings.is_file():
-        copy_atomic(timings, dst / timings.name)
+    """Copy ``names`` and the run's ``timings.json`` (where written) from run folder ``src`` to cell folder ``dst``,
+    light (:meth:`RunDir.export`: compact tables, the log gzip-compressed; the numbers bit for bit the run's)."""
+    RunDir(src).export(dst, names)
 
 
 def export(job: Job, results: Path) -> Path:
@@ -397,8 +394,8 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
         return summary
     cores = os.cpu_count() or 1
     n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
-    workers = (slurm.cells_at_once if slurm is not None else
-               workers or min(n_gpu * grid.CELLS_PER_GPU or cores, len(todo)))
+    workers = (slurm.at_once(stacking.wanted(stack, n_gpu)) if slurm is not None else
+               workers or min(stacking.default_workers(n_gpu, stacking.wanted(stack, n_gpu), cores), len(todo)))
     threads = 1 if n_gpu else threads or max(1, (slurm.cpus if slurm is not None else cores) // workers)
     summary.update(workers=workers, threads=threads)
     todo = schedule(todo, results, workers)
@@ -560,7 +557,7 @@ def array_plan(todo: Sequence[Job], results: Path, opts: executors.SlurmOptions)
     for part in parts:
         total = sum(seconds[p["folder"]] for p in part)
         tasks.append({"cells": [p["folder"] for p in part], "serial_h": total / 3600,
-                      "hours": max(total / min(opts.cells_at_once, len(part)),
+                      "hours": max(total / min(opts.at_once(stacked=False), len(part)),  # a stack's cells train at once
                                    max(seconds[p["folder"]] for p in part)) / 3600})
     return {"tasks": tasks, "makespan_h": max((t["hours"] for t in tasks), default=0.0),
             "serial_h": sum(seconds.values()) / 3600, "options": opts.parameters()}

@@ -22,8 +22,9 @@ own input alone, the floor of "no in-context inference").  Each cell is the mean
 a killed table restarted with the same command loses nothing.  A cell whose run folder is gone but
 that ``windtunnel reproduce`` committed under ``OUT/cells/`` with the same recipe and evaluation is
 taken from there (``committed_cell``): the committed cells and the table are one set of runs.  Cells run in parallel in worker
-processes (``concurrent.futures`` from the standard library): three per GPU when GPUs are present (``grid.CELLS_PER_GPU``),
-otherwise CPU workers splitting the cores.
+processes (``concurrent.futures`` from the standard library): on GPUs one graphed stack of a cell's seeds per GPU
+(``grid.STACKS_PER_GPU``), or three cells per GPU unstacked (``grid.CELLS_PER_GPU``), otherwise CPU workers splitting
+the cores (``stacking.default_workers``).
 
 The same command makes the sequel's table (``family="sequel"``, ``windtunnel table --family sequel``: Bayesian
 model selection over function classes, the model-selection sequel of the wind-tunnel papers, arXiv 2607.19379):
@@ -375,9 +376,9 @@ def run_table(
     n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
     cores = (os.cpu_count() or 1) if slurm is None else slurm.cpus
     if slurm is not None:
-        workers = slurm.cells_at_once
+        workers = slurm.at_once(stacking.wanted(stack, n_gpu))
     elif workers is None:
-        workers = n_gpu * grid.CELLS_PER_GPU if n_gpu else max(1, cores)
+        workers = stacking.default_workers(n_gpu, stacking.wanted(stack, n_gpu), cores)
     threads = 1 if n_gpu else max(1, cores // workers)
     jobs = []
     for seed in range(seeds):

@@ -72,6 +72,12 @@ CELLS_PER_GPU = 3
 small to keep a GPU busy — alone, a paper-size cell reached 0.1–1.5% of an H200's bf16 matmul peak, its
 steps bound by kernel launches — so cells share: three paper cells at once each ran 1.27× slower than
 alone, 2.36× the throughput (``benchmarks/paper_gpu.py``; its output ``benchmarks/results/paper_gpu.json``)."""
+STACKS_PER_GPU = 1
+"""Stacks ``windtunnel table`` and ``reproduce`` train at once on each GPU by default, where a cell's seeds train as
+one stack whose step is recorded as a CUDA graph (what they do on GPUs unless told otherwise).  A graphed stack keeps
+the GPU far busier than a cell alone, and leaves little to share: three graphed stacks run at once as three
+processes each ran 1.4–5.5× slower than alone (``benchmarks/results/paper_stacked_gpu_together/`` against
+``paper_stacked_gpu/``), the bijection column's three 3.6–5.5× — less throughput than one stack after another."""
 ANALYZE_N = 512
 """Episodes the geometric diagnostics read (``windtunnel analyze``, the cells of ``reproduce``)."""
 
