@@ -183,20 +183,17 @@ def train_gap(metrics: list[dict[str, Any]], step: int, window: int = 500) -> fl
     return sum(gaps) / len(gaps) if gaps else None
 
 
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
 def gap_comparison(column: str, metrics: list[dict[str, Any]], quick_cells: Path) -> dict[str, Any] | None:
     """The paper cell's training Bayes gap beside its quick counterpart's seeds at the same steps and batch:
     capacity (and the paper recipe's rates) against the 200k model, budget held equal."""
     other = QUICK_COUNTERPART.get(column)
     if other is None:
         return None
-    seeds = sorted(quick_cells.glob(f"{other}-transformer-s*/metrics.jsonl"))
+    # a committed cell keeps its log as metrics.jsonl.gz: RunDir reads either form
+    seeds = [RunDir(p) for p in sorted(quick_cells.glob(f"{other}-transformer-s*")) if RunDir(p).log_path.is_file()]
     if not seeds:
         return None
-    quick = [[train_gap(_read_metrics(p), s) for s in GAP_STEPS] for p in seeds]
+    quick = [[train_gap(run.metrics(), s) for s in GAP_STEPS] for run in seeds]
     return {"quick_cell": other, "steps": list(GAP_STEPS), "paper": [train_gap(metrics, s) for s in GAP_STEPS],
             "quick_seeds": quick,
             "quick_mean": [None if any(q[i] is None for q in quick) else sum(q[i] for q in quick) / len(quick)

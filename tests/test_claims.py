@@ -15,6 +15,7 @@ from windtunnel.run import grid
 from windtunnel.orchestration import reproduce
 from windtunnel.claims import docs
 from windtunnel.claims.evidence import Evidence, Measure, _g, pooled, quantity_range
+from windtunnel.run.runs import read_stored_text, stored
 
 REPO = Path(__file__).parents[1]
 RESULTS = REPO / "results"
@@ -33,7 +34,7 @@ def test_every_ledger_claim_is_registered_with_its_rule_and_source() -> None:
             assert v.why, c.id
         if v.kind not in (claims.NOT_MEASURED, claims.NOT_MEASURABLE) and c.rule != "—":
             files = v.ours.files if isinstance(v.ours, Measure) else v.files
-            assert files and all((RESULTS / f).is_file() for f in files), c.id
+            assert files and all(stored(RESULTS / f) is not None for f in files), c.id  # a log committed packed
 
 
 def test_committed_claims_md_and_every_detail_are_what_the_artifacts_give_today() -> None:
@@ -441,7 +442,7 @@ def test_reproduce_finds_its_artifacts_and_regenerates_a_deleted_cell(tmp_path: 
     cells = results / "quick" / "cells"
     before = _snapshot(cells)
     assert {"main-transformer-s0/eval.json", "main-transformer-s0/geometry.json", "main-transformer-s0/config.json",
-            "main-transformer-s0/cell.json", "main-transformer-s0/metrics.jsonl"} <= set(before)
+            "main-transformer-s0/cell.json", "main-transformer-s0/metrics.jsonl.gz"} <= set(before)
     again = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24)
     assert again["missing"] == 0 and again["done"] == [] and _snapshot(cells) == before  # nothing changed
     # a cell whose artifacts and run folder are both gone is retrained from nothing: the same numbers
@@ -517,7 +518,7 @@ def test_a_cell_stopped_while_analysed_keeps_its_trained_files(tmp_path: Path, m
     with pytest.raises(KeyboardInterrupt):
         reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24, only=["main-transformer-s0"])
     assert reproduce.missing(s0, results) == ["geometry.json"]
-    trained = {name: (folder / name).read_bytes() for name in reproduce.ARTIFACTS}
+    trained = {name: stored(folder / name).read_bytes() for name in reproduce.ARTIFACTS}
     assert json.loads(trained["eval.json"])["metrics"]["kl"]["value"] >= 0
     monkeypatch.undo()
     _tiny_plan(monkeypatch)
@@ -525,7 +526,7 @@ def test_a_cell_stopped_while_analysed_keeps_its_trained_files(tmp_path: Path, m
         "main-transformer-s0": "trained; geometry.json missing"}
     again = reproduce.reproduce("paper1", results=results, workers=1, analyze_n=24, only=["main-transformer-s0"])
     assert again["done"] == ["main-transformer-s0"] and reproduce.missing(s0, results) == []
-    assert {name: (folder / name).read_bytes() for name in reproduce.ARTIFACTS} == trained
+    assert {name: stored(folder / name).read_bytes() for name in reproduce.ARTIFACTS} == trained
 
 
 def test_a_cell_trained_on_a_gpu_is_the_grids_cell_here() -> None:
@@ -977,9 +978,9 @@ def test_a_first_fact_reads_the_first_line_a_numeric_selector_picks(tmp_path: Pa
         with pytest.raises(UserError, match=why):
             docs.fact(key, ev, {})
     committed = RESULTS / "quick" / "cells" / "recall_p64-mamba-s1" / "metrics.jsonl"
-    if not committed.is_file():
+    if stored(committed) is None:  # committed as metrics.jsonl.gz
         pytest.skip("the 64-pair Mamba cell is not committed")
-    rows = [json.loads(line) for line in committed.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in read_stored_text(committed).splitlines() if line.strip()]
     want = next(r["step"] for r in rows if isinstance(r.get("eval"), dict) and r["eval"]["accuracy"] > 0.5)
     assert docs.fact("first:rows:quick/cells/recall_p64-mamba-s1/metrics.jsonl:eval.accuracy>0.5:step",
                      Evidence(RESULTS), {}) == _g(want)

@@ -22,7 +22,8 @@ text differs from what its artifact gives today.  Fact keys:
   into the line and each value compared with the line's as text (``seed=0,model.mlp=swiglu``), ``key~PATTERN``
   for a shell-style pattern (``probe~*regression_paired-*``), or ``key<NUMBER`` / ``key>NUMBER`` compared as
   numbers (``eval.accuracy>0.5``; no ``<=`` or ``>=``); a key holds none of ``= ~ < > , :``; a selector that
-  picks no line or several reads nothing;
+  picks no line or several reads nothing; a committed cell's ``metrics.jsonl`` is read from the
+  ``metrics.jsonl.gz`` it is committed as;
 * ``range:`` before a ``cells``, ``rows`` or ``benchrows`` key — the span of its values instead, written
   ``low–high``: over the seeds for ``cells`` (``range:cells:regression_paired:transformer:eval.json:metrics.kl.value``
   gives the seeds' lowest and highest KL), over every line the selector picks (at least one) for the others;
@@ -97,9 +98,9 @@ def _rows(file: Path, select: str, *, one: bool) -> list[dict[str, Any]]:
     exactly one line (``one``) or at least one line is picked."""
     from fnmatch import fnmatchcase
 
-    from ..run.runs import read_jsonl
+    from ..run.runs import read_jsonl, stored
 
-    if not file.is_file():
+    if stored(file) is None:  # a committed cell's metrics.jsonl is there as metrics.jsonl.gz
         raise KeyError(str(file))
     wanted = []
     for pair in select.split(","):

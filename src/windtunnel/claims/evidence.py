@@ -150,9 +150,12 @@ class Evidence:
         return self._cache[rel]
 
     def text(self, rel: str) -> str | None:
-        """A committed text file (``metrics.jsonl`` …), ``None`` if absent."""
+        """A committed text file (``metrics.jsonl`` …, which a cell commits gzip-compressed as ``metrics.jsonl.gz``:
+        read either way), ``None`` if absent."""
+        from ..run.runs import read_stored_text, stored
+
         path = self._where(rel)
-        return path.read_text() if path.is_file() else None
+        return read_stored_text(path) if stored(path) is not None else None
 
     # --- the primitives table ---------------------------------------------------------------
     def table_cell(self, task: str, arch: str) -> dict[str, Any] | None:

@@ -66,8 +66,8 @@ def evaluate_run(run: str | Path | RunDir, n: int = 2000, lengths: list[int] | N
         figs = rd.figures
         figures.entropy_curve(result, figs / "entropy.png")
         figures.kl_curve(result, figs / "kl.png")
-        if rd.metrics_path.exists():
-            figures.training_curves(rd.metrics_path, figs / "training.png")
+        if rd.log_path.exists():
+            figures.training_curves(rd.log_path, figs / "training.png")
         ep = task.sample(min(n, 512), seed)
         with torch.no_grad():
             logits = model(**{k: v.to(next(model.parameters()).device) for k, v in ep.inputs.items()}).cpu()

@@ -93,8 +93,8 @@ def _ensure_figures(rd: "RunDir", ev: Mapping[str, Any] | None) -> None:
     fig_dir = rd.figures
     have = {p.stem for p in fig_dir.glob("*.png")}
     jobs = []
-    if rd.metrics_path.is_file() and not any(s.startswith("training") for s in have):
-        jobs.append(lambda: F.training_curves(rd.metrics_path, fig_dir / "training.png"))
+    if rd.log_path.is_file() and not any(s.startswith("training") for s in have):
+        jobs.append(lambda: F.training_curves(rd.log_path, fig_dir / "training.png"))
     if ev and "curves" in ev:
         if not any(s.startswith("entropy") for s in have) and "entropy_model" in ev["curves"]:
             jobs.append(lambda: F.entropy_curve(ev, fig_dir / "entropy.png"))

@@ -5,6 +5,7 @@ A run folder holds everything one training run produced::
     config.json      what rebuilds the task, model and optimiser   (write_config / read_config)
     checkpoints/     atomic safetensors checkpoints, ``latest``    (run/checkpoint.py, via .checkpoints)
     metrics.jsonl    one JSON line per logged step                  (append_metrics / metrics)
+                     (``metrics.jsonl.gz`` in a committed cell: the same lines gzip-compressed, see ``export``)
     eval.json        the evaluation (EvalResult.to_dict)            (write_eval / read_eval)
     timings.json     wall seconds of the stages                     (add_timing / timings)
     cell.json        a table cell's summary, when a table made it   (write_cell / read_cell)
@@ -12,6 +13,12 @@ A run folder holds everything one training run produced::
     references.json  a table cell's Bayes oracle and context-blind floor  (write_references)
     report.html, summary.md  the report                             (write_report)
     figures/*.png    the evaluation's and the diagnostics' figures  (figures)
+
+The machine-read tables (``eval.json``, ``geometry.json``, ``references.json``, ``cell.json``: ``RunDir.TABLES``)
+are written as compact JSON (no indentation, no blanks after separators: a third lighter than indented, and
+what every committed cell carries to each machine it is copied to); ``config.json`` and ``timings.json``, which
+people read, stay indented.  A float is written as its shortest exact ``repr`` either way, so the numbers are the
+same bit for bit whichever way a file was written.
 
 Training, evaluation, analysis, the report, the table and the CLI reach these files only through
 this class, so a file's name and shape are written down once; the analyses compute, and the stages
@@ -23,10 +30,12 @@ write what they return through the ``write_…`` methods here.  Reading a damage
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from . import checkpoint as ckpt
 from ..io import write_bytes_atomic, write_text_atomic
@@ -37,10 +46,55 @@ class RunError(UserError):
     """A run folder is missing, damaged, busy, or cannot be written."""
 
 
+PACKED = ".gz"
+"""The suffix of a record kept gzip-compressed: a committed cell's training log is ``metrics.jsonl.gz``, read
+wherever ``metrics.jsonl`` is asked for (:func:`stored`, :func:`read_stored_text`)."""
+
+
+def dump_record(record: Any, *, strict: bool = False) -> str:
+    """``record`` as compact JSON (no indentation, no blank after ``,`` or ``:``), the form of the machine-read
+    tables (:attr:`RunDir.TABLES`).  Each float is its shortest ``repr`` that reads back to the same double, so
+    re-writing a parsed record this way changes its bytes, never its numbers.  ``strict``: refuse NaN and
+    infinities (``ValueError``) rather than write JSON's non-standard ``NaN``."""
+    return json.dumps(record, separators=(",", ":"), allow_nan=not strict)
+
+
+def pack(text: str) -> bytes:
+    """``text`` gzip-compressed the same way every time (no timestamp or file name in the header, level 9), so
+    exporting an unchanged log again gives the same bytes and leaves a committed cell unchanged."""
+    return gzip.compress(text.encode(), compresslevel=9, mtime=0)
+
+
+def stored(path: str | Path) -> Path | None:
+    """The file that holds the record ``path`` names: ``path`` itself, else its packed form ``path.gz`` (how a
+    committed cell keeps its training log), else ``None``.  The plain file wins where both are there: an older
+    ``windtunnel`` exports the plain log and leaves a packed one it does not know about."""
+    path = Path(path)
+    packed = path.with_name(path.name + PACKED)
+    return path if path.is_file() else packed if not path.name.endswith(PACKED) and packed.is_file() else None
+
+
+def read_stored_text(path: str | Path) -> str:
+    """The text of the record ``path`` names, decompressed where it is kept packed (:func:`stored`; a path that
+    itself ends in ``.gz`` is decompressed too).  :class:`FileNotFoundError` when neither form is there, and
+    :class:`RunError` for a packed file that does not decompress."""
+    found = stored(path)
+    if found is None:
+        found = Path(path)  # not there: read_bytes says so
+    data = found.read_bytes()
+    if not found.name.endswith(PACKED):
+        return data.decode()
+    try:
+        return gzip.decompress(data).decode()
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError; a cut file ends early
+        raise RunError(f"{found} is damaged ({exc}); export it again from its run folder") from None
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The JSON-object lines of a file; blank lines, lines cut by a kill and non-objects are skipped."""
+    """The JSON-object lines of a file (or of its packed form, :func:`read_stored_text`); blank lines, lines cut
+    by a kill and non-objects are skipped."""
     out = []
-    for line in Path(path).read_text().splitlines():
+    for line in read_stored_text(path).splitlines():
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
@@ -110,15 +164,19 @@ class RunDir:
     CELL = "cell.json"
     TIMINGS = "timings.json"
     METRICS = "metrics.jsonl"
+    METRICS_PACKED = METRICS + PACKED
     GEOMETRY = "geometry.json"
     REPORT = "report.html"
     SUMMARY = "summary.md"
     REFERENCES = "references.json"
     DIVERGED = "diverged.json"
     LOCK = ".lock"
-    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, GEOMETRY, REFERENCES, REPORT, SUMMARY, DIVERGED)
+    FILES = (CONFIG, EVAL, CELL, TIMINGS, METRICS, METRICS_PACKED, GEOMETRY, REFERENCES, REPORT, SUMMARY, DIVERGED)
     """The records a run folder may hold (a new one is added here, and the layout check and the
     bad-input tests cover it)."""
+    TABLES = (EVAL, GEOMETRY, REFERENCES, CELL)
+    """The records only programs read (the claims, the table, the report): written as compact JSON
+    (:func:`dump_record`).  ``config.json`` and ``timings.json``, which people open, stay indented."""
     FOLDERS = ("checkpoints", "figures")
     """The entries that are folders."""
 
@@ -147,6 +205,12 @@ class RunDir:
     @property
     def metrics_path(self) -> Path:
         return self.path / self.METRICS
+
+    @property
+    def log_path(self) -> Path:
+        """Where the training log is read from: ``metrics.jsonl``, or a committed cell's ``metrics.jsonl.gz``
+        where only that is there (:func:`stored`); ``metrics.jsonl`` when neither is."""
+        return stored(self.metrics_path) or self.metrics_path
 
     @property
     def geometry_path(self) -> Path:
@@ -405,9 +469,11 @@ class RunDir:
             raise RunError(f"{path} is damaged ({exc}); re-create it or choose another run folder") from None
 
     def _write(self, name: str, record: Any, indent: int | None = 1) -> Path:
+        """Write the record ``name``: compact JSON for a machine-read table (:attr:`TABLES`), else indented by
+        ``indent``."""
         self.prepare()
         path = self.path / name
-        write_text_atomic(path, json.dumps(record, indent=indent))
+        write_text_atomic(path, dump_record(record) if name in self.TABLES else json.dumps(record, indent=indent))
         return path
 
     def read_config(self) -> dict[str, Any]:
@@ -474,7 +540,7 @@ class RunDir:
         if not isinstance(record, dict) or not isinstance(record.get("summary"), dict):
             raise ValueError("a geometry record is an object with a summary table")
         self.prepare()
-        write_text_atomic(self.geometry_path, json.dumps(record, indent=1, allow_nan=False))
+        write_text_atomic(self.geometry_path, dump_record(record, strict=True))
         return self.geometry_path
 
     def write_references(self, record: dict[str, Any]) -> Path:
@@ -516,8 +582,8 @@ class RunDir:
 
     # --- the training log -------------------------------------------------------------------
     def metrics(self) -> list[dict[str, Any]]:
-        """The lines of ``metrics.jsonl`` (a line cut by a kill is skipped)."""
-        return read_jsonl(self.metrics_path) if self.metrics_path.is_file() else []
+        """The lines of ``metrics.jsonl`` (a committed cell's ``metrics.jsonl.gz``; a line cut by a kill is skipped)."""
+        return read_jsonl(self.log_path) if self.log_path.is_file() else []
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         with open(self.metrics_path, "a") as f:
@@ -557,11 +623,48 @@ class RunDir:
             keep = [r for r in self.metrics() if r.get("step", 0) <= step]
             write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in keep))
 
+    # --- the light copy a committed cell keeps ----------------------------------------------------
+    def export(self, dst: str | Path, names: Sequence[str]) -> Path:
+        """Write the records ``names`` of this run, and its ``timings.json`` where written, into the folder ``dst``
+        the way a committed cell keeps them, light enough to travel with every copy of the repository: a table
+        (:attr:`TABLES`) parsed and written again as compact JSON (:func:`dump_record`: the same values, every
+        number bit for bit), the training log gzip-compressed as ``metrics.jsonl.gz`` (:func:`pack`; a plain
+        ``metrics.jsonl`` in ``dst`` is removed, so the cell holds one log), anything else byte for byte.  Each
+        file is replaced atomically.  ``dst`` may be this folder itself (:func:`lighten`).  A record ``names``
+        lists that the run lacks is :class:`FileNotFoundError`.  Returns ``dst``."""
+        dst = Path(dst)
+        dst.mkdir(parents=True, exist_ok=True)
+        same = dst.resolve() == self.path.resolve()
+        for name in names:
+            src = self.path / name
+            if name == self.METRICS:
+                write_bytes_atomic(dst / self.METRICS_PACKED, pack(read_stored_text(src)))
+                (dst / self.METRICS).unlink(missing_ok=True)
+            elif name in self.TABLES:
+                record = json.loads(src.read_text())
+                write_text_atomic(dst / name, dump_record(record, strict=name == self.GEOMETRY))
+            elif not same:
+                write_bytes_atomic(dst / name, src.read_bytes())
+        if self.timings_path.is_file() and not same:
+            write_bytes_atomic(dst / self.TIMINGS, self.timings_path.read_bytes())
+        return dst
+
     def training_seconds(self) -> float | None:
         """Wall seconds of training: the last ``time`` the loop logged (it accumulates across
         resumes), else ``timings.json``'s ``train_s``."""
         times = [r["time"] for r in self.metrics() if isinstance(r.get("time"), (int, float))]
         return times[-1] if times else self.timings().get("train_s")
+
+
+def lighten(folder: str | Path) -> list[str]:
+    """Rewrite a committed cell folder in place the way :meth:`RunDir.export` writes one — its tables as compact
+    JSON, its training log as ``metrics.jsonl.gz`` — for a cell exported by an older ``windtunnel`` (indented
+    tables, a plain log).  The numbers are untouched (:func:`dump_record`).  Returns the names of the records it
+    rewrote; a folder already light is rewritten to the same bytes."""
+    run = RunDir(folder)
+    names = [n for n in RunDir.TABLES + (RunDir.METRICS,) if stored(run.path / n) is not None]
+    run.export(run.path, names)
+    return names
 
 
 def survey(root: str | Path) -> list[dict[str, Any]]:
