@@ -63,15 +63,32 @@ def test_compare_says_what_each_run_is_and_writes_its_figure_beside_them(tmp_pat
     assert (tmp_path / "runs" / "compare.png").is_file() and not any(cwd.iterdir())
 
 
-def test_train_seeds_trains_the_seeds_stacked_into_their_own_folders(tmp_path: Path, capsys) -> None:
+def test_train_seeds_trains_the_seeds_stacked_into_their_own_folders(tmp_path: Path, capfd) -> None:
+    """``--stack on``: one stacked model (each run's timings say two members); on CPU cores ``auto`` trains the
+    seeds as separate processes started together (one member each, each line naming its seed), the faster way
+    there; the same command again after both finished refuses to write over them."""
+    import json
+
+    args = ["train", "--task", "bijection", "--V", "4", "--L", "4", "--params", "6000", "--steps", "6", "--no-progress"]
     out = tmp_path / "r"
-    assert main(["train", "--task", "bijection", "--V", "4", "--L", "4", "--params", "6000", "--steps", "6",
-                 "--seeds", "3,5", "--out", str(out), "--no-progress"]) == 0
-    assert "seeds 3, 5 stacked into one model" in capsys.readouterr().out
+    assert main([*args, "--seeds", "3,5", "--out", str(out), "--stack", "on"]) == 0
+    assert "seeds 3, 5 stacked into one model" in capfd.readouterr().out
     for seed in (3, 5):
-        assert (tmp_path / f"r-s{seed}" / "config.json").is_file()
+        assert json.loads((tmp_path / f"r-s{seed}" / "timings.json").read_text())["execution"]["members"] == 2
+    apart = tmp_path / "a"
+    assert main([*args, "--seeds", "3,5", "--out", str(apart)]) == 0
+    said = capfd.readouterr().out
+    assert "seeds 3, 5 as 2 separate processes" in said and "[seed 5] transformer/bijection execution: cpu" in said
+    for seed in (3, 5):
+        timings = json.loads((tmp_path / f"a-s{seed}" / "timings.json").read_text())
+        assert timings["execution"]["members"] == 1 and timings["train_s"] > 0
+        assert f"trained seed {seed}: {tmp_path / f'a-s{seed}'}" in said
+    assert main([*args, "--seeds", "3,5", "--out", str(apart), "--steps", "7"]) == 2  # another recipe: refused
     assert main(["train", "--task", "bijection", "--seeds", "1,1", "--out", str(out)]) == 2
     assert main(["train", "--task", "bijection", "--seeds", "1,2", "--seed", "4", "--out", str(out)]) == 2
+    assert main(["train", "--task", "bijection", "--seeds", "1,2", "--stack", "off", "--cuda-graph", "off",
+                 "--out", str(out)]) == 2
+    assert main(["train", "--task", "bijection", "--stack", "on", "--out", str(out)]) == 2
 
 
 @pytest.mark.slow

@@ -218,7 +218,7 @@ def diverged_stack(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list
     parent = tmp_path_factory.mktemp("stack")
     config = parent.parent / f"{parent.name}.json"
     config.write_text(json.dumps({k: v for k, v in TINY.to_dict().items() if k != "seed"}))
-    argv = ["train", "--config", str(config), "--seeds", "0,1", "--out", str(parent / "run"), "--no-progress"]
+    argv = ["train", "--config", str(config), "--seeds", "0,1", "--stack", "on", "--out", str(parent / "run"), "--no-progress"]
     with pytest.MonkeyPatch.context() as mp:
         poison_member_after(mp, 1, 4)
         assert main(argv) == 2

@@ -222,7 +222,7 @@ def test_the_same_stacked_train_command_again_continues_a_stopped_stack(tmp_path
     from windtunnel.cli import main as cli_main
 
     argv = ["train", "--task", "bijection", "--V", "5", "--L", "5", "--arch", "transformer", "--params", "20000",
-            "--steps", "20", "--batch-size", "16", "--seeds", "0,1", "--no-progress"]
+            "--steps", "20", "--batch-size", "16", "--seeds", "0,1", "--stack", "on", "--no-progress"]
     signal_at(monkeypatch, stacked, 4, signal.SIGTERM)
     assert cli_main([*argv, "--out", str(tmp_path / "cut")]) == 128 + signal.SIGTERM
     assert "rerun the same command" in capsys.readouterr().err

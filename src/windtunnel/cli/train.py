@@ -22,11 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--batch-size", dest="batch_size", type=positive_int,
                     help=f"episodes per step, global over processes (default {TRAIN_DEFAULTS['batch_size']})")
     tr.add_argument("--lr", type=float, help=f"peak learning rate of the cosine schedule (default {TRAIN_DEFAULTS['lr']:g})")
-    tr.add_argument("--seeds", type=seed_list, help="several seeds, comma-separated (0,1,2), trained together as one "
-                    "stacked model; each seed's run is its own folder OUT-sSEED, resumable and analysable alone")
+    tr.add_argument("--seeds", type=seed_list, help="several seeds, comma-separated (0,1,2), trained at once (see "
+                    "--stack); each seed's run is its own folder OUT-sSEED, resumable and analysable alone")
+    tr.add_argument("--stack", choices=("auto", "on", "off"), default="auto",
+                    help="with --seeds: one stacked model (on), or separate processes started together that share the "
+                    "cores (off); auto, the default: stacked on a GPU, separate on CPU cores, where a stack made "
+                    "0.75x the steps of separate processes")
     tr.add_argument("--cuda-graph", dest="cuda_graph", choices=("auto", "off"), default="auto",
-                    help="with --seeds on a GPU: record the step once as a CUDA graph and replay it (auto, the default; "
-                    "kept only where its replays reproduce the eager steps) or run it eagerly (off)")
+                    help="with --seeds stacked on a GPU: record the step once as a CUDA graph and replay it (auto, the "
+                    "default; kept only where its replays reproduce the eager steps) or run it eagerly (off)")
     train_args(tr, "each architecture's own default dimensions, not matched across architectures — the "
                "transformer's are the papers' model; `windtunnel run` trains the 200k quick recipe instead — or the "
                "config file's",
@@ -40,9 +44,11 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from ..training.loop import TrainConfig, build, process_group
 
     if getattr(args, "seeds", None):
-        return _train_stacked(args, extra)
+        return _train_seeds(args, extra)
     if args.cuda_graph != "auto":
         raise UsageError("--cuda-graph applies to --seeds (the stacked step); a run alone is not recorded")
+    if args.stack != "auto":
+        raise UsageError("--stack applies to --seeds (how several seeds train at once)")
     rank, _ = process_group()  # under torchrun only rank 0 touches the folder
     if args.resume is not None:
         given = [f"--{k.replace('_', '-')}" for k in ("task", "arch", "params", "seed", "batch_size", "lr", "config", "out")
@@ -86,11 +92,13 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
-    """``train --out DIR --seeds 0,1,2``: the seeds as one stacked model (:func:`windtunnel.training.stacked.train_stacked`),
-    each seed's run in ``DIR-sSEED``."""
+def _train_seeds(args: argparse.Namespace, extra: list[str]) -> int:
+    """``train --out DIR --seeds 0,1,2``: each seed's run in ``DIR-sSEED``, trained as one stacked model
+    (:func:`windtunnel.training.stacked.train_stacked`) or as separate processes started together (``--stack``)."""
     from dataclasses import replace
 
+    from ..orchestration import stacking
+    from ..run.config import pick_device
     from ..run.runs import RunDir
     from ..training.stacked import train_stacked
     from ..training.loop import build, process_group
@@ -105,17 +113,99 @@ def _train_stacked(args: argparse.Namespace, extra: list[str]) -> int:
     cfgs = [replace(base, seed=seed) for seed in args.seeds]
     runs = [RunDir(f"{str(args.out).rstrip('/')}-s{seed}") for seed in args.seeds]
     build(base)  # validate task and model before anything on disk is touched
+    stacked = stacking.wanted(args.stack, 1 if pick_device(base.device).type == "cuda" else 0)
+    if not stacked and args.cuda_graph != "auto":
+        raise UsageError("--cuda-graph applies to a stack (--stack on, or --stack auto on a GPU); these seeds train "
+                         "as separate processes")
+    seeds = ", ".join(map(str, args.seeds))
+    if not stacked:
+        return _train_separately(cfgs, runs, args.force)
     # the same command again, after a stop, continues the stack: every folder a run of exactly this configuration
     resume = not args.force and all(r.holds(c.to_dict()) for r, c in zip(runs, cfgs))
     for run in runs:
         check_out(run, resume, args.force)
     start = runs[0].latest_step() if resume else 0
-    print(f"training {base.arch} on {base.task} for {base.steps} steps, seeds {', '.join(map(str, args.seeds))} "
+    print(f"training {base.arch} on {base.task} for {base.steps} steps, seeds {seeds} "
           f"stacked into one model{f', resuming from step {start}' if resume else ''}: "
           f"{', '.join(str(r.path) for r in runs)}", flush=True)
     train_stacked(cfgs, runs, resume=resume, log_lines=True, graph=args.cuda_graph)
     print(f"trained {base.arch} on {base.task}: {', '.join(str(r.path) for r in runs)}")
     return 0
+
+
+def _train_separately(cfgs: list[Any], runs: list[Any], force: bool) -> int:
+    """The seeds as separate processes started together, the cores shared out among them (each
+    ``max(1, cores // seeds)`` threads): the faster way on CPU cores (``benchmarks/stacked_cpu.py``).  Each run
+    resumes where a stop left it when the same command is given again; each line a process prints names its seed."""
+    import os
+
+    from ..orchestration import executors
+    from ..run import stopping
+
+    resume = [not force and r.holds(c.to_dict()) for r, c in zip(runs, cfgs)]
+    for run, again in zip(runs, resume):
+        check_out(run, again, force)
+    threads = max(1, (os.cpu_count() or 1) // len(cfgs))
+    base = cfgs[0]
+    print(f"training {base.arch} on {base.task} for {base.steps} steps, seeds "
+          f"{', '.join(str(c.seed) for c in cfgs)} as {len(cfgs)} separate processes of {threads} thread(s) each: "
+          f"{', '.join(str(r.path) for r in runs)}", flush=True)
+    payloads = [{"config": c.to_dict(), "run_dir": str(r.path), "resume": again,
+                 "threads": threads, "seed": c.seed} for c, r, again in zip(cfgs, runs, resume)]
+    stopped: list[BaseException] = []
+    failed: list[BaseException] = []
+    for payload, _, error in executors.run_local(train_seed, payloads, len(payloads)):
+        if isinstance(error, (stopping.TrainingStopped, stopping.NotStarted)):
+            stopped.append(error)
+        elif error is not None:
+            failed.append(error)
+        else:
+            print(f"trained seed {payload['seed']}: {payload['run_dir']}", flush=True)
+    if failed:
+        raise failed[0]
+    if stopped:
+        raise stopped[0]
+    print(f"trained {base.arch} on {base.task}: {', '.join(str(r.path) for r in runs)}")
+    return 0
+
+
+class _Prefixed:
+    """Standard output with every line begun by ``prefix`` (which seed's process said it)."""
+
+    def __init__(self, stream: Any, prefix: str) -> None:
+        self.stream, self.prefix, self.at_start = stream, prefix, True
+
+    def write(self, text: str) -> int:
+        out = []
+        for piece in text.splitlines(keepends=True):
+            out.append((self.prefix if self.at_start else "") + piece)
+            self.at_start = piece.endswith("\n")
+        self.stream.write("".join(out))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def train_seed(payload: dict[str, Any]) -> dict[str, Any]:
+    """One seed of ``train --seeds`` in a process of its own: ``threads`` torch threads, its lines prefixed by its
+    seed (a worker of :func:`windtunnel.orchestration.executors.run_local`)."""
+    import contextlib
+
+    import torch
+
+    from ..orchestration.stages import train_run
+    from ..run.runs import RunDir
+    from ..training.loop import TrainConfig
+
+    torch.set_num_threads(payload["threads"])
+    with contextlib.redirect_stdout(_Prefixed(sys.stdout, f"[seed {payload['seed']}] ")):
+        train_run(TrainConfig.from_dict(payload["config"]), RunDir(payload["run_dir"]), resume=payload["resume"],
+                  log_lines=True)
+    return {"run_dir": payload["run_dir"]}
 
 
 def _train_config(args: argparse.Namespace, extra: list[str]) -> "Any":

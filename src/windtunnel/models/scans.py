@@ -257,6 +257,26 @@ class FusedScanCPU(torch.autograd.Function):
         return (None, *backward(*ctx.saved_tensors, gout.contiguous()))
 
 
+_RAN: dict[str, None] = {}
+"""The scans run in this process since :func:`scans_run` last reset it, in the order first run (an ordered set)."""
+_TRITON_VERDICTS: dict[str, str | None] = {}
+"""Per device, why the Triton scan was refused there (``None``: it passed its self-check)."""
+
+
+def scans_run(reset: bool = False) -> list[str]:
+    """The scans this process ran since the last reset — ``fused C++ kernel``, ``PyTorch reference``, ``Triton
+    kernels``, ``loop``, ``doubling``, a GPU's ``loop`` saying why Triton was refused there — and, with ``reset``,
+    forget them (a training loop resets before its first step and reads after it: what that run's model ran)."""
+    ran = list(_RAN)
+    if reset:
+        _RAN.clear()
+    return ran
+
+
+def _ran(name: str) -> None:
+    _RAN.setdefault(name, None)
+
+
 def gated_selective_scan(
     u: torch.Tensor,
     delta_raw: torch.Tensor,
@@ -275,6 +295,7 @@ def gated_selective_scan(
     with torch.autocast(u.device.type, enabled=False):  # the scan runs in its own precision (_scan_precision)
         u, delta_raw, A, B, C, D, z = _scan_precision(u, delta_raw, A, B, C, D, z)
         if method in ("auto", "fused") and _kernel_takes(u) and cpu_kernel() is not None:
+            _ran("fused C++ kernel")
             return FusedScanCPU.apply(True, u, delta_raw, A, B, C, D, z)
         return selective_scan(u, F.softplus(delta_raw), A, B, C, D, method=method) * F.silu(z)
 
@@ -313,6 +334,7 @@ def _selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: to
     if method == "fused" and not fusable:
         raise InvalidValue("invalid method: 'fused' needs CPU float tensors and return_states=False")
     if method in ("auto", "fused") and fusable and cpu_kernel() is not None:
+        _ran("fused C++ kernel")
         return FusedScanCPU.apply(False, u, delta, A, B, C, D)
     if method == "fused":
         raise RuntimeError("the fused CPU scan could not be built (see the warning above)")
@@ -324,10 +346,15 @@ def _selective_scan(u: torch.Tensor, delta: torch.Tensor, A: torch.Tensor, B: to
         if u.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             raise InvalidValue("invalid method: 'triton' needs a CUDA device (or TRITON_INTERPRET=1, Triton's CPU "
                                "interpreter)")
+        _ran("Triton kernels")
         return selective_scan_triton(u, delta, A, B, C, D)
     if method == "auto" and u.device.type == "cpu":  # measured faster than SelectiveScan on a CPU
+        _ran("PyTorch reference")
         return selective_scan_ref(u, delta, A, B, C, D, return_states=return_states)
-    y, H = SelectiveScan.apply(u, delta, A, B, C, D, "doubling" if method == "doubling" else "loop")
+    walk = "doubling" if method == "doubling" else "loop"
+    refused = _TRITON_VERDICTS.get(str(u.device)) if method == "auto" else None
+    _ran(f"{walk} (Triton refused: {refused})" if refused else walk)
+    y, H = SelectiveScan.apply(u, delta, A, B, C, D, walk)
     return (y, H) if return_states else y
 
 
@@ -372,10 +399,20 @@ def triton_self_check(device: torch.device | str, tolerance: float = 1e-3) -> st
 @functools.lru_cache(maxsize=None)
 def triton_available(device: str) -> bool:
     """Whether ``device`` runs the Triton scan: a GPU, Triton importable, and :func:`triton_self_check` passed there
-    (once per device and process)."""
+    (once per device and process; :func:`triton_refusal` says why not)."""
     if not device.startswith("cuda"):
         return False
     return _checked_outside_transforms(device)
+
+
+def triton_refusal(device: str) -> str | None:
+    """Why ``auto`` does not take the Triton scan on ``device`` (checking it there first): ``None`` where it does,
+    else the reason — not a GPU, Triton failing to import or compile, or the self-check's difference."""
+    if not device.startswith("cuda"):
+        return "not a CUDA device"
+    if triton_available(device):
+        return None
+    return _TRITON_VERDICTS.get(device) or "its self-check failed"
 
 
 def _checked_outside_transforms(device: str) -> bool:
@@ -388,9 +425,12 @@ def _checked_outside_transforms(device: str) -> bool:
         try:
             with torch.cuda.device(device) if device.startswith("cuda") else contextlib.nullcontext():
                 # a new thread starts on device 0, and Triton launches on the current device, not the tensors'
-                verdict.append(triton_self_check(device) is None)
-        except Exception:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
-            verdict.append(False)
+                differs = triton_self_check(device)
+            _TRITON_VERDICTS[device] = None if differs is None else f"its self-check: {differs}"
+        except Exception as exc:  # noqa: BLE001 - any failure to compile or run means: use the PyTorch scan
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")[:120]
+            _TRITON_VERDICTS[device] = f"{type(exc).__name__}: {first}"
+        verdict.append(_TRITON_VERDICTS[device] is None)
 
     if torch._C._are_functorch_transforms_active():
         worker = threading.Thread(target=check)

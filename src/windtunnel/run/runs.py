@@ -578,7 +578,33 @@ class RunDir:
         return {k: float(v) for k, v in t.items() if isinstance(v, (int, float))} if isinstance(t, dict) else {}
 
     def add_timing(self, **seconds: float) -> Path:
-        return self._write(self.TIMINGS, {**self.timings(), **{k: float(v) for k, v in seconds.items()}})
+        return self._write(self.TIMINGS, {**self._timings_record(), **{k: float(v) for k, v in seconds.items()}})
+
+    def execution(self) -> dict[str, Any] | None:
+        """What ran the run's steps, as its training loop recorded it after its first step
+        (:func:`windtunnel.training.execution.describe`: device, step program, compiler, scan); ``None`` where
+        nothing was recorded."""
+        found = self._timings_record().get("execution")
+        return found if isinstance(found, dict) else None
+
+    def record_execution(self, execution: dict[str, Any]) -> Path:
+        """Keep ``execution`` in ``timings.json`` beside the seconds (the latest training process's)."""
+        return self._write(self.TIMINGS, {**self._timings_record(), "execution": execution})
+
+    def _timings_record(self) -> dict[str, Any]:
+        """``timings.json`` as written: the seconds and what ran them (a damaged file counts as empty: it is
+        rewritten whole by the stage that records next)."""
+        if not self.timings_path.is_file():
+            return {}
+        try:
+            found = json.loads(self.timings_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return {}
+        if not isinstance(found, dict):
+            return {}
+        seconds = {k: float(v) for k, v in found.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return {**seconds, **({"execution": found["execution"]} if isinstance(found.get("execution"), dict) else {})}
 
     # --- the training log -------------------------------------------------------------------
     def metrics(self) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from .. import models, tasks
+from . import execution
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
 from .checkpointing import CheckpointedModel, CheckpointPolicy, TrainingDiverged, divergence_recorded, first_checkpoint_step
@@ -91,17 +92,20 @@ def first_line(exc: BaseException) -> str:
 
 
 def forward(net: torch.nn.Module, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
-            may_fall_back: bool) -> tuple[torch.Tensor, torch.nn.Module]:
+            may_fall_back: bool, refused: list[str] | None = None) -> tuple[torch.Tensor, torch.nn.Module]:
     """The logits of ``net`` (``model`` compiled, or wrapped for DDP, or ``model`` itself) on ``inputs``, and the module
     to call from now on: ``model`` itself where the compiler refused ``net`` (no C++ compiler, no Triton) and
-    ``may_fall_back`` — said once on standard error — else ``net``."""
+    ``may_fall_back`` — said once on standard error, and the reason appended to ``refused`` — else ``net``."""
     try:
         with backward_compiled_with_forward() if net is not model else contextlib.nullcontext():
             return net(**inputs), net
     except Exception as exc:  # noqa: BLE001 - whatever the compiler refuses, the uncompiled model computes
         if not may_fall_back or net is model:
             raise
-        print(f"not compiled ({type(exc).__name__}: {first_line(exc)}): training uncompiled", file=sys.stderr, flush=True)
+        why = f"{type(exc).__name__}: {first_line(exc)}"
+        if refused is not None:
+            refused.append(why)
+        print(f"not compiled ({why}): training uncompiled", file=sys.stderr, flush=True)
         return model(**inputs), model
 
 
@@ -241,13 +245,15 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
     checkpoints.save_origin(start)
 
     model.train()
+    refused: list[str] = []  # why the compiler refused the model, where it did
+    execution.start()
     try:
         for step in range(start, stop):
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, cfg) * group.get("lr_mult", 1.0)
             batch = step_batch(cfg, task, step, shards, rank, world).to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                logits, net = forward(net, model, batch.inputs, may_fall_back=cfg.compile and not ddp)
+                logits, net = forward(net, model, batch.inputs, may_fall_back=cfg.compile and not ddp, refused=refused)
             n_scored = None
             if ddp:  # DDP averages gradients over processes: dividing by N/W makes the average Σ/N
                 n_scored = batch.mask.sum().to(torch.float32)
@@ -260,6 +266,12 @@ def _train_locked(cfg: TrainConfig, run: RunDir, task: Task, model: torch.nn.Mod
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             done = step + 1
+            if step == start and main_proc:  # what ran this run's steps (the scan, the compiler): said once
+                compile_state = "off" if not cfg.compile else f"not compiled ({refused[0]})" if refused else "compiled"
+                ran = execution.describe(device, "eager", compile_state, bf16=use_bf16)
+                run.record_execution(ran)
+                if lines:
+                    print(execution.line(f"{cfg.arch}/{task.name}", ran), flush=True)
             if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or checkpoints.scheduled(done):
                 diverged(across_processes=ddp)  # before anything is written
 

@@ -41,6 +41,7 @@ import torch
 from ..errors import UserError
 from ..evaluation.evaluate import held_out_metrics
 from ..evaluation.metrics import bayes_gap
+from . import execution
 from .checkpointing import CheckpointedModel, CheckpointPolicy, TrainingDiverged, divergence_recorded, first_checkpoint_step
 from .optim import lr_at, param_groups
 from ..run.config import pick_device
@@ -211,6 +212,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     # compiled: the vmapped forward (and so its backward) as one inductor program, its elementwise chains fused
     compiled = compile_fresh(vmapped, dynamic=False, fullgraph=True) if cfg.compile else None
     forward_said = ["vmapped, compiled" if cfg.compile else "vmapped"]  # said once the first step has run
+    compile_refused: list[str] = []  # why the compiler refused the forward, where it did
 
     def forward(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal vmapped, compiled
@@ -222,7 +224,8 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise
                 compiled = None
-                forward_said[0] = f"vmapped (not compiled: {type(exc).__name__}: {first_line(exc)})"
+                compile_refused.append(f"{type(exc).__name__}: {first_line(exc)}")
+                forward_said[0] = f"vmapped (not compiled: {compile_refused[0]})"
         if vmapped is not None:
             try:
                 return vmapped(params, buffers, inputs)
@@ -277,6 +280,7 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
     tasks_said = "+".join(dict.fromkeys(t.name for t in task_list))  # a stack across columns names each task once
     lines = log_lines or not sys.stderr.isatty()
     said_forward = ""
+    execution.start()
     for step in range(start, stop):
         batches = [step_batch(c, t, step, s) for c, t, s in zip(cfgs, task_list, shards)]
         program.load(batches)  # queued behind the step still running on a GPU
@@ -288,6 +292,15 @@ def _train(cfgs: list[TrainConfig], runs: list[RunDir], task_list: list[Any], me
         if lines and forward_said[0] != said_forward:  # at the first step, and again if it falls back later
             said_forward = forward_said[0]
             print(f"{cfg.arch}/{tasks_said} stacked forward: {said_forward}", flush=True)
+        if step == start:  # what ran the stack's steps (the step program, the compiler, the scan), in each member
+            compile_state = ("off" if not cfg.compile else f"not compiled ({compile_refused[0]})" if compile_refused
+                             else "compiled")
+            ran = execution.describe(device, "eager" if program.graph_note.startswith("eager (a CUDA graph needs")
+                                     else program.graph_note, compile_state, members=M, bf16=use_bf16)
+            for r in runs:
+                r.record_execution(ran)
+            if lines:
+                print(execution.line(f"{cfg.arch}/{tasks_said}", ran), flush=True)
         if done % cfg.log_every == 0 or done % cfg.eval_every == 0 or checkpoints.scheduled(done):  # before anything is written
             diverged()  # (a read from the device: the time below then includes every step queued so far)
         now = checkpoints.seconds()
