@@ -26,8 +26,17 @@ measured in the same run (``mfu_bf16``), and the cell's projected time at ``--se
 each way.  Rows are appended to ``OUT/rows.jsonl`` as they come and a cell already there is not measured again, so a
 command stopped by its time limit resumes where it stopped; ``OUT/summary.json`` is rewritten after each cell: the
 table's projected hours on one device, alone one cell at a time and stacked by the best way measured per cell,
-with the architecture whose cells take longest.  Made to fit a nine-minute command on one GPU at the default
-``--steps``; on a CPU it runs the same code (``--device cpu``; the graph way is then eager, and says so).
+with the architecture whose cells take longest.
+
+A row is written only for a cell measured to its end in every way asked for.  A stop (SIGTERM, SIGUSR2, Ctrl-C, or
+``--deadline-min`` running out) during a cell leaves that cell out — the training loop checkpoints and raises
+:class:`windtunnel.run.stopping.TrainingStopped`, which ends the command instead of becoming one way's error — so a
+rerun measures it.  With ``--deadline-min M`` no cell is started whose estimate (the longest cell measured so far in
+``OUT``, the whole cell's wall time ``cell_wall_s``, with a quarter more for safety) no longer fits in what is left of
+the ``M`` minutes, and a cell still running at the deadline is stopped and left out.  The default ways (graph and
+alone) fit a nine-minute command on one GPU at the default ``--steps``; ``compiled`` compiles every cell's stack
+(about a minute a cell) and ``eager`` adds a third run, so ask for them with ``--deadline-min``.  On a CPU it runs
+the same code (``--device cpu``; the graph way is then eager, and says so).
 """
 
 from __future__ import annotations
@@ -37,7 +46,11 @@ import dataclasses
 import contextlib
 import io
 import json
+import os
+import signal
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +61,7 @@ from common import matmul_peak_flops
 from paper_gpu import step_seconds, timing_config
 from table_budget import cell_flops
 from windtunnel.run import grid
+from windtunnel.run import stopping
 from windtunnel.run.runs import RunDir
 from windtunnel.training.loop import TrainConfig, train
 from windtunnel.training.stacked import train_stacked
@@ -55,6 +69,10 @@ from windtunnel.training.stacked import train_stacked
 MODES = ("graph", "compiled", "eager", "alone")
 STACKED = ("graph", "compiled", "eager")
 """The ways that train the cell's seeds as one stack."""
+DEFAULT_MODES = ("graph", "alone")
+"""The ways measured unless ``--modes`` says otherwise: what fits one nine-minute command on one GPU."""
+ESTIMATE_MARGIN = 1.25
+"""A cell's estimate is the longest cell measured so far times this (cells differ: recall's are the longest)."""
 
 
 def configs(preset: str, column: str, arch: str, seeds: int, steps: int, device: str) -> list[TrainConfig]:
@@ -114,9 +132,13 @@ def measure(preset: str, column: str, arch: str, seeds: int, steps: int, device:
     step_flops = run_flops / cfgs[0].steps
     row: dict[str, Any] = {"column": column, "arch": arch, "params": n_params, "recipe_steps": cfgs[0].steps,
                            "seeds": seeds, **({"stack_columns": [column, *partners]} if partners else {})}
+    t0 = time.perf_counter()
     for mode in modes:
+        print(f"measuring {column}/{arch}: {mode}", file=sys.stderr, flush=True)
         try:
             got = timed(mode, cfgs if mode == "alone" else stack, steps)
+        except stopping.TrainingStopped:
+            raise  # a stop is not this way's result: the whole cell is left for a rerun
         except Exception as e:  # one way's failure is a field of the row, not the end of the measurement
             row[mode] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
             continue
@@ -129,6 +151,7 @@ def measure(preset: str, column: str, arch: str, seeds: int, steps: int, device:
     for mode in STACKED:
         if alone and "ms_per_step" in row.get(mode, {}):
             row[mode]["member_speedup"] = len(stack) * alone / row[mode]["ms_per_step"]
+    row["cell_wall_s"] = time.perf_counter() - t0  # every way with its set-up: what a cell costs a command
     return row
 
 
@@ -159,6 +182,48 @@ def summary(rows: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, An
                                   for r in rows)}
 
 
+def cell_estimate_s(rows: list[dict[str, Any]], modes: list[str]) -> float | None:
+    """Seconds the next cell is expected to take: the longest ``cell_wall_s`` among ``rows`` measured in all of
+    ``modes`` (by this command or an earlier one into the same folder), times :data:`ESTIMATE_MARGIN`; ``None``
+    before any such cell is measured."""
+    walls = [r["cell_wall_s"] for r in rows if "cell_wall_s" in r and not r.get("in_stack_of")
+             and all(m in r for m in modes)]
+    return ESTIMATE_MARGIN * max(walls) if walls else None
+
+
+class Deadline:
+    """``minutes`` from now (``None``: no deadline).  When they run out a stop is requested the way a scheduler asks
+    (SIGTERM to this process): the training loop of the cell then running checkpoints and raises
+    :class:`~windtunnel.run.stopping.TrainingStopped`, and that cell is not written."""
+
+    def __init__(self, minutes: float | None) -> None:
+        self.end = None if minutes is None else time.monotonic() + 60 * minutes
+        self.reached = False
+        self._timer: threading.Timer | None = None
+        if self.end is not None:
+            self._timer = threading.Timer(max(0.0, self.end - time.monotonic()), self._stop)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _stop(self) -> None:
+        self.reached = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def left(self) -> float:
+        """Seconds left (infinite without a deadline)."""
+        return float("inf") if self.end is None else self.end - time.monotonic()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def refuse(message: str) -> None:
+    """One line on stderr and exit status 2: the script's answer to bad input."""
+    print(f"paper_stacked: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40)
@@ -166,43 +231,90 @@ def main() -> None:
     ap.add_argument("--preset", default="paper", choices=list(grid.PRESETS))
     ap.add_argument("--columns", nargs="+", default=list(grid.TABLE_COLUMNS))
     ap.add_argument("--archs", nargs="+", default=list(grid.TABLE_ARCHS))
-    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), choices=MODES,
+                    help=f"the ways each cell is trained (default: {' '.join(DEFAULT_MODES)}; also compiled, eager)")
+    ap.add_argument("--deadline-min", type=float, default=None, metavar="M",
+                    help="end within M minutes: no cell is started whose estimate no longer fits, and a cell still "
+                         "running at the deadline is stopped and not written (a rerun measures it)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="benchmarks/results/paper_stacked")
     ap.add_argument("--share-columns", action=argparse.BooleanOptionalAction, default=True,
                     help="stack the columns whose episodes have one shape together, as windtunnel table does "
                          "(default); --no-share-columns: each cell its own stack")
     args = ap.parse_args()
+    if args.steps < 2 or args.seeds < 1:
+        refuse(f"--steps must be at least 2 and --seeds at least 1, not {args.steps} and {args.seeds}")
+    if args.deadline_min is not None and not args.deadline_min > 0:
+        refuse(f"--deadline-min must be positive, not {args.deadline_min}")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        refuse(f"--out {out} is a file, not a folder")
+    deadline = Deadline(args.deadline_min)  # counted from here: the command's whole time, set-up included
+    with stopping.catching():  # a stop is noted, then honoured at the end of a training step or between cells
+        run(args, out, deadline)
+        deadline.cancel()
+        asked = stopping.requested()
+    if asked is not None and not deadline.reached:  # asked to end from outside: the shell's status for that signal
+        raise SystemExit(128 + int(getattr(signal, asked, signal.SIGTERM)))
+
+
+def run(args: argparse.Namespace, out: Path, deadline: Deadline) -> list[dict[str, Any]]:
+    """Measure every cell of ``args`` not yet in ``OUT/rows.jsonl`` until they are done, a stop is requested or the
+    deadline leaves too little for the next one; returns the rows (those of earlier commands included)."""
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / "rows.jsonl"
     rows = [json.loads(x) for x in rows_path.read_text().splitlines()] if rows_path.is_file() else []
     on_gpu = args.device.startswith("cuda")
-    peak = matmul_peak_flops(n=8192 if on_gpu else 512, dtype=torch.bfloat16, device=args.device)
+    # a CPU's bf16 matmul is slow and its peak only a reference for a CPU's own rows: a smaller product will do
+    peak = matmul_peak_flops(n=8192 if on_gpu else 256, dtype=torch.bfloat16, device=args.device)
     machine = {"device": torch.cuda.get_device_name() if on_gpu else f"cpu ({torch.get_num_threads()} threads)",
                "torch": torch.__version__, "matmul_peak_tflops_bf16": peak / 1e12, "steps": args.steps}
     led = {(c, a): group for a in args.archs
            for group in (stacks(args.preset, args.columns, a) if args.share_columns else [[c] for c in args.columns])
            for c in group}
-    for column in args.columns:
-        for arch in args.archs:
-            if any(r["column"] == column and r["arch"] == arch for r in rows):
-                continue  # measured by an earlier, stopped command
-            group = led[(column, arch)]
+    todo = [(c, a) for c in args.columns for a in args.archs
+            if not any(r["column"] == c and r["arch"] == a for r in rows)]  # measured by an earlier, stopped command
+    why_stopped = None
+    for i, (column, arch) in enumerate(todo):
+        group = led[(column, arch)]
+        modes = args.modes if column == group[0] else [m for m in args.modes if m == "alone"]
+        estimate = cell_estimate_s(rows, args.modes)
+        if stopping.requested():
+            why_stopped = f"stopped before {column}/{arch}: {stopping.WHY.get(stopping.requested(), '')}"
+        elif estimate is not None and estimate > deadline.left():
+            why_stopped = (f"{column}/{arch} not started: its estimate, {estimate:.0f} s, exceeds the "
+                           f"{max(deadline.left(), 0):.0f} s left before --deadline-min")
+        if why_stopped:
+            todo = todo[i:]
+            break
+        try:
             if column != group[0]:  # in its leader's stack: only its seed alone is measured
                 row = {"column": column, "arch": arch, "seeds": args.seeds, "in_stack_of": group[0],
                        **{k: v for k, v in measure(args.preset, column, arch, args.seeds, args.steps, args.device,
-                                                   [m for m in args.modes if m == "alone"], peak).items()
+                                                   modes, peak).items()
                           if k not in ("column", "arch", "seeds")}}
             else:
-                row = measure(args.preset, column, arch, args.seeds, args.steps, args.device, args.modes, peak,
-                              group[1:])
-            rows.append(row)
-            with open(rows_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(json.dumps(row), flush=True)
-            (out / "summary.json").write_text(json.dumps(summary(rows, machine), indent=1) + "\n")
-    print(json.dumps(summary(rows, machine), indent=1))
+                row = measure(args.preset, column, arch, args.seeds, args.steps, args.device, modes, peak, group[1:])
+        except stopping.TrainingStopped as exc:  # mid-cell: nothing of this cell is written, a rerun measures it
+            why_stopped = (f"stopped during {column}/{arch} "
+                           f"({'--deadline-min reached' if deadline.reached else stopping.WHY.get(exc.signal, exc.signal)}): "
+                           "not written; a rerun measures it")
+            todo = todo[i:]
+            break
+        rows.append(row)
+        with open(rows_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+        (out / "summary.json").write_text(json.dumps(summary(rows, machine), indent=1) + "\n")
+    else:
+        todo = []
+    doc = summary(rows, machine)
+    if why_stopped:
+        print(why_stopped, file=sys.stderr, flush=True)
+        doc.update(stopped=why_stopped, not_measured=[f"{c}/{a}" for c, a in todo])
+        (out / "summary.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc, indent=1))
+    return rows
 
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def test_the_stacked_paper_table_measures_on_a_cpu_and_resumes(tmp_path: Path) -
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_stacked.py"
     cmd = [_sys.executable, str(script), "--preset", "quick", "--steps", "4", "--seeds", "2", "--columns", "recall",
-           "--device", "cpu", "--out", str(tmp_path)]
+           "--modes", "graph", "compiled", "alone", "--device", "cpu", "--out", str(tmp_path)]
     subprocess.run([*cmd, "--archs", "mlp"], check=True, capture_output=True, cwd=script.parent)
     subprocess.run([*cmd, "--archs", "mlp", "mlp_pointwise"], check=True, capture_output=True, cwd=script.parent)
     rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
