@@ -44,6 +44,11 @@ for name, shape in {"uneven": (3, 9, 70, 5, 1.0), "one_step": (2, 1, 8, 16, 1.0)
                  for k, a, b in zip(["y", "u", "delta", "A", "B", "C", "D"], [y, *gs], [y0, *g0])}
     out[name]["finite"] = bool(all(torch.isfinite(g).all() for g in gs))
 
+from windtunnel.models.scan_triton import CHUNK, TritonScan
+x = inputs(2, 130, 33, 16, 1.0, seed=1)
+kept = TritonScan.apply(*(t.float().contiguous() for t in (x[0], x[1], x[2].unsqueeze(0), x[3], x[4], x[5].unsqueeze(0))))[1]
+out["kept"] = {"shape": list(kept.shape), "chunk": CHUNK}
+
 task = tasks.make("bijection", V=6, L=5)
 torch.manual_seed(0)
 model = models.make("mamba", task, params=20_000)
@@ -120,6 +125,15 @@ def test_the_triton_scan_equals_the_reference(interpreted: dict, case: str) -> N
     errors = interpreted[case]
     assert errors.pop("finite")
     assert max(errors.values()) < 2e-5, errors
+
+
+def test_the_forward_pass_keeps_the_state_of_each_chunk_not_of_each_position(interpreted: dict) -> None:
+    """The states the backward pass needs are recomputed from one kept at the end of each chunk: ``⌈T/CHUNK⌉`` states
+    a sequence and channel, not ``T`` (130 positions: 9 chunks of 16, the last one short — and the "long" case above
+    holds the gradients recomputed across those chunks to the reference)."""
+    kept = interpreted["kept"]
+    chunks = -(-130 // kept["chunk"])
+    assert kept["shape"] == [2, chunks, 33, 16] and 1 < chunks < 130
 
 
 def test_a_mamba_through_the_triton_scan_is_the_same_mamba(interpreted: dict) -> None:
