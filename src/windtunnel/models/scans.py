@@ -375,9 +375,10 @@ def _triton_scan(*args: torch.Tensor) -> torch.Tensor:
 def triton_self_check(device: torch.device | str, tolerance: float = 1e-3) -> str | None:
     """``None`` when the Triton scan (:mod:`windtunnel.models.scan_triton`) reproduces the reference scan on
     ``device`` — values and every gradient, on a small random problem with uneven sizes (37 channels, not a multiple
-    of a block; ``N`` = 5, not a power of two) — else what differed, relative to each output's largest magnitude."""
+    of a block; ``N`` = 5, not a power of two; 37 positions, two whole chunks of the kernels' recomputation and a
+    short one) — else what differed, relative to each output's largest magnitude."""
     g = torch.Generator().manual_seed(0)
-    Bsz, T, Di, N = 2, 7, 37, 5
+    Bsz, T, Di, N = 2, 37, 37, 5
     shapes = {"u": (Bsz, T, Di), "delta": (Bsz, T, Di), "A": (Di, N), "B": (Bsz, T, N), "C": (Bsz, T, N), "D": (Di,)}
     base = {k: torch.randn(*s, generator=g, dtype=torch.float64) for k, s in shapes.items()}
     base["delta"] = torch.nn.functional.softplus(base["delta"])
