@@ -488,7 +488,7 @@ def test_reproduce_dry_run_says_where_each_missing_cell_stands(tmp_path: Path, m
 
     shutil.rmtree(reproduce.run_dir(results, s1.cell))  # trained on another machine: its run folder is not here
     assert reproduce.reproduce("paper1", results=results, dry_run=True)["progress"] == {
-        "main-transformer-s1": "committed without eval.json; no run folder here, so trained again"}
+        "main-transformer-s1": "committed with no eval.json; no run folder here, so trained again"}
 
 
 @pytest.mark.slow

@@ -218,8 +218,11 @@ def progress(job: Job, results: Path) -> str:
 
     steps, folder = job.cell.config()["steps"], run_dir(results, job.cell)
     done = RunDir(folder).latest_step() if folder.is_dir() else 0
-    if not done and (cell_dir(results, job.cell) / "cell.json").is_file():  # trained elsewhere, its checkpoints not here
-        return "committed without " + ", ".join(missing(job, results)) + "; no run folder here, so trained again"
+    cell = cell_dir(results, job.cell)
+    if not done and (cell / "cell.json").is_file():  # trained elsewhere, its checkpoints not here
+        # an artifact there but out of date (a diagnostic added or changed since) is not one that is absent
+        said = [f"an outdated {a}" if stored(cell / a) is not None else f"no {a}" for a in missing(job, results)]
+        return "committed with " + ", ".join(said) + "; no run folder here, so trained again"
     if done >= steps:
         return "trained; " + ", ".join(missing(job, results)) + " missing"
     return f"trained to step {done} of {steps}" if done else "not started"
