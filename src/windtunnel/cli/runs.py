@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_runs(args: argparse.Namespace, extra: list[str]) -> int:
     """``runs [DIR]``: one line per run folder under DIR — where it stands and what is left to do."""
-    from ..run.runs import survey
+    from ..run.survey import survey
 
     root = Path(args.folder)
     if not root.is_dir():
