@@ -145,7 +145,7 @@ def test_on_gpus_reproduce_runs_one_graphed_stack_per_gpu_and_three_cells_unstac
     (stacked, devices), (alone, _) = seen
     assert stacked == 2 * 1 and alone == min(2 * 3, 6)
     assert sorted(devices) == ["cuda:0"] * 3 + ["cuda:1"] * 3
-    assert stacking.default_workers(0, True, cores=5) == 5 and stacking.default_workers(3, False, cores=5) == 9
+    assert executors.default_workers(0, True, cores=5) == 5 and executors.default_workers(3, False, cores=5) == 9
 
 
 @pytest.mark.slow

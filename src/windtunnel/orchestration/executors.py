@@ -62,6 +62,17 @@ def _if_not_stopping(work: Work, payload: dict[str, Any]) -> dict[str, Any]:
     return work(payload)
 
 
+def default_workers(gpus: int, stacked: bool, cores: int) -> int:
+    """How many workers a command runs at once when not told: on GPUs, one graphed stack per GPU
+    (:data:`~windtunnel.run.grid.STACKS_PER_GPU`) where cells train as stacks, else
+    :data:`~windtunnel.run.grid.CELLS_PER_GPU` cells per GPU; without one, a worker per CPU core."""
+    from ..run import grid
+
+    if not gpus:
+        return max(1, cores)
+    return gpus * (grid.STACKS_PER_GPU if stacked else grid.CELLS_PER_GPU)
+
+
 def run_local(work: Work, payloads: Sequence[dict[str, Any]], workers: int) -> Iterator[Outcome]:
     """Each payload through ``work`` on ``workers`` processes of this machine, yielded as it finishes; a cell that
     raises is yielded with its exception and the others go on.
@@ -205,9 +216,7 @@ class SlurmOptions:
 
     def at_once(self, stacked: bool) -> int:
         """Workers one task runs at once: ``workers``, else one graphed stack per GPU where cells train as stacks
-        (three cells per GPU where they do not), else one per CPU (:func:`~windtunnel.orchestration.stacking.default_workers`)."""
-        from .stacking import default_workers
-
+        (three cells per GPU where they do not), else one per CPU (:func:`default_workers`)."""
         return self.workers or default_workers(self.gpus, stacked, self.cpus)
 
     def parameters(self) -> dict[str, Any]:
@@ -376,5 +385,5 @@ def environment_ok() -> None:
                         "login node, or use --executor local)")
 
 
-__all__ = ["EXECUTORS", "CellFailed", "SlurmOptions", "default_folder", "environment_ok", "run_local", "run_shard",
+__all__ = ["EXECUTORS", "CellFailed", "SlurmOptions", "default_folder", "default_workers", "environment_ok", "run_local", "run_shard",
            "run_slurm", "scheduler_available", "shards", "slurm_options", "submit"]

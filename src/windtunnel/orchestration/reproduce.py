@@ -398,7 +398,7 @@ def reproduce(target: str, preset: str = "quick", results: str | Path = "results
     cores = os.cpu_count() or 1
     n_gpu = torch.cuda.device_count() if slurm is None else slurm.gpus
     workers = (slurm.at_once(stacking.wanted(stack, n_gpu)) if slurm is not None else
-               workers or min(stacking.default_workers(n_gpu, stacking.wanted(stack, n_gpu), cores), len(todo)))
+               workers or min(executors.default_workers(n_gpu, stacking.wanted(stack, n_gpu), cores), len(todo)))
     threads = 1 if n_gpu else threads or max(1, (slurm.cpus if slurm is not None else cores) // workers)
     summary.update(workers=workers, threads=threads)
     todo = schedule(todo, results, workers)

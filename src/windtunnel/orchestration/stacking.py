@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from .executors import Outcome, Work
 
-__all__ = ["STACK_CHOICES", "default_workers", "group", "members", "outcomes", "wanted", "work_stack"]
+__all__ = ["STACK_CHOICES", "group", "members", "outcomes", "wanted", "work_stack"]
 
 STACK_CHOICES = ("auto", "on", "off")
 
@@ -32,17 +32,6 @@ STACK_CHOICES = ("auto", "on", "off")
 def wanted(stack: str, gpus: int) -> bool:
     """Whether to stack: ``on``, or ``auto`` where the cells run on GPUs."""
     return stack == "on" or (stack == "auto" and gpus > 0)
-
-
-def default_workers(gpus: int, stacked: bool, cores: int) -> int:
-    """How many workers a command runs at once when not told: on GPUs, one graphed stack per GPU
-    (:data:`~windtunnel.run.grid.STACKS_PER_GPU`) where cells train as stacks, else
-    :data:`~windtunnel.run.grid.CELLS_PER_GPU` cells per GPU; without one, a worker per CPU core."""
-    from ..run import grid
-
-    if not gpus:
-        return max(1, cores)
-    return gpus * (grid.STACKS_PER_GPU if stacked else grid.CELLS_PER_GPU)
 
 
 OWN_WORK = ("config", "seed", "run_dir", "cell_dir", "job", "device", "column", "lengths", "analyze", "analyze_n")

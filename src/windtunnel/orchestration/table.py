@@ -24,7 +24,7 @@ that ``windtunnel reproduce`` committed under ``OUT/cells/`` with the same recip
 taken from there (``committed_cell``): the committed cells and the table are one set of runs.  Cells run in parallel in worker
 processes (``concurrent.futures`` from the standard library): on GPUs one graphed stack of a cell's seeds per GPU
 (``grid.STACKS_PER_GPU``), or three cells per GPU unstacked (``grid.CELLS_PER_GPU``), otherwise CPU workers splitting
-the cores (``stacking.default_workers``).
+the cores (``executors.default_workers``).
 
 The same command makes the sequel's table (``family="sequel"``, ``windtunnel table --family sequel``: Bayesian
 model selection over function classes, the model-selection sequel of the wind-tunnel papers, arXiv 2607.19379):
@@ -378,7 +378,7 @@ def run_table(
     if slurm is not None:
         workers = slurm.at_once(stacking.wanted(stack, n_gpu))
     elif workers is None:
-        workers = stacking.default_workers(n_gpu, stacking.wanted(stack, n_gpu), cores)
+        workers = executors.default_workers(n_gpu, stacking.wanted(stack, n_gpu), cores)
     threads = 1 if n_gpu else max(1, cores // workers)
     jobs = []
     for seed in range(seeds):
