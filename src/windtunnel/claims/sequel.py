@@ -33,6 +33,7 @@ SCALE = (f"reduced scale ({grid.EXPERIMENTS['ms_arith_opaque'].recipes['quick'].
 ARCH = "transformer"
 
 INVOLUTION = ("ms_involution_integer", "ms_involution_opaque")
+INVOLUTION_LONG = tuple(f"{c}_long" for c in INVOLUTION)
 RELATIONAL = ("ms_relational_integer", "ms_relational_opaque")
 ARITH, OPAQUE, FIXED = "ms_arith_integer", "ms_arith_opaque", "ms_arith_fixed"
 LONG, FACTS = "ms_arith_opaque_long", "ms_arith_opaque_facts"
@@ -67,7 +68,9 @@ MS1_RULE = Every(AtMost(0.01, "bits", of="the sequel's"), "symbol regime (intege
        "A small transformer matches Bayes on involutions, with integer and with opaque symbols",
        "0.01 bits (≈2.8M, 3 seeds)", "paper",
        "entropy_mae_curve (bits), transformer, ms_involution_integer and ms_involution_opaque (n = 12, L = 10), "
-       "3 seeds", MS1_RULE, REPRO, cells=reads(*INVOLUTION))
+       "3 seeds; control: four times the steps in both regimes (ms_involution_integer_long, "
+       "ms_involution_opaque_long)", MS1_RULE, REPRO, cells=reads(*INVOLUTION, *INVOLUTION_LONG),
+       rule_note="a disagreement is read against the budget control: both regimes' cells with four times the steps")
 def _ms1(ev: Evidence) -> Verdict:
     got = [ev.eval_metric(c, ARCH, SEEDS, "entropy_mae_curve") for c in INVOLUTION]
     if None in got:
@@ -75,9 +78,20 @@ def _ms1(ev: Evidence) -> Verdict:
     integer, opaque = got
     kind = MS1_RULE.kind(got)
     worst = max(got, key=lambda m: m.value)
-    return Verdict(kind, with_files(worst, *got),
-                   f"integer {integer.text()} bits, opaque {opaque.text()} bits; "
-                   + MS1_RULE.rule.reading(worst) + " (the larger shown)", scale=SCALE)
+    why = (f"integer {integer.text()} bits, opaque {opaque.text()} bits; " + MS1_RULE.rule.reading(worst)
+           + " (the larger shown)")
+    if kind != DISAGREE:
+        return Verdict(kind, with_files(worst, *got), why, scale=SCALE)
+    longer = [ev.eval_metric(c, ARCH, SEEDS, "entropy_mae_curve") for c in INVOLUTION_LONG]
+    if None in longer:
+        return Verdict(kind, with_files(worst, *got), why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps "
+                       f"({', '.join(INVOLUTION_LONG)}) not committed yet", scale=SCALE)
+    budget = Control("budget", MS1_RULE.kind(longer), all(learned_task(ev, c, ARCH) for c in INVOLUTION_LONG),
+                     cite=f"{ev.folder(INVOLUTION_LONG[0], ARCH, SEEDS[0])}/eval.json (and the other seeds and "
+                          f"regime; {REPRO})")
+    return Verdict(DISAGREE, with_files(worst, *got, *longer),
+                   why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: integer {longer[0].text()} bits, opaque "
+                   f"{longer[1].text()} bits", scale=SCALE, consulted=(budget,))
 
 
 # --- MS2: involutions against 3-cycles --------------------------------------------------------------------------------

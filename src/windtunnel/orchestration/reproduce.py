@@ -116,14 +116,15 @@ def plan(target: str, preset: str = "quick") -> list[Job]:
 
 
 SEQUEL_CELLS = tuple((column, arch) for column in grid.SEQUEL_COLUMNS for arch in grid.SEQUEL_ARCHS
-                     if not column.endswith("_facts") or arch == "transformer")
+                     if column not in grid.SEQUEL_TRANSFORMER_ONLY or arch == "transformer")
 """The sequel's cells (model selection, arXiv 2607.19379): every sequel column — {involution alone, involutions vs
 3-cycles, rotations vs multiplications} × {integer, opaque, fixed} symbols, and the budget control of the opaque
-arithmetic cell — on each of the papers' four architectures, one recipe for all; the in-context-facts control on the
-transformer alone (the architecture *In-Context Algebra* trained, and the one the claims read): its episodes are
-412 tokens against 20 (two operation tables of 49 facts, four tokens each), so a step costs some twenty times a
-cell's and the cell takes about an hour on one CPU core (each committed cell's ``timings.json`` records its seconds).
-Its claims read the transformer's cells (and the header probe on the opaque arithmetic cells)."""
+arithmetic cell — on each of the papers' four architectures, one recipe for all; on the transformer alone
+(:data:`grid.SEQUEL_TRANSFORMER_ONLY`: the architecture the claims read, and *In-Context Algebra* trained) the budget
+control of the involution cells and the in-context-facts control, whose episodes are 412 tokens against 20 (two
+operation tables of 49 facts, four tokens each), so a step costs some twenty times a cell's and the cell takes hours
+on one CPU core (each committed cell's ``timings.json`` records its seconds).  Its claims read the transformer's
+cells (and the header probe on the opaque arithmetic cells)."""
 
 BELIEF_CELLS = (("mess3", "transformer"), ("mess3", "mamba"), ("mess3", "lstm"))
 """Beyond the papers: the Mess3 process (one fixed 3-state hidden Markov process whose beliefs form a fractal)

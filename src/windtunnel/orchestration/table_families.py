@@ -53,10 +53,10 @@ class Family:
     title: str  # the html page's title and heading
 
     def has_cell(self, column: str, arch: str) -> bool:
-        """Whether (column, arch) is one of the family's cells: every pair, except that the sequel's
-        in-context-facts control is the transformer's alone (``reproduce.SEQUEL_CELLS``: its episodes are twenty
-        times as long, and *In-Context Algebra* trained a transformer)."""
-        return self.name != "sequel" or not column.endswith("_facts") or arch == "transformer"
+        """Whether (column, arch) is one of the family's cells: every pair, except that the sequel's controls of
+        claims about the transformer are the transformer's alone (``grid.SEQUEL_TRANSFORMER_ONLY``, as
+        ``reproduce.SEQUEL_CELLS``)."""
+        return self.name != "sequel" or column not in grid.SEQUEL_TRANSFORMER_ONLY or arch == "transformer"
 
 
 FAMILIES: dict[str, Family] = {

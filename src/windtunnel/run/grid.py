@@ -339,7 +339,11 @@ one class alone (MS1), involutions against 3-cycles (MS2), rotations against mul
 SEQUEL_ARCHS = ("transformer", "mamba", "lstm", "mlp")
 """The architectures every sequel column is trained on (the papers' four)."""
 SEQUEL_LONG_FACTOR = 4
-"""The budget control of the opaque arithmetic cell: its recipe at this many times the steps."""
+"""The budget controls (the opaque arithmetic cell; the involution cells, both regimes): their recipe at this many
+times the steps."""
+SEQUEL_TRANSFORMER_ONLY = ("ms_involution_integer_long", "ms_involution_opaque_long", "ms_arith_opaque_facts")
+"""Sequel columns trained on the transformer alone: controls of claims about the transformer (the involution cells'
+budget; the facts in context, whose episodes cost some twenty times a cell's step)."""
 
 
 # the transformer reads the relabelling header by absolute slot (header position i states pi(i)), as the HMM column
@@ -360,6 +364,9 @@ SEQUEL_EXPERIMENTS = (
     # gives a group's facts) and the budget control, both on the cell the sequel says fails
     _sequel("ms_arith", "opaque", "_facts", facts_in_context=True),
     _sequel("ms_arith", "opaque", "_long", replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps)),
+    # the budget control of the one-class cells (MS1), in both symbol regimes the claim reads
+    *(_sequel("ms_involution", symbols, "_long", replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps))
+      for symbols in ("integer", "opaque")),
 )
 EXPERIMENTS.update({e.name: e for e in SEQUEL_EXPERIMENTS})
 SEQUEL_COLUMNS = tuple(e.name for e in SEQUEL_EXPERIMENTS)
