@@ -132,7 +132,7 @@ def test_the_sequel_cells_are_one_recipe_on_four_architectures() -> None:
     symbols (the facts control: and the facts), and makes a valid task."""
     plan = reproduce.plan("sequel")
     assert {(j.cell.column, j.cell.arch) for j in plan} >= set(reproduce.SEQUEL_CELLS)
-    assert len(reproduce.SEQUEL_CELLS) == 10 * 4 + 3 and len(plan) == (10 * 4 + 3) * len(grid.SEEDS)
+    assert len(reproduce.SEQUEL_CELLS) == 10 * 4 + 4 and len(plan) == (10 * 4 + 4) * len(grid.SEEDS)
     for column in grid.SEQUEL_TRANSFORMER_ONLY:
         assert [a for c, a in reproduce.SEQUEL_CELLS if c == column] == ["transformer"]
     assert {(j.cell.column, j.cell.arch) for j in plan if j.analyze} == {("ms_arith_opaque", "transformer")}

@@ -35,6 +35,7 @@ ARCH = "transformer"
 INVOLUTION = ("ms_involution_integer", "ms_involution_opaque")
 INVOLUTION_LONG = tuple(f"{c}_long" for c in INVOLUTION)
 RELATIONAL = ("ms_relational_integer", "ms_relational_opaque")
+RELATIONAL_LONG = f"{RELATIONAL[0]}_long"
 ARITH, OPAQUE, FIXED = "ms_arith_integer", "ms_arith_opaque", "ms_arith_fixed"
 LONG, FACTS = "ms_arith_opaque_long", "ms_arith_opaque_facts"
 
@@ -104,13 +105,14 @@ MS2_RULE = All(LEARNS, IntervalBelow(0.001, "", of="the class-posterior MAE's"))
        "class-posterior MAE < 0.001", "paper",
        "kl (bits) and class_posterior_mae — the class posterior read from the model's predictive as the KL-closest "
        "Bayes mixture of the exact within-class predictives, where identified — transformer, ms_relational_integer "
-       "(n = 12, L = 10), 3 seeds; the opaque regime shown beside",
-       MS2_RULE, REPRO, cells=reads(*RELATIONAL),
+       "(n = 12, L = 10), 3 seeds; the opaque regime shown beside; control: four times the steps "
+       "(ms_relational_integer_long)",
+       MS2_RULE, REPRO, cells=reads(*RELATIONAL, RELATIONAL_LONG),
        threshold="learned: the KL below 10% of the context-blind floor (ours, Paper I's convention; the sequel's 0.001 "
                  "is the class-posterior bound)",
        rule_note="judged on the integer cell; the sequel does not say how it reads a model's class posterior: ours is "
                  "the mixture weight that makes the Bayes mixture closest to the model's predictive (docs/"
-                 "model-selection.md)")
+                 "model-selection.md); a disagreement is read against the budget control")
 def _ms2(ev: Evidence) -> Verdict:
     cells = {c: (_reading(ev, c), ev.eval_metric(c, ARCH, SEEDS, "class_posterior_mae")) for c in RELATIONAL}
     (learn, mae), (o_learn, o_mae) = cells[RELATIONAL[0]], cells[RELATIONAL[1]]
@@ -122,9 +124,21 @@ def _ms2(ev: Evidence) -> Verdict:
         if LEARNS.kind(*learn) == DISAGREE:
             return Verdict(DISAGREE, with_files(learn[0]), f"{_share(learn)}: not learned{beside}", scale=SCALE)
         return missing("class_posterior_mae in the integer cells' eval.json")
-    return Verdict(MS2_RULE.kind(learn, mae), with_files(mae, learn[0]),
-                   f"class-posterior MAE {mae.text()} at the positions where it is identified; {_share(learn)}{beside}",
-                   scale=SCALE)
+    kind = MS2_RULE.kind(learn, mae)
+    ours = with_files(mae, learn[0])
+    why = f"class-posterior MAE {mae.text()} at the positions where it is identified; {_share(learn)}{beside}"
+    if kind != DISAGREE:
+        return Verdict(kind, ours, why, scale=SCALE)
+    longer, long_mae = _reading(ev, RELATIONAL_LONG), ev.eval_metric(RELATIONAL_LONG, ARCH, SEEDS, "class_posterior_mae")
+    if longer is None or long_mae is None:
+        return Verdict(kind, ours, why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps ({RELATIONAL_LONG}) not committed "
+                       "yet", scale=SCALE)
+    budget = Control("budget", MS2_RULE.kind(longer, long_mae), learned_task(ev, RELATIONAL_LONG, ARCH),
+                     cite=f"{ev.folder(RELATIONAL_LONG, ARCH, SEEDS[0])}/eval.json (and seeds "
+                          f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
+    return Verdict(DISAGREE, with_files(ours, long_mae, longer[0]),
+                   why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: class-posterior MAE {long_mae.text()}, "
+                   f"{_share(longer)}", scale=SCALE, consulted=(budget,))
 
 
 # --- MS3: rotations against multiplications: integers succeed, opaque symbols fail ------------------------------------

@@ -341,9 +341,11 @@ SEQUEL_ARCHS = ("transformer", "mamba", "lstm", "mlp")
 SEQUEL_LONG_FACTOR = 4
 """The budget controls (the opaque arithmetic cell; the involution cells, both regimes): their recipe at this many
 times the steps."""
-SEQUEL_TRANSFORMER_ONLY = ("ms_involution_integer_long", "ms_involution_opaque_long", "ms_arith_opaque_facts")
-"""Sequel columns trained on the transformer alone: controls of claims about the transformer (the involution cells'
-budget; the facts in context, whose episodes cost some twenty times a cell's step)."""
+SEQUEL_TRANSFORMER_ONLY = ("ms_involution_integer_long", "ms_involution_opaque_long", "ms_relational_integer_long",
+                           "ms_arith_opaque_facts")
+"""Sequel columns trained on the transformer alone: controls of claims about the transformer (the budget of the
+involution cells and of the involutions-vs-3-cycles cell; the facts in context, whose episodes cost some twenty times
+a cell's step)."""
 
 
 # the transformer reads the relabelling header by absolute slot (header position i states pi(i)), as the HMM column
@@ -364,9 +366,12 @@ SEQUEL_EXPERIMENTS = (
     # gives a group's facts) and the budget control, both on the cell the sequel says fails
     _sequel("ms_arith", "opaque", "_facts", facts_in_context=True),
     _sequel("ms_arith", "opaque", "_long", replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps)),
-    # the budget control of the one-class cells (MS1), in both symbol regimes the claim reads
+    # the budget controls of the one-class cells (MS1, in both symbol regimes it reads) and of the involutions-vs-
+    # 3-cycles cell (MS2, judged on its integer regime)
     *(_sequel("ms_involution", symbols, "_long", replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps))
       for symbols in ("integer", "opaque")),
+    _sequel("ms_relational", "integer", "_long",
+            replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps)),
 )
 EXPERIMENTS.update({e.name: e for e in SEQUEL_EXPERIMENTS})
 SEQUEL_COLUMNS = tuple(e.name for e in SEQUEL_EXPERIMENTS)
