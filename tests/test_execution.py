@@ -103,3 +103,23 @@ def test_the_scans_run_are_named_and_a_refused_triton_scan_says_why(monkeypatch:
     assert scans._checked_outside_transforms("cpu") is False
     assert scans._TRITON_VERDICTS["cpu"] == "ImportError: No module named 'triton'"
     scans._TRITON_VERDICTS.pop("cpu")
+
+
+def _sets_threads(payload: dict) -> dict:
+    torch.set_num_threads(payload["threads"])
+    if payload.get("fail"):
+        raise ValueError("this cell fails")
+    return {"threads": torch.get_num_threads()}
+
+
+def test_a_cell_worked_in_this_process_leaves_its_thread_count_behind() -> None:
+    # one worker runs each cell in the calling process: the count a cell's recipe sets must end with the cell (a
+    # test session left with two threads on a busy core ran its later tests many times slower)
+    from windtunnel.orchestration.executors import run_local
+
+    before = torch.get_num_threads()
+    wanted = before + 1
+    outcomes = list(run_local(_sets_threads, [{"threads": wanted}, {"threads": wanted, "fail": True}], 1))
+    assert outcomes[0][1] == {"threads": wanted}  # the cell ran with its own count
+    assert isinstance(outcomes[1][2], ValueError)
+    assert torch.get_num_threads() == before

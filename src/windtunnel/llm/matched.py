@@ -385,8 +385,12 @@ def run_matched(setup: MatchedSetup, runs: Path, out: Path, workers: int = 1, lo
             f"focusing ↓{f['reduction_first_to_last']:.0%} ({t['train_s']:.0f} s training)")
 
     if workers == 1:
+        from ..run.config import threads_kept
+
         for job in jobs:
-            report(_work_arm(job))
+            with threads_kept():  # the arm's thread count is its own, not this process's
+                doc = _work_arm(job)
+            report(doc)
     elif jobs:
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
             for fut in as_completed([pool.submit(_work_arm, job) for job in jobs]):

@@ -83,11 +83,16 @@ def run_local(work: Work, payloads: Sequence[dict[str, Any]], workers: int) -> I
     command resumes them all."""
     with stopping.catching():
         if workers == 1:
+            from ..run.config import threads_kept
+
             for p in payloads:
                 try:
-                    yield p, _if_not_stopping(work, p), None
+                    with threads_kept():  # the cell's thread count is its own, not this process's
+                        out = _if_not_stopping(work, p)
                 except Exception as exc:  # noqa: BLE001 - handed to the caller, once the other cells are worked
                     yield p, None, exc
+                else:
+                    yield p, out, None
             return
         yield from _pool(work, payloads, workers)
 

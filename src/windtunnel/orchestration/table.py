@@ -65,13 +65,10 @@ def cell_config(preset: str, column: str, arch: str, seed: int, params: int | No
 def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume) and evaluate one cell; returns its summary.  Runs in a worker process
     (or in this one with ``workers=1``: the thread count is restored afterwards)."""
-    import torch
+    from ..run.config import threads_kept
 
-    threads = torch.get_num_threads()
-    try:
+    with threads_kept():
         return _run_cell(job)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def claimed_cell(job: dict[str, Any]) -> dict[str, Any]:

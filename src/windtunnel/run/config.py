@@ -1,15 +1,17 @@
 """What a training run is: ``TrainConfig``, the fields that rebuild its task, model and optimiser
 (written to the run folder as ``config.json``), validated when it is made, the TOML/JSON file
-that holds one, and the device a run trains on (``pick_device``)."""
+that holds one, the device a run trains on (``pick_device``) and the
+thread count a cell worked in the calling process leaves behind (``threads_kept``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -158,6 +160,20 @@ NOT_THE_RECIPE = ("progress", "trackers", "ckpt_minutes", "device", "compile")
 """``TrainConfig`` fields that say how a run is watched, kept and where and how it computes, not what it trains: a run
 resumed or reused with other values of these is the same run (a cell trained on a GPU is the grid's cell, and
 resumes on a CPU; a compiled model is the same model, its sums in another order)."""
+
+
+@contextlib.contextmanager
+def threads_kept() -> Iterator[None]:
+    """Run the block, then give torch back the intra-op thread count it had before.
+
+    A cell's work sets the count its recipe asks for; where that work runs in the calling process (one worker) the
+    count must not outlive it — a caller left with two threads on a core that is already busy runs every later
+    small step several times slower (threads spinning on each other)."""
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def pick_device(name: str) -> torch.device:
