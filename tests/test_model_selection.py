@@ -355,3 +355,99 @@ def test_facts_in_context_are_the_operation_tables_in_the_episodes_symbols() -> 
     assert len(orders) == 30
     shown = with_facts.decode(ep, 0)[with_facts.facts_start : start]
     assert all(w in ("+", "×") for w in shown[1::4]) and all(w.startswith("=s") for w in shown[3::4])
+
+
+# --- the header-blind posterior: a reader who sees every pair but not the header ------------------------------------
+
+def brute_header_blind(classes: tuple[str, ...], n: int, query_zero: bool, pairs: list[tuple[int, int]], asked: list[int],
+                       s: int) -> list[Fraction]:
+    """The predictive of ``g(s)`` over symbols for a reader without the header, by summing over every relabelling
+    ``π`` and every (class, function) hypothesis the prior mass ``P(C)/|C|/n!`` of those under which every shown
+    symbol pair is ``π∘f∘π⁻¹`` and (when 0 is never asked) no asked symbol is ``π(0)``."""
+    pred = [Fraction(0)] * n
+    for pi in itertools.permutations(range(n)):
+        inverse = {p: v for v, p in enumerate(pi)}
+        if not query_zero and any(inverse[a] == 0 for a in [*asked, s]):
+            continue
+        for name in classes:
+            fs = functions(name, n)
+            for f in fs:
+                g = {a: pi[f[inverse[a]]] for a in range(n)}
+                if all(g[a] == b for a, b in pairs):
+                    pred[g[s]] += Fraction(1, len(classes) * len(fs))
+    total = sum(pred)
+    return [p / total for p in pred]
+
+
+def test_the_header_blind_posterior_by_hand() -> None:
+    # n = 3, rotations (x+1, x+2: the two 3-cycles) against the one multiplication (x -> 2x: fixes 0, swaps 1 and 2),
+    # 0 never asked.  At the first query s, a reader without the header knows only that s is not pi(0): a rotation
+    # sends s to either other symbol (1/2 each), the multiplication to the one other symbol that is not pi(0), and
+    # pi(0) is either of them (1/2 each) — so 1/2, 1/2 on the two other symbols.  The exact posterior, which reads x from
+    # the header, puts 1/2·1/2 + 1/2 = 3/4 on 2x and 1/4 on the third value.
+    task = tasks.make("model_selection", n=3, classes="rotation,multiplication", L=2, symbols="opaque", query_zero=False)
+    ep = task.sample(40, 0)
+    q = int(task.query_positions()[0])
+    blind, exact = task.header_blind_posterior(ep.tokens)[:, q], ep.posterior[:, q]
+    for b in range(40):
+        s = int(ep.tokens[b, q]) - task.offset
+        others = [c for c in range(3) if c != s]
+        assert blind[b, s] == 0 and all(abs(float(blind[b, c]) - 0.5) < 1e-12 for c in others)
+        pi = ep.latent["relabel"][b].tolist()
+        twice = pi[(2 * pi.index(s)) % 3]  # the symbol of 2x
+        assert abs(float(exact[b, twice]) - 0.75) < 1e-12 and exact[b, s] == 0
+
+
+@pytest.mark.parametrize("params", [
+    {"n": 5, "classes": "rotation,multiplication", "L": 4, "query_zero": False},
+    {"n": 5, "classes": "rotation,multiplication", "L": 3, "query_zero": True},
+    {"n": 6, "classes": "involution,rotation", "L": 4, "query_zero": True},
+])
+def test_the_header_blind_posterior_equals_enumeration_over_every_relabelling(params: dict) -> None:
+    task = tasks.make("model_selection", symbols="opaque", **params)
+    ep = task.sample(12, 3)
+    blind = task.header_blind_posterior(ep.tokens)
+    classes, n = task.class_names, task.n
+    for b in range(len(ep.tokens)):
+        body = (ep.tokens[b, task.body_start :] - task.offset).tolist()
+        asked, shown = body[0::2], body[1::2]
+        for j, s in enumerate(asked):
+            want = brute_header_blind(classes, n, task.query_zero, list(zip(asked[:j], shown[:j])), asked[:j], s)
+            got = blind[b, task.body_start + 2 * j]
+            assert torch.allclose(got, torch.tensor([float(w) for w in want], dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_the_header_blind_posterior_ignores_the_header_and_is_bayes_where_the_header_carries_nothing() -> None:
+    arith = tasks.make("model_selection", n=7, classes="rotation,multiplication", L=6, symbols="opaque", query_zero=False)
+    ep = arith.sample(64, 1)
+    other = ep.tokens.clone()
+    other[:, 1 : arith.n + 1] = other[:, 1 : arith.n + 1].roll(1, dims=0)  # another episode's header
+    blind = arith.header_blind_posterior(ep.tokens)
+    assert torch.equal(blind, arith.header_blind_posterior(other))
+    assert not torch.equal(ep.posterior, arith.posterior(other))  # the exact posterior reads the header
+    # the header is worth something on the arithmetic pair: the blind reader is further from Bayes than zero and
+    # nearer than the context-blind floor (it reads the symbols' relations)
+    kl = (ep.posterior * (ep.posterior.clamp_min(1e-300).log2() - blind.clamp_min(1e-300).log2())).where(
+        ep.posterior > 0, torch.zeros(())).sum(-1)[ep.mask]
+    assert kl.mean() > 0.1
+    # involutions and 3-cycles are closed under relabelling: asked everywhere, the header then carries nothing
+    relational = tasks.make("model_selection", n=6, classes="involution,three_cycle", L=5, symbols="opaque")
+    ep = relational.sample(64, 2)
+    assert torch.allclose(relational.header_blind_posterior(ep.tokens), ep.posterior, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("params", [
+    {"symbols": "integer"}, {"symbols": "fixed"}, {"symbols": "opaque", "facts_in_context": True},
+    {"symbols": "opaque", "n": 11},
+])
+def test_the_header_blind_posterior_is_none_where_it_is_not_defined_or_not_computed(params: dict) -> None:
+    task = tasks.make("model_selection", **{"n": 7, "classes": "rotation,multiplication", "L": 4, **params})
+    assert task.header_blind_posterior(task.sample(2, 0).tokens) is None
+
+
+def test_the_header_blind_row_is_among_an_opaque_columns_references_alone() -> None:
+    from windtunnel.orchestration import table
+
+    assert "header_blind" in table.reference_rows("quick", "ms_arith_opaque")
+    assert "header_blind" not in table.reference_rows("quick", "ms_arith_integer")
+    assert "header_blind" not in table.reference_rows("quick", "ms_arith_fixed")

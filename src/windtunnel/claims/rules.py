@@ -231,17 +231,20 @@ class NotBelow(Rule):
 
 @dataclass(frozen=True)
 class FloorShare(Rule):
-    """A model's error as a share of the context-blind floor (the best a model that ignores its context does):
-    ``below`` — it learns the task, ``mean < fraction · floor``; else it fails it, ``mean ≥ fraction · floor``."""
+    """A model's error as a share of a floor — by default the context-blind floor (the best a model that ignores its
+    context does), or another reference's error named by ``floor`` (the header-blind optimum: the best a model that
+    ignores the episode's header does): ``below`` — it learns the task, ``mean < fraction · floor``; else it fails
+    it, ``mean ≥ fraction · floor``."""
 
     fraction: float
     below: bool = True
     what: str = ""
+    floor: str = "the context-blind floor"
 
     @property
     def condition(self) -> str:
         side = "below" if self.below else "at least"
-        return f"{self.what + ' is ' if self.what else ''}{side} {self.fraction:.0%} of the context-blind floor"
+        return f"{self.what + ' is ' if self.what else ''}{side} {self.fraction:.0%} of {self.floor}"
 
     def kind(self, m: Measure, floor: float) -> str:
         ok = m.value < self.fraction * floor if self.below else m.value >= self.fraction * floor

@@ -14,6 +14,9 @@ informed to the most:
   regression), for tasks that define it.  On a task with real-valued inputs ``window_0`` comes first: the
   answer given the current input alone (regression's prior predictive ``N(0, σ_w²‖x‖² + σ²)``), the floor
   of a network without cross-position mixing, which ``context_blind`` — averaged over the inputs — is not;
+* ``header_blind`` — for a task whose episodes state a relabelling in a header (model selection with opaque
+  symbols), the exact posterior of a reader who sees every pair but not the header
+  (``Task.header_blind_posterior``): the most a model that never uses the relabelling can reach;
 * ``oracle_true_prior`` — for a pooled task, the posterior under the true prior: the predictor that
   infers instead of memorising the pool;
 * ``oracle`` — the exact posterior (under a pool, the pool's).
@@ -29,7 +32,8 @@ import torch
 from ..errors import InvalidValue
 from ..tasks.base import BayesOracle, ConditionalMean, Task, fit_samples, oracle
 
-__all__ = ["Uniform", "Windowed", "has_window", "predictors", "window_sizes", "WINDOWS"]
+__all__ = ["HeaderBlind", "Uniform", "Windowed", "has_header_blind", "has_window", "predictors", "window_sizes",
+           "WINDOWS"]
 
 WINDOWS: tuple[int, ...] = (1, 4)
 """The default short memories of the windowed references (pieces of evidence)."""
@@ -79,6 +83,26 @@ class Windowed(BayesOracle):
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         post = self.task.windowed_posterior(tokens.cpu(), None if features is None else features.cpu(), window=self.window)
+        logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
+        return logits.to(tokens.device)
+
+
+def has_header_blind(task: Task) -> bool:
+    """Whether ``task`` defines a header-blind posterior (asked on one episode)."""
+    posterior = getattr(task, "header_blind_posterior", None)
+    return posterior is not None and posterior(task.sample(1, 0).tokens) is not None
+
+
+class HeaderBlind(BayesOracle):
+    """The exact posterior of a reader who does not read the episode's header (``Task.header_blind_posterior``)."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(task)
+        if not has_header_blind(task):
+            raise InvalidValue(f"task {task.name!r} does not define a header-blind posterior here")
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        post = self.task.header_blind_posterior(tokens.cpu())
         logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
         return logits.to(tokens.device)
 

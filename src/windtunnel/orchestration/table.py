@@ -259,11 +259,12 @@ def reference_rows(preset: str, column: str) -> list[str]:
     """The names of the rows :func:`references` writes for ``column`` (a ``references.json`` without one of
     them was written by an older version and is made again)."""
     from .. import tasks
-    from ..evaluation.references import window_sizes
+    from ..evaluation.references import has_header_blind, window_sizes
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
-    return ["oracle", "context_blind", *(f"window_{m}" for m in window_sizes(task))]
+    return ["oracle", "context_blind", *(f"window_{m}" for m in window_sizes(task)),
+            *(["header_blind"] if has_header_blind(task) else [])]
 
 
 def references(preset: str, column: str, eval_n: int, lengths: list[int] | None) -> dict[str, Any]:
@@ -273,17 +274,18 @@ def references(preset: str, column: str, eval_n: int, lengths: list[int] | None)
     (:data:`references.WINDOWS`; on HMM filtering ``window_1`` is the filter of the current observation alone),
     the yardsticks of how much of its context a model reads — and on a task with real-valued inputs
     ``window_0``, the answer given the current input alone, the floor of a network without cross-position mixing
-    there."""
+    there; on a task whose header states a relabelling (model selection, opaque symbols) ``header_blind``, the
+    posterior of a reader who does not read the header."""
     from .. import tasks
     from ..evaluation.evaluate import EVAL_SEED, evaluate
-    from ..evaluation.references import Windowed
+    from ..evaluation.references import HeaderBlind, Windowed
 
     name, params = grid.task_spec(column, preset)
     task = tasks.make(name, **params)
     out = {}
     for ref in reference_rows(preset, column):
         model = (tasks.oracle(task) if ref == "oracle" else tasks.context_blind(task) if ref == "context_blind"
-                 else Windowed(task, int(ref.removeprefix("window_"))))
+                 else HeaderBlind(task) if ref == "header_blind" else Windowed(task, int(ref.removeprefix("window_"))))
         r = evaluate(model, task, n=eval_n, seed=EVAL_SEED, lengths=lengths if ref == "oracle" else None, n_boot=200)
         out[ref] = {
             "metrics": {k: v["value"] for k, v in r.metrics.items()},

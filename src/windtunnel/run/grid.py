@@ -339,13 +339,13 @@ one class alone (MS1), involutions against 3-cycles (MS2), rotations against mul
 SEQUEL_ARCHS = ("transformer", "mamba", "lstm", "mlp")
 """The architectures every sequel column is trained on (the papers' four)."""
 SEQUEL_LONG_FACTOR = 4
-"""The budget controls (the opaque arithmetic cell; the involution cells, both regimes): their recipe at this many
-times the steps."""
+"""The budget controls (the opaque and the fixed-relabelling arithmetic cells; the involution cells, both regimes; the
+involutions-vs-3-cycles integer cell): their recipe at this many times the steps."""
 SEQUEL_TRANSFORMER_ONLY = ("ms_involution_integer_long", "ms_involution_opaque_long", "ms_relational_integer_long",
-                           "ms_arith_opaque_facts")
+                           "ms_arith_fixed_long", "ms_arith_opaque_facts")
 """Sequel columns trained on the transformer alone: controls of claims about the transformer (the budget of the
-involution cells and of the involutions-vs-3-cycles cell; the facts in context, whose episodes cost some twenty times
-a cell's step)."""
+involution cells, of the involutions-vs-3-cycles cell and of the fixed relabelling; the facts in context, whose
+episodes cost some twenty times a cell's step)."""
 
 
 # the transformer reads the relabelling header by absolute slot (header position i states pi(i)), as the HMM column
@@ -372,6 +372,8 @@ SEQUEL_EXPERIMENTS = (
       for symbols in ("integer", "opaque")),
     _sequel("ms_relational", "integer", "_long",
             replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps)),
+    # the budget control of the fixed relabelling (MS4: the arithmetic pair learned when the symbols' meaning is stable)
+    _sequel("ms_arith", "fixed", "_long", replace(_QUICK_SEQUEL, steps=SEQUEL_LONG_FACTOR * _QUICK_SEQUEL.steps)),
 )
 EXPERIMENTS.update({e.name: e for e in SEQUEL_EXPERIMENTS})
 SEQUEL_COLUMNS = tuple(e.name for e in SEQUEL_EXPERIMENTS)

@@ -79,6 +79,16 @@ predictives in closed form:
 * rotation, multiplication — at most ``n`` candidate constants: the consistent ones are kept, the predictive is
   the share of them sending ``x`` to each value.
 
+**Header-blind posterior** (:meth:`ModelSelection.header_blind_posterior`; opaque symbols without facts,
+``n ≤ 8``).  The exact predictive of a reader who sees every shown pair but not the header: with ``π`` unknown and
+uniform, the body is the function ``g = π∘f∘π⁻¹`` on the symbols, and a symbol is never asked when it is
+``π(0)`` and 0 is never asked.  It is the Bayes mixture over the hypotheses ``(π, f)``, weight ``P(C)/(|C|·n!)``,
+that agree with every shown symbol pair and every query so far, computed by enumerating the ``n!`` relabellings.
+It is what a model can reach from the symbols' relations alone (a rotation mod a prime is a single ``n``-cycle, a
+multiplication fixes ``π(0)`` and has cycles of its order): the level of a model that never composes the header
+with the arithmetic.  For classes closed under relabelling (involutions, 3-cycles) asked at every point it is the
+exact posterior itself: the header then carries nothing.
+
 A context no class can produce (not one the task samples: from the first pair that no class allows on, or with
 an opaque header that is not a permutation) has a uniform predictive and a uniform class posterior.
 ``tests/test_model_selection.py`` checks every formula against enumeration of every function of every class.
@@ -110,6 +120,10 @@ FACT_OPS: tuple[str, ...] = ("rotation", "multiplication")
 
 MAX_FACTS_N = 64
 """The largest ``n`` with ``facts_in_context`` (each table is ``n²`` facts of four tokens)."""
+
+MAX_HEADER_BLIND_N = 8
+"""The largest ``n`` whose header-blind posterior is computed (:meth:`ModelSelection.header_blind_posterior`
+enumerates the ``n!`` relabellings: 40,320 at 8)."""
 
 FIXED_RELABEL_SEED = 0x5E1EC7_0000
 """The generator seed (plus ``n``) of the one relabelling of ``symbols = "fixed"``."""
@@ -376,6 +390,21 @@ def exact_filter(classes: Sequence[str], n: int, xs: torch.Tensor, ys: torch.Ten
     return pred, post
 
 
+def _class_functions(name: str, n: int) -> torch.Tensor:
+    """Every function of class ``name`` on ``Z_n`` as rows ``[|C|, n]`` (the relational classes by filtering the
+    ``n!`` permutations: meant for small ``n``)."""
+    if name in ("rotation", "multiplication"):
+        return class_table(name, n)
+    import itertools
+
+    perms = torch.tensor(list(itertools.permutations(range(n))), dtype=torch.long)
+    twice = perms.gather(1, perms)
+    moved = (perms != torch.arange(n)).all(1)  # no fixed point
+    keep = moved & ((twice == torch.arange(n)).all(1) if name == "involution"
+                    else (perms.gather(1, twice) == torch.arange(n)).all(1))
+    return perms[keep]
+
+
 def draw_functions(name: str, n: int, B: int, g: torch.Generator) -> torch.Tensor:
     """``B`` functions drawn uniformly from class ``name``, as images ``[B, n]``."""
     if name in ("involution", "three_cycle"):
@@ -637,6 +666,59 @@ class ModelSelection(Task):
         out[:, self.body_start :: 2] = post[:, :nq]
         ny = len(range(self.body_start + 1, T, 2))
         out[:, self.body_start + 1 :: 2] = post[:, 1 : ny + 1]
+        return out
+
+    def header_blind_posterior(self, tokens: torch.Tensor, features: torch.Tensor | None = None,
+                               chunk: int = 128) -> torch.Tensor | None:
+        """The exact predictive over the symbol index at each query of a reader that does not read the header
+        (module docstring, "Header-blind posterior"), ``[B, T, n]`` float64, uniform off the queries and on a row
+        that is not an episode of the task's form or that no hypothesis can produce; ``None`` where it is not
+        defined (symbols not opaque, facts in context) or not computed (``n`` above :data:`MAX_HEADER_BLIND_N`).
+
+        ``P(g(s_t) = c | D_{<t}) ∝ Σ_{(π, f) ⊨ D_{<t}} P(C)/(|C|·n!) · [π(f(π⁻¹(s_t))) = c]``, the hypotheses that
+        send every shown symbol ``s_j`` to its shown image and never map 0 to an asked symbol (when 0 is never
+        asked).  ``chunk``: episodes enumerated at once (memory ``chunk × n! × Σ|C|`` booleans)."""
+        import itertools
+
+        if self.symbols != "opaque" or self.facts_in_context or self.n > MAX_HEADER_BLIND_N:
+            return None
+        B, T = tokens.shape
+        n = self.n
+        out = uniform_rows((B, T), n)
+        if T <= self.body_start:
+            return out
+        perms = torch.tensor(list(itertools.permutations(range(n))), dtype=torch.long)  # π [P, n]: value → symbol
+        inverse = torch.argsort(perms, dim=1)
+        tables = [_class_functions(c, n) for c in self.class_names]
+        funcs = torch.cat(tables)  # [F, n] every function of every class (one counted in each class it is in)
+        weight = torch.cat([torch.full((len(t),), 1.0 / (len(self.class_names) * len(t)), dtype=torch.float64)
+                            for t in tables])
+        P, F = len(perms), len(funcs)
+        # g[h, s] = π(f(π⁻¹(s))) for every hypothesis h = (π, f); z[h] = π(0)
+        g = perms[:, None, :].expand(P, F, n).gather(2, funcs[None].expand(P, F, n).gather(
+            2, inverse[:, None, :].expand(P, F, n))).reshape(P * F, n)
+        z = perms[:, 0].repeat_interleave(F)
+        w = (weight[None].expand(P, F) / P).reshape(-1)
+        body = tokens[:, self.body_start :] - self.offset
+        ok = ((body >= 0) & (body < n)).all(1)
+        body = body.clamp(0, n - 1)
+        asked, shown = body[:, 0::2], body[:, 1::2]
+        g_by_symbol = g.T.contiguous()  # [n, H]: each hypothesis's image of each symbol
+        for lo in range(0, B, chunk):
+            alive = torch.ones(min(chunk, B - lo), P * F, dtype=torch.bool)
+            for j in range(asked.shape[1]):
+                s = asked[lo : lo + chunk, j]
+                if not self.query_zero:
+                    alive &= z[None, :] != s[:, None]
+                image = g_by_symbol[s]  # [b, H]
+                mass = torch.where(alive, w[None, :], torch.zeros(()))
+                pred = torch.zeros(len(s), n, dtype=torch.float64).scatter_add_(1, image, mass)
+                total = pred.sum(1, keepdim=True)
+                pred = torch.where(total > 0, pred / total.clamp_min(1e-300), torch.full_like(pred, 1.0 / n))
+                out[lo : lo + chunk, self.body_start + 2 * j] = torch.where(
+                    ok[lo : lo + chunk, None], pred, torch.full_like(pred, 1.0 / n))
+                if j < shown.shape[1]:
+                    alive &= image == shown[lo : lo + chunk, j, None]
         return out
 
     def within_class_predictive(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
