@@ -19,7 +19,8 @@ from windtunnel.orchestration.table import FAMILIES, out_of_step, run_table
 from windtunnel.orchestration.table_families import SECOND_METRIC
 from windtunnel.run import grid
 
-COLUMNS = ["ms_involution_integer", "ms_arith_integer"]  # one class (no class posterior to read), then two
+# one class (no class posterior to read), then two; then the opaque arithmetic, whose header states a relabelling
+COLUMNS = ["ms_involution_integer", "ms_arith_integer", "ms_arith_opaque"]
 ARCHS = ["mlp"]
 SEEDS = 2
 STEPS = 2
@@ -106,7 +107,13 @@ def test_reference_rows_and_the_class_posterior_block(made: Path) -> None:
     head = md.splitlines()[0]
     assert f"ms_arith_integer {SECOND_METRIC}" in head and f"ms_involution_integer {SECOND_METRIC}" not in head
     rows = [line.split(" | ")[0].strip("| ") for line in md.splitlines()[2:] if line.startswith("| ")]
-    assert rows == [*ARCHS, "Bayes oracle", "context-blind optimum"]
+    assert rows == [*ARCHS, "Bayes oracle", "context-blind optimum", "header-blind optimum"]
+    # the header-blind optimum: only where the header states a relabelling, between Bayes and the context-blind floor
+    assert [c for c in COLUMNS if "header_blind" in refs[c]] == ["ms_arith_opaque"]
+    m = refs["ms_arith_opaque"]
+    assert 0.1 < m["header_blind"]["metrics"]["kl"] < m["context_blind"]["metrics"]["kl"]
+    blind_row = next(line for line in md.splitlines() if line.startswith("| header-blind optimum |")).split(" | ")
+    assert blind_row[1:3] == ["0", "—"] and blind_row[3] == "—" and blind_row[4] != "—"  # shown in its column alone
     widths = {len(line.split(" | ")) for line in md.splitlines() if line.startswith("| ")}
     assert len(widths) == 1  # every row fills the head
     for words in ("bits against the exact posterior", "class_posterior_mae", "Training time of all cells",

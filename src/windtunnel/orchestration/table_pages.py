@@ -100,8 +100,9 @@ def second_block(cells: list[dict[str, Any]], columns: list[str], references: di
 
 def sequel_markdown(cells: list[dict[str, Any]], columns: list[str], archs: list[str], meta: dict[str, Any],
                      references: dict[str, dict[str, Any]]) -> str:
-    """The sequel table in markdown: a row per architecture and the two reference rows (the Bayes oracle — the Bayes
-    answer as one more model, 0 by construction — and the context-blind optimum); a block of ``kl`` columns, then
+    """The sequel table in markdown: a row per architecture and the reference rows (the Bayes oracle — the Bayes
+    answer as one more model, 0 by construction — the context-blind optimum, and where a column states a relabelling
+    in its header the header-blind optimum); a block of ``kl`` columns, then
     a block of ``class_posterior_mae`` columns (:func:`second_block`); each cell mean [95% interval across seeds]."""
     by = {(c["task"], c["arch"]): c for c in cells}
     block = second_block(cells, columns, references)
@@ -119,7 +120,10 @@ def sequel_markdown(cells: list[dict[str, Any]], columns: list[str], archs: list
             cell = by.get((col, arch))
             row.append(_fmt(col, cell["metrics"].get(SECOND_METRIC) if cell else None))
         lines.append("| " + " | ".join(row) + " |")
-    for ref, label in (("oracle", "Bayes oracle"), ("context_blind", "context-blind optimum")):
+    refs = [("oracle", "Bayes oracle"), ("context_blind", "context-blind optimum")]
+    if any("header_blind" in references.get(col, {}) for col in columns):
+        refs.append(("header_blind", "header-blind optimum"))
+    for ref, label in refs:
         row = [label, "0"]
         for name, cols in ((None, columns), (SECOND_METRIC, block)):
             for col in cols:
@@ -136,8 +140,9 @@ def sequel_markdown(cells: list[dict[str, Any]], columns: list[str], archs: list
         "the weights are identified (a column of one class has none). Each cell: mean over seeds [95% interval "
         "across seeds, Student's t]; with one seed, [its bootstrap interval over sequences]b; per-seed values in "
         "sequel_table.json. The Bayes oracle is 0 by construction; the context-blind optimum sees only its position "
-        "and its own token: the floor without in-context inference. The in-context-facts control is the "
-        "transformer's alone.",
+        "and its own token: the floor without in-context inference. The header-blind optimum (the columns whose "
+        "header states a per-episode relabelling) sees every shown pair but not the header: the best a model that "
+        "never uses the relabelling can do. The in-context-facts control is the transformer's alone.",
         _time_line(meta),
         f"Command: `{meta['command']}`",
     ]
