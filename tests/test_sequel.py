@@ -135,7 +135,8 @@ def test_the_sequel_cells_are_one_recipe_on_four_architectures() -> None:
     assert len(reproduce.SEQUEL_CELLS) == 10 * 4 + 5 and len(plan) == (10 * 4 + 5) * len(grid.SEEDS)
     for column in grid.SEQUEL_TRANSFORMER_ONLY:
         assert [a for c, a in reproduce.SEQUEL_CELLS if c == column] == ["transformer"]
-    assert {(j.cell.column, j.cell.arch) for j in plan if j.analyze} == {("ms_arith_opaque", "transformer")}
+    assert {(j.cell.column, j.cell.arch) for j in plan if j.analyze} == {("ms_arith_opaque", "transformer"),
+                                                                     ("ms_arith_opaque_long", "transformer")}
     base = grid.EXPERIMENTS["ms_arith_opaque"].recipes["quick"]
     for column in grid.SEQUEL_COLUMNS:
         e = grid.EXPERIMENTS[column]

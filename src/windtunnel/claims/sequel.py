@@ -295,20 +295,34 @@ MS5_RULE = All(AtLeast(MARGIN, "the header probe's margin"), FAILS_BLIND)
        "paper",
        "header_probe (geometry.json): held-out accuracy of a linear probe reading each body symbol's value π⁻¹(symbol) "
        "from the stream, its best layer against the token alone and the untrained model; with the opaque cell's kl "
-       "against the header-blind optimum; transformer, ms_arith_opaque, 3 seeds",
-       MS5_RULE, REPRO, cells=reads(OPAQUE, geometry=True),
+       "against the header-blind optimum; transformer, ms_arith_opaque, 3 seeds; control: four times the steps "
+       "(ms_arith_opaque_long, analysed)",
+       MS5_RULE, REPRO, cells=reads(OPAQUE, LONG, geometry=True),
        threshold=f"the probe parses the header when its best accuracy is at least {MARGIN:.0%} above both nulls; the "
                  "task fails when the KL is at least 90% of the header-blind optimum's (ours)",
        rule_note="the header is parsed (the values are linearly readable beyond what the token and a random network "
-                 "give) while the task still fails: the failure lies after parsing")
+                 "give) while the task still fails: the failure lies after parsing; a disagreement is read against the "
+                 "budget control, the same readings at four times the steps")
 def _ms5(ev: Evidence) -> Verdict:
     probe, opaque = _header(ev, OPAQUE), _fails(ev, OPAQUE)
     if probe is None or opaque is None:
         return missing("opaque arithmetic cells analysed (ms_arith_opaque geometry.json with header_probe) with the "
                        "header-blind optimum in their references.json")
-    return Verdict(MS5_RULE.kind(probe, opaque), with_files(probe, opaque[0]),
-                   f"the header probe's best accuracy is {probe.text()} points above the better of the token alone and "
-                   f"the untrained model; {_blind_share(opaque)}", scale=SCALE)
+    kind, ours = MS5_RULE.kind(probe, opaque), with_files(probe, opaque[0])
+    why = (f"the header probe's best accuracy is {probe.text()} points above the better of the token alone and the "
+           f"untrained model; {_blind_share(opaque)}")
+    if kind != DISAGREE:
+        return Verdict(kind, ours, why, scale=SCALE)
+    probe_long, longer = _header(ev, LONG), _fails(ev, LONG)
+    if probe_long is None or longer is None:
+        return Verdict(kind, ours, why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps ({LONG}) not committed and analysed "
+                       "yet", scale=SCALE)
+    budget = Control("budget", MS5_RULE.kind(probe_long, longer), learned_task(ev, LONG, ARCH),
+                     cite=f"{ev.folder(LONG, ARCH, SEEDS[0])}/geometry.json (header_probe; and seeds "
+                          f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
+    return Verdict(DISAGREE, with_files(ours, probe_long, longer[0]),
+                   why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: the probe {probe_long.text()} points above both, "
+                   f"{_blind_share(longer)}", scale=SCALE, consulted=(budget,))
 
 
 # --- MS6: frontier language models ------------------------------------------------------------------------------------
