@@ -58,6 +58,11 @@ def _share(r: tuple[Measure, float]) -> str:
     return f"KL {kl.text()} bits, {kl.value / floor:.0%} of the context-blind floor {floor:.3g}"
 
 
+def _cite(ev: Evidence, column: str, name: str = "eval.json") -> str:
+    """The file a control's verdict cites: ``name`` of the column's first seed, the other seeds and the command."""
+    return f"{ev.folder(column, ARCH, SEEDS[0])}/{name} (and seeds {', '.join(map(str, SEEDS[1:]))}; {REPRO})"
+
+
 def _blind(ev: Evidence, column: str) -> float | None:
     """The header-blind optimum's KL on ``column``'s evaluation episodes (each seed's ``references.json``, pooled):
     the exact predictive of a reader who sees every pair but not the header — ``None`` where the column's
@@ -164,8 +169,7 @@ def _ms2(ev: Evidence) -> Verdict:
         return Verdict(kind, ours, why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps ({RELATIONAL_LONG}) not committed "
                        "yet", scale=SCALE)
     budget = Control("budget", MS2_RULE.kind(longer, long_mae), learned_task(ev, RELATIONAL_LONG, ARCH),
-                     cite=f"{ev.folder(RELATIONAL_LONG, ARCH, SEEDS[0])}/eval.json (and seeds "
-                          f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
+                     cite=_cite(ev, RELATIONAL_LONG))
     return Verdict(DISAGREE, with_files(ours, long_mae, longer[0]),
                    why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: class-posterior MAE {long_mae.text()}, "
                    f"{_share(longer)}", scale=SCALE, consulted=(budget,))
@@ -236,8 +240,7 @@ def _ms3(ev: Evidence) -> Verdict:
             continue
         outcome = MS3_RULE.kind(integer, failing) if failing is not None else INCONCLUSIVE
         consulted.append(Control(factor, outcome, learned_task(ev, column, ARCH),
-                                 cite=f"{ev.folder(column, ARCH, SEEDS[0])}/eval.json (and seeds "
-                                      f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})"))
+                                 cite=_cite(ev, column)))
         said.append(f"{label}: {_blind_share(failing) if failing is not None else _share(r)}")
         ours = with_files(ours, r[0])
     if probe is not None:
@@ -279,8 +282,7 @@ def _ms4(ev: Evidence) -> Verdict:
         return Verdict(kind, m, why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps ({FIXED_LONG}) not committed yet",
                        scale=SCALE)
     budget = Control("budget", MS4_RULE.kind(longer), learned_task(ev, FIXED_LONG, ARCH),
-                     cite=f"{ev.folder(FIXED_LONG, ARCH, SEEDS[0])}/eval.json (and seeds "
-                          f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
+                     cite=_cite(ev, FIXED_LONG))
     return Verdict(DISAGREE, with_files(m, longer), why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: {longer.text()} "
                    "bits", scale=SCALE, consulted=(budget,))
 
@@ -318,8 +320,7 @@ def _ms5(ev: Evidence) -> Verdict:
         return Verdict(kind, ours, why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps ({LONG}) not committed and analysed "
                        "yet", scale=SCALE)
     budget = Control("budget", MS5_RULE.kind(probe_long, longer), learned_task(ev, LONG, ARCH),
-                     cite=f"{ev.folder(LONG, ARCH, SEEDS[0])}/geometry.json (header_probe; and seeds "
-                          f"{', '.join(map(str, SEEDS[1:]))}; {REPRO})")
+                     cite=_cite(ev, LONG, "geometry.json (header_probe)"))
     return Verdict(DISAGREE, with_files(ours, probe_long, longer[0]),
                    why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: the probe {probe_long.text()} points above both, "
                    f"{_blind_share(longer)}", scale=SCALE, consulted=(budget,))
