@@ -83,8 +83,7 @@ class Windowed(BayesOracle):
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         post = self.task.windowed_posterior(tokens.cpu(), None if features is None else features.cpu(), window=self.window)
-        logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
-        return logits.to(tokens.device)
+        return self.logits(post).to(tokens.device)
 
 
 def has_header_blind(task: Task) -> bool:
@@ -103,8 +102,7 @@ class HeaderBlind(BayesOracle):
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         post = self.task.header_blind_posterior(tokens.cpu())
-        logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
-        return logits.to(tokens.device)
+        return self.logits(post).to(tokens.device)
 
 
 def predictors(task: Task, windows: tuple[int, ...] = WINDOWS, n: int = 20000) -> dict[str, torch.nn.Module]:

@@ -424,8 +424,11 @@ class BayesOracle(torch.nn.Module):
 
     def forward(self, tokens: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         post = self.task.posterior(tokens.cpu(), None if features is None else features.cpu())
-        logits = torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
-        return logits.to(tokens.device)
+        return self.logits(post).to(tokens.device)
+
+    def logits(self, post: torch.Tensor) -> torch.Tensor:
+        """``log post``, with ``-inf`` replaced by :attr:`NEG` so that a softmax gives exact zeros."""
+        return torch.where(post > 0, post.clamp_min(1e-300).log(), torch.full_like(post, self.NEG))
 
     def n_params(self) -> int:
         return 0

@@ -100,6 +100,7 @@ would put a class's counting apart from the filter that must agree with it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -395,8 +396,6 @@ def _class_functions(name: str, n: int) -> torch.Tensor:
     ``n!`` permutations: meant for small ``n``)."""
     if name in ("rotation", "multiplication"):
         return class_table(name, n)
-    import itertools
-
     perms = torch.tensor(list(itertools.permutations(range(n))), dtype=torch.long)
     twice = perms.gather(1, perms)
     moved = (perms != torch.arange(n)).all(1)  # no fixed point
@@ -678,8 +677,6 @@ class ModelSelection(Task):
         ``P(g(s_t) = c | D_{<t}) ∝ Σ_{(π, f) ⊨ D_{<t}} P(C)/(|C|·n!) · [π(f(π⁻¹(s_t))) = c]``, the hypotheses that
         send every shown symbol ``s_j`` to its shown image and never map 0 to an asked symbol (when 0 is never
         asked).  ``chunk``: episodes enumerated at once (memory ``chunk × n! × Σ|C|`` booleans)."""
-        import itertools
-
         if self.symbols != "opaque" or self.facts_in_context or self.n > MAX_HEADER_BLIND_N:
             return None
         B, T = tokens.shape
