@@ -83,6 +83,22 @@ def test_a_resumed_run_keeps_its_shards(tmp_path: Path) -> None:
         resolve_shards(cfg, RunDir(tmp_path / "r"), True, 2)  # two processes cannot split one shard
 
 
+def test_a_torchrun_process_leaves_with_its_status_and_all_its_output() -> None:
+    """``windtunnel`` in a process torchrun started (``WORLD_SIZE`` > 1) skips the interpreter's teardown
+    (``windtunnel.__main__.entry``, where gloo can abort) but still delivers everything it printed into a pipe, and its status:
+    0 for a listing, 2 for bad input."""
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # output into a pipe waits in a buffer
+    env = {**buffered, "WORLD_SIZE": "2", "RANK": "1"}
+    listing = subprocess.run([sys.executable, "-m", "windtunnel", "tasks"], env=env, capture_output=True, text=True)
+    alone = subprocess.run([sys.executable, "-m", "windtunnel", "tasks"], env=buffered, capture_output=True, text=True)
+    assert listing.returncode == 0 and alone.returncode == 0
+    assert listing.stdout == alone.stdout and "bijection" in listing.stdout
+    refused = subprocess.run([sys.executable, "-m", "windtunnel", "train", "--task", "no_such_task"], env=env,
+                             capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("windtunnel: error:") and len(refused.stderr.strip().splitlines()) == 1
+
+
 def _torchrun(args: list[str], cwd: Path, **popen: object) -> "subprocess.Popen[str]":
     # PYTHONFAULTHANDLER: a worker sent SIGABRT prints every thread's Python stack (see `_finish`)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}

@@ -231,7 +231,8 @@ def test_ms3_declares_its_controls_and_the_judge_decides_them(tmp_path: Path, mo
     monkeypatch.setattr(sequel, "_fails", lambda ev, c: (measure(c), blind)
                         if c in kls and c in (sequel.OPAQUE, sequel.LONG) else None)
     monkeypatch.setattr(sequel, "_header", lambda ev, c: Measure(0.4, None, 3, (0.4,) * 3, ("probe.json",)))
-    monkeypatch.setattr(sequel, "learned_task", lambda ev, c, arch: kls[c] < 0.5 * floor)
+    monkeypatch.setattr(sequel, "learned_task",
+                        lambda ev, c, arch, blind_to=None: kls[c] < 0.5 * (floor + (blind if blind_to else 0.0)))
     ev = Evidence(tmp_path)
     ms3 = claims.CLAIMS["MS3"]
 
@@ -254,3 +255,32 @@ def test_ms3_declares_its_controls_and_the_judge_decides_them(tmp_path: Path, mo
     assert j.kind != claims.DISAGREE_PERSISTS and "budget" in j.verdict.unheard
     kls.update({sequel.ARITH: 1.9})  # integers fail too: no control of the opaque cell can close that
     assert ms3.assess(ev).kind == claims.DISAGREE
+
+
+def test_a_control_of_a_failure_to_use_the_header_learned_what_a_header_blind_reader_can() -> None:
+    """``learned_task`` on the committed opaque-arithmetic cells, against each seed's ``eval.json`` and
+    ``references.json`` read here: learned is the pooled KL below half the context-blind floor, or, for a claim that
+    the header goes unused (``blind_to="header"``), below halfway from that floor to the header-blind optimum; a cell
+    whose references hold no header-blind reader (one fixed relabelling) learned nothing that reading can show."""
+    from windtunnel.claims.paper1.controls import learned_task
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    ev = Evidence(results)
+    for column in (sequel.OPAQUE, sequel.LONG):
+        kl, floor, blind = [], [], []
+        for s in grid.SEEDS:
+            cell = results / "quick" / "cells" / f"{column}-transformer-s{s}"
+            if not (cell / "eval.json").exists():
+                pytest.skip(f"{cell} is not committed")
+            kl.append(json.loads((cell / "eval.json").read_text())["metrics"]["kl"]["value"])
+            refs = json.loads((cell / "references.json").read_text())
+            floor.append(refs["context_blind"]["metrics"]["kl"])
+            blind.append(refs["header_blind"]["metrics"]["kl"])
+        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+        assert learned_task(ev, column, "transformer") == (mean(kl) < 0.5 * mean(floor))
+        assert learned_task(ev, column, "transformer", blind_to="header") == (mean(kl) < 0.5 * (mean(floor) + mean(blind)))
+    # measured: the opaque cells read the pairs (KL 1.18 between the header-blind 1.06 and the floor 2.01) without
+    # reaching half the floor, so only the failure's criterion counts them as having learned
+    assert not learned_task(ev, sequel.LONG, "transformer")
+    assert learned_task(ev, sequel.LONG, "transformer", blind_to="header")
+    assert not learned_task(ev, sequel.FIXED, "transformer", blind_to="header")

@@ -239,7 +239,10 @@ def _ms3(ev: Evidence) -> Verdict:
             said.append(f"{label} ({column}) not committed yet")
             continue
         outcome = MS3_RULE.kind(integer, failing) if failing is not None else INCONCLUSIVE
-        consulted.append(Control(factor, outcome, learned_task(ev, column, ARCH),
+        # a control of a failure to use the header learned its task when it reads the pairs as a header-blind
+        # reader can; where the header states nothing a model needs, the usual criterion
+        consulted.append(Control(factor, outcome, learned_task(ev, column, ARCH,
+                                                               blind_to="header" if failing is not None else None),
                                  cite=_cite(ev, column)))
         said.append(f"{label}: {_blind_share(failing) if failing is not None else _share(r)}")
         ours = with_files(ours, r[0])
@@ -319,7 +322,7 @@ def _ms5(ev: Evidence) -> Verdict:
     if probe_long is None or longer is None:
         return Verdict(kind, ours, why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps ({LONG}) not committed and analysed "
                        "yet", scale=SCALE)
-    budget = Control("budget", MS5_RULE.kind(probe_long, longer), learned_task(ev, LONG, ARCH),
+    budget = Control("budget", MS5_RULE.kind(probe_long, longer), learned_task(ev, LONG, ARCH, blind_to="header"),
                      cite=_cite(ev, LONG, "geometry.json (header_probe)"))
     return Verdict(DISAGREE, with_files(ours, probe_long, longer[0]),
                    why + f"; {grid.SEQUEL_LONG_FACTOR}× the steps: the probe {probe_long.text()} points above both, "

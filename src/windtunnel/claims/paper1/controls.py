@@ -47,19 +47,31 @@ ON_PAPER_CELL = ("judged on the papers' own cell at their size (main_paper_size)
 """What a claim on the main job judged by :func:`with_size_controls` adds to its rule."""
 
 
-def learned_task(ev: Evidence, column: str, arch: str) -> bool:
-    """Whether a control's cells learned their task — the column's headline error, pooled over seeds, below
-    half its context-blind floor (each seed's ``references.json``), and on every seed below the filter that reads
-    only the latest observation where the task has one — so that a rule it passes is not passed by a model that
-    ignores its context (ablating a head cannot hurt a model that reads nothing).  Read from the trained models
-    (``Evidence.trained``) whatever ``ev`` is: a null is judged on the cells the verdict is."""
+def learned_task(ev: Evidence, column: str, arch: str, blind_to: str | None = None) -> bool:
+    """Whether a control's cells learned their task — the column's headline error, pooled over seeds, at most
+    halfway from its context-blind floor to the best attainable (each seed's ``references.json``), and on every
+    seed below the filter that reads only the latest observation where the task has one — so that a rule it passes
+    is not passed by a model that ignores its context (ablating a head cannot hurt a model that reads nothing).
+
+    The best attainable is the exact posterior (error 0), so "learned" is below half the floor.  A claim that a
+    model *fails* to use one part of its input (``blind_to="header"``: the sequel's opaque symbols) cannot ask its
+    controls to succeed: there the best attainable is the exact predictive of a reader blind to that part
+    (``header_blind``), and "learned" is at most halfway from the floor to it — the control reads its context as
+    far as the claim says it can; a control without that reference learned nothing this can read.  Read from the
+    trained models (``Evidence.trained``) whatever ``ev`` is: a null is judged on the cells the verdict is."""
     ev = ev.trained
     metric = grid.EXPERIMENTS[column.partition("@")[0]].metric
     m = ev.eval_metric(column, arch, SEEDS, metric)
     floor = ev.cell_stat(column, arch, SEEDS, "references.json", lambda r: r["context_blind"]["metrics"][metric])
     if m is None or floor is None or metric == "accuracy":
         return False  # a control whose learning cannot be read this way explains nothing
-    if not m.value < 0.5 * floor.value:
+    attainable = 0.0
+    if blind_to is not None:
+        blind = ev.cell_stat(column, arch, SEEDS, "references.json", lambda r: r[f"{blind_to}_blind"]["metrics"][metric])
+        if blind is None:
+            return False
+        attainable = blind.value
+    if not m.value < 0.5 * (floor.value + attainable):
         return False
     # where the task has a filter that reads only the latest observation (HMM), every seed must beat it: a model at
     # that filter's level carries no belief through time, and a rule about how it does so cannot be read on it
