@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 import torch
 
 from windtunnel import models, tasks
 from windtunnel.models import catalog
 from windtunnel.tasks import IGNORE
+
+if TYPE_CHECKING:
+    from windtunnel.training.loop import TrainConfig
 
 
 def check_task_contract(task: tasks.Task, seed: int, n: int) -> None:
@@ -94,3 +100,18 @@ def poison_loss_after(monkeypatch: pytest.MonkeyPatch, good_steps: int) -> None:
         return loss * float("nan") if calls["n"] > good_steps else loss
 
     monkeypatch.setattr(train_mod, "loss_fn", poisoned)
+
+
+def diverged_training(config: TrainConfig, run: Path, good_steps: int = 4) -> Path:
+    """A real run of ``config`` in ``run`` whose loss turns NaN after ``good_steps`` steps
+    (:func:`poison_loss_after`): training stops, keeps its last good checkpoint (step ``good_steps - 1`` where the
+    schedule has one) and records ``diverged.json``.  The fixture of every test of a diverged run folder."""
+    from windtunnel.run.runs import RunDir
+    from windtunnel.training.loop import TrainingDiverged, train
+
+    with pytest.MonkeyPatch.context() as mp:
+        poison_loss_after(mp, good_steps)
+        with pytest.raises(TrainingDiverged, match=f"step {good_steps}"):
+            train(config, run)
+    assert RunDir(run).divergence() is not None and RunDir(run).latest_step() == good_steps - 1
+    return run

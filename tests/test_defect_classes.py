@@ -28,9 +28,9 @@ from windtunnel import tasks
 from windtunnel.cli import COMMANDS, main, make_parser
 from windtunnel.errors import InvalidValue
 from windtunnel.run.runs import RunDir
-from windtunnel.training.loop import TrainConfig, TrainingDiverged, train
+from windtunnel.training.loop import TrainConfig
 
-from contracts import poison_loss_after
+from contracts import diverged_training
 
 CASE_SECONDS = 10.0
 """What one generated case may take at most: a legal extreme value that takes longer is a size the code
@@ -219,15 +219,9 @@ def tiny_config(steps: int) -> TrainConfig:
 
 @pytest.fixture(scope="module")
 def diverged_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real run whose loss turned NaN at step 5 of 8: training stopped, kept its step-3 checkpoint and
+    """A real run whose loss turned NaN at step 4 of 8: training stopped, kept its step-3 checkpoint and
     recorded ``diverged.json`` (as ``test_a_diverged_run_is_told_from_a_killed_one`` builds one)."""
-    run = tmp_path_factory.mktemp("diverged") / "run"
-    with pytest.MonkeyPatch.context() as mp:
-        poison_loss_after(mp, 4)
-        with pytest.raises(TrainingDiverged):
-            train(tiny_config(8), run)
-    assert RunDir(run).divergence() is not None and RunDir(run).latest_step() == 3
-    return run
+    return diverged_training(tiny_config(8), tmp_path_factory.mktemp("diverged") / "run")
 
 
 @pytest.fixture(scope="module")

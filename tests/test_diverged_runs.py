@@ -20,9 +20,9 @@ from windtunnel.cli import main
 from windtunnel.geometry.run import DIAGNOSTICS
 from windtunnel.run import checkpoint as ckpt
 from windtunnel.run.runs import RunDir
-from windtunnel.training.loop import TrainConfig, TrainingDiverged, build, param_groups, train
+from windtunnel.training.loop import TrainConfig, build, param_groups
 
-from contracts import poison_loss_after
+from contracts import diverged_training, poison_loss_after
 
 TINY = TrainConfig(task="bijection", task_params={"V": 4, "L": 3}, arch="transformer", params=5_000,
                    model={"n_layers": 1, "n_heads": 2}, steps=8, log_every=1, eval_every=3, ckpt_every=3, eval_n=8,
@@ -96,14 +96,7 @@ def make_non_finite(model: torch.nn.Module) -> None:
 def diverged_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real run whose loss turned NaN at step 4 of 8: training stopped, kept its step-3 checkpoint (and the
     log-spaced ones before it) and recorded ``diverged.json``."""
-    run = tmp_path_factory.mktemp("diverged") / "run"
-    with pytest.MonkeyPatch.context() as mp:
-        poison_loss_after(mp, 4)
-        with pytest.raises(TrainingDiverged, match="step 4"):
-            train(TINY, run)
-    rd = RunDir(run)
-    assert rd.divergence() is not None and rd.latest_step() == 3
-    return run
+    return diverged_training(TINY, tmp_path_factory.mktemp("diverged") / "run")
 
 
 @pytest.fixture(scope="module")
