@@ -73,6 +73,29 @@ def test_the_documented_table_is_the_committed_table() -> None:
     assert readme[first:first + len(rows)] == rows
 
 
+def test_a_fact_that_reads_nothing_refuses_the_whole_write(tmp_path: Path) -> None:
+    """``windtunnel claims`` (``claims.write``) on a folder where one quoted fact reads nothing — a cell being
+    rewritten — refuses before it writes anything: no CLAIMS.md, no detail pages, and the other documents' drifted
+    facts left as they were (a partial write would leave pages of *not measured* beside the old numbers)."""
+    from windtunnel.errors import UserError
+
+    results = tmp_path / "results"
+    for s in range(3):
+        shutil.copytree(RESULTS / "quick" / "cells" / f"main-transformer-s{s}", results / "quick" / "cells" / f"main-transformer-s{s}")
+    good = "KL <!-- fact cells:main:transformer:eval.json:metrics.kl.value -->0.5<!-- /fact --> bits\n"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text(good)
+    bad = "KL <!-- fact cells:main:lstm:eval.json:metrics.kl.value -->0.5<!-- /fact --> bits\n"
+    (tmp_path / "README.md").write_text(bad)
+    with pytest.raises(UserError, match="reads nothing"):
+        claims.write(results)
+    assert not (results / "CLAIMS.md").exists() and not (results / "claims").exists()
+    assert (tmp_path / "docs" / "a.md").read_text() == good and (tmp_path / "README.md").read_text() == bad
+    (tmp_path / "README.md").write_text(good)  # every fact readable: the pages and both documents are written
+    claims.write(results)
+    assert (results / "CLAIMS.md").is_file() and (tmp_path / "docs" / "a.md").read_text() != good
+
+
 def test_a_drifted_fact_is_caught_and_refreshed(tmp_path: Path) -> None:
     results = tmp_path / "results"
     shutil.copytree(RESULTS / "quick" / "cells" / "main-transformer-s0", results / "quick" / "cells" / "main-transformer-s0")

@@ -64,6 +64,8 @@ def write(results: str | Path = "results", out: str | Path | None = None, preset
     """Judge every claim and write ``CLAIMS.md`` (default ``results/CLAIMS.md``) with its detail files in the
     folder beside it (:func:`~windtunnel.claims.pages.details_folder`; a detail no claim has is removed), and then the
     fact spans of README.md and the results READMEs (:mod:`windtunnel.claims.docs`); returns the path and the counts.
+    A fact that reads nothing refuses the whole write (:class:`~windtunnel.errors.UserError`) before any file is
+    touched.
     Under another preset the default is ``results/CLAIMS-{preset}.md``, and the documents are left alone: they quote
     :data:`DOCS_PRESET`'s numbers."""
     from ..io import write_text_atomic
@@ -77,6 +79,10 @@ def write(results: str | Path = "results", out: str | Path | None = None, preset
     folder = _render.details_folder(path)
     details = render_details(judgements)
     front = render(judgements, folder.name)
+    verdicts = {cid: j.verdict for cid, j in judgements.items()}
+    quotes_docs = out is None and preset == DOCS_PRESET
+    if quotes_docs:  # a fact that reads nothing (a cell being rewritten) refuses before any page is written
+        docs.refreshed(results.resolve().parent, Evidence(results, preset), verdicts)
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in details.items():
         write_text_atomic(folder / name, text)
@@ -84,7 +90,6 @@ def write(results: str | Path = "results", out: str | Path | None = None, preset
         if stale.name not in details:
             stale.unlink()
     write_text_atomic(path, front)
-    verdicts = {cid: j.verdict for cid, j in judgements.items()}
-    if out is None and preset == DOCS_PRESET:  # the numbers quoted in README.md and the results READMEs, from the same files
+    if quotes_docs:  # the numbers quoted in README.md and the results READMEs, from the same files
         docs.write_all(results.resolve().parent, Evidence(results, preset), verdicts)
     return path, dict(Counter(v.kind for v in verdicts.values()))

@@ -223,18 +223,27 @@ def stale(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[tuple[
     return out
 
 
-def write_all(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[Path]:
-    """Refresh the facts of every document; returns the files that changed."""
-    from ..io import write_text_atomic
-
-    changed = []
+def refreshed(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> dict[Path, str]:
+    """Every document whose facts change, with its new text; nothing is written, so a fact that reads nothing
+    (a :class:`UserError`) is raised before any file is touched."""
+    out = {}
     for path in documents(repo):
         text = path.read_text()
         new = refresh(text, ev, verdicts)
         if new != text:
-            write_text_atomic(path, new)
-            changed.append(path)
-    return changed
+            out[path] = new
+    return out
 
 
-__all__ = ["FACT", "fact", "refresh", "documents", "stale", "write_all"]
+def write_all(repo: Path, ev: Evidence, verdicts: dict[str, Verdict]) -> list[Path]:
+    """Refresh the facts of every document, all of them or (a fact that reads nothing) none; returns the files that
+    changed."""
+    from ..io import write_text_atomic
+
+    changed = refreshed(repo, ev, verdicts)
+    for path, text in changed.items():
+        write_text_atomic(path, text)
+    return list(changed)
+
+
+__all__ = ["FACT", "fact", "refresh", "refreshed", "documents", "stale", "write_all"]
