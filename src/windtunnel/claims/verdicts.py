@@ -73,8 +73,9 @@ CONVENTIONS: dict[str, str] = {
                 "learned its task (below half its context-blind floor, and below the one-step filter where the task "
                 "has one; for a claim that a model fails to use one part of its input, the sequel's opaque header, at "
                 "most halfway from that floor to the exact predictive of a reader blind to that part, since such a "
-                "claim cannot ask its controls to succeed) and is judged at that cell's scale; the same rule decides closing and persisting, and a "
-                "control that cannot speak is reported beside the verdict and counts for nothing",
+                "claim cannot ask its controls to succeed) and is judged at that cell's scale; the same rule decides "
+                "closing and persisting, and a control that cannot speak is reported beside the verdict and counts "
+                "for nothing",
     "replicates": "another model that shows the same outcome is reported as replicated, never as a control",
     "intervals": "a 95% interval is Student's t over seeds, cut to the range its quantity can take (an accuracy to "
                  "[0, 1], a KL to [0, ∞), a correlation to [−1, 1])",
